@@ -1,0 +1,1 @@
+"""Compactor workers: pure planning (``worker.compaction``), models (``worker.llm``), Celery wiring."""
