@@ -1,0 +1,338 @@
+"""Prompt templates (SPEC §15) and prompt assembly (SPEC §10.1, §10.2, §11.3)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from string import Template
+
+import pytest
+
+from worker.compaction import prompts
+from worker.compaction.prompts import (
+    BRANCH_MAX_TOKENS,
+    PromptTemplateError,
+    build_branch_prompt,
+    build_history_prompt,
+    build_short_prompt,
+    build_turn_prefix_prompt,
+    history_max_tokens,
+    render,
+    short_max_tokens,
+    template_names,
+    turn_prefix_max_tokens,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+PROMPTS_DIR = REPO / "prompts"
+REQUIRED = {
+    "system",
+    "summary-initial",
+    "summary-update",
+    "turn-prefix",
+    "short-summary",
+    "branch-summary",
+    "branch-preamble",
+    "compaction-summary-context",
+    "branch-summary-context",
+    "custom-instructions",
+}
+
+
+def raw(name: str) -> str:
+    """A template's text read straight from the repository, independent of the loader."""
+    return (PROMPTS_DIR / f"{name}.md").read_text(encoding="utf-8").rstrip()
+
+
+def identifiers(name: str) -> list[str]:
+    return Template(raw(name)).get_identifiers()
+
+
+# --- budgets -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("reserve", "history", "prefix", "short"),
+    [
+        (16384, 13107, 8192, 512),
+        (2000, 1600, 1000, 400),
+        (3, 2, 1, 0),  # 0.8*3 = 2.4000000000000004 floors to 2
+        (0, 0, 0, 0),
+        (100000, 80000, 50000, 512),
+    ],
+)
+def test_budgets(reserve: int, history: int, prefix: int, short: int) -> None:
+    assert history_max_tokens(reserve) == history
+    assert turn_prefix_max_tokens(reserve) == prefix
+    assert short_max_tokens(reserve) == short
+
+
+def test_branch_budget() -> None:
+    assert BRANCH_MAX_TOKENS == 2048
+
+
+# --- templates -----------------------------------------------------------------------------
+
+
+def test_template_set_matches_repository() -> None:
+    on_disk = {p.stem for p in PROMPTS_DIR.glob("*.md")}
+    assert set(template_names()) == on_disk
+    assert on_disk >= REQUIRED
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in PROMPTS_DIR.glob("*.md")))
+def test_every_template_renders_with_exactly_its_variables(name: str) -> None:
+    text = raw(name)
+    assert Template(text).is_valid(), f"{name}: malformed placeholder"
+    names = identifiers(name)
+    values = {var: f"<<{var.upper()}>>" for var in names}
+    out = render(name, **values)
+    assert out.strip(), f"{name} renders empty"
+    for value in values.values():
+        assert value in out
+    assert "$" not in Template(text).safe_substitute(values).replace("$$", "")
+    for var in names:
+        with pytest.raises(PromptTemplateError, match="missing variables"):
+            render(name, **{k: v for k, v in values.items() if k != var})
+    with pytest.raises(PromptTemplateError, match=r"unused variables \['not_in_template'\]"):
+        render(name, **values, not_in_template="x")
+
+
+@pytest.mark.parametrize("name", ["nope", "../pyproject", "System", "system.md", ""])
+def test_unknown_template(name: str) -> None:
+    with pytest.raises(PromptTemplateError):
+        render(name)
+
+
+@pytest.fixture
+def template_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    def clear() -> None:
+        prompts.template_names.cache_clear()
+        prompts.load_template.cache_clear()
+
+    clear()
+    monkeypatch.setattr(prompts, "_root", lambda: tmp_path)
+    yield tmp_path
+    monkeypatch.undo()
+    clear()
+
+
+def test_malformed_template_is_rejected(template_dir: Path) -> None:
+    (template_dir / "bad.md").write_text("costs $ 5\n", encoding="utf-8")
+    (template_dir / "good.md").write_text("costs $$5 for $who\n\n", encoding="utf-8")
+    with pytest.raises(PromptTemplateError, match="malformed"):
+        render("bad")
+    assert render("good", who="you") == "costs $5 for you"  # trailing whitespace dropped
+
+
+@pytest.mark.parametrize(
+    ("name", "headings"),
+    [
+        (
+            name,
+            [
+                "## Goal",
+                "## Constraints & Preferences",
+                "## Progress",
+                "### Done",
+                "### In Progress",
+                "### Blocked",
+                "## Key Decisions",
+                "## Next Steps",
+                "## Critical Context",
+                "## Additional Notes",
+            ],
+        )
+        for name in ("summary-initial", "summary-update")
+    ]
+    + [
+        (
+            "branch-summary",
+            [
+                "## Goal",
+                "## Constraints & Preferences",
+                "## Progress",
+                "### Done",
+                "### In Progress",
+                "### Blocked",
+                "## Key Decisions",
+                "## Next Steps",
+            ],
+        ),
+        ("turn-prefix", ["## Original Request", "## Early Progress", "## Context for Suffix"]),
+    ],
+)
+def test_section_structure(name: str, headings: list[str]) -> None:
+    lines = render(name).splitlines()
+    found = [line for line in lines if line.startswith("#")]
+    assert found == headings
+
+
+def test_fixed_texts() -> None:
+    assert prompts.system_prompt() == raw("system")
+    assert prompts.branch_preamble() == raw("branch-preamble")
+    assert len(prompts.branch_preamble().splitlines()) == 2
+    assert prompts.compaction_context_intro() == raw("compaction-summary-context")
+    assert prompts.branch_context_intro() == raw("branch-summary-context")
+    assert prompts.with_branch_preamble("BODY") == raw("branch-preamble") + "\n\nBODY"
+
+
+# --- assembly ------------------------------------------------------------------------------
+
+CONV = "[User]: fix the bug\n\n[Assistant]: done"
+CONV_BLOCK = "<conversation>\n" + CONV + "\n</conversation>\n\n"
+
+
+def label(instructions: str) -> str:
+    return Template(raw("custom-instructions")).substitute(instructions=instructions)
+
+
+@pytest.mark.parametrize(
+    ("previous", "override", "custom", "extra"),
+    list(
+        itertools.product(
+            [None, "", "## Goal\nold"],
+            [None, "", "OVERRIDE"],
+            [None, "", "focus on tests"],
+            [(), ("a", "b c")],
+        )
+    ),
+)
+def test_history_prompt_shapes(
+    previous: str | None, override: str | None, custom: str | None, extra: tuple[str, ...]
+) -> None:
+    out = build_history_prompt(
+        CONV,
+        previous_summary=previous,
+        custom_instructions=custom,
+        prompt_override=override,
+        extra_context=extra,
+    )
+    expected = CONV_BLOCK
+    if previous:
+        expected += "<previous-summary>\n" + previous + "\n</previous-summary>\n\n"
+    if extra:
+        expected += "<additional-context>\n- a\n- b c\n</additional-context>\n\n"
+    base = override or (raw("summary-update") if previous else raw("summary-initial"))
+    if custom:
+        base += "\n\n" + label(custom)
+    assert out == expected + base
+
+
+def test_custom_instructions_label_carries_the_text() -> None:
+    out = build_history_prompt(CONV, custom_instructions="keep $HOME and ${x} literal")
+    assert out.endswith("keep $HOME and ${x} literal")
+    assert out.startswith(CONV_BLOCK + raw("summary-initial") + "\n\n")
+
+
+@pytest.mark.parametrize(
+    ("stored", "sent"),
+    [
+        ("S\n\n<read-files>\na\n</read-files>\n\n<modified-files>\nb\n</modified-files>", "S"),
+        ("S<read-files>\na\\nb\n</read-files><modified-files>\nc\n</modified-files>", "S"),
+        ("S", "S"),
+    ],
+)
+def test_history_prompt_strips_previous_summary_tags(stored: str, sent: str) -> None:
+    out = build_history_prompt(CONV, previous_summary=stored)
+    assert out == CONV_BLOCK + "<previous-summary>\n" + sent + "\n</previous-summary>\n\n" + raw(
+        "summary-update"
+    )
+
+
+def test_history_prompt_previous_summary_that_is_only_tags_counts_as_none() -> None:
+    out = build_history_prompt(CONV, previous_summary="<read-files>\na\n</read-files>")
+    assert out == CONV_BLOCK + raw("summary-initial")
+
+
+def test_turn_prefix_prompt() -> None:
+    assert build_turn_prefix_prompt(CONV) == CONV_BLOCK + raw("turn-prefix")
+    assert build_turn_prefix_prompt("") == "<conversation>\n\n</conversation>\n\n" + raw(
+        "turn-prefix"
+    )
+
+
+@pytest.mark.parametrize(
+    ("merged", "extra", "middle"),
+    [
+        ("", (), ""),
+        ("M", (), "<previous-summary>\nM\n</previous-summary>\n\n"),
+        ("", ("x",), "<additional-context>\n- x\n</additional-context>\n\n"),
+        (
+            "M\n\nmore",
+            ["x", "y"],
+            "<previous-summary>\nM\n\nmore\n</previous-summary>\n\n<additional-context>\n- x\n- y\n</additional-context>\n\n",
+        ),
+    ],
+)
+def test_short_prompt(merged: str, extra: tuple[str, ...], middle: str) -> None:
+    out = build_short_prompt(CONV, merged_summary=merged, extra_context=extra)
+    assert out == CONV_BLOCK + middle + raw("short-summary")
+
+
+@pytest.mark.parametrize(
+    ("custom", "tail"),
+    [(None, None), ("", None), ("Only list the files touched.", "Only list the files touched.")],
+)
+def test_branch_prompt(custom: str | None, tail: str | None) -> None:
+    out = build_branch_prompt(CONV, custom_instructions=custom)
+    assert out == CONV_BLOCK + (tail if tail is not None else raw("branch-summary"))
+
+
+def test_extra_context_accepts_any_iterable() -> None:
+    out = build_history_prompt(CONV, extra_context=iter(["one"]))
+    assert out == CONV_BLOCK + "<additional-context>\n- one\n</additional-context>\n\n" + raw(
+        "summary-initial"
+    )
+
+
+# --- packaging -----------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_wheel_ships_templates_and_loader_finds_them(tmp_path: Path) -> None:
+    wheel_dir = tmp_path / "wheel"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "-q", "-w", str(wheel_dir)],
+        check=True,
+        timeout=45,
+        capture_output=True,
+    )
+    (wheel,) = wheel_dir.glob("compactor-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        shipped = {
+            n.removeprefix("worker/_prompts/")
+            for n in zf.namelist()
+            if n.startswith("worker/_prompts/")
+        }
+        assert shipped == {p.name for p in PROMPTS_DIR.glob("*.md")}
+        for name in shipped:
+            assert zf.read(f"worker/_prompts/{name}").decode() == (PROMPTS_DIR / name).read_text(
+                encoding="utf-8"
+            )
+        site = tmp_path / "site"
+        zf.extractall(site)
+    # A non-editable install: the unpacked wheel first on the path, run from elsewhere.
+    probe = (
+        "import worker.compaction.prompts as p, sys;"
+        "print(p.__file__); print(p._root()); sys.stdout.write(p.system_prompt())"
+    )
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=tmp_path,
+        env=env,
+        check=True,
+        timeout=30,
+        capture_output=True,
+        text=True,
+    )
+    module_file, root, text = result.stdout.split("\n", 2)
+    assert module_file.startswith(str(site))
+    assert Path(root) == site / "worker" / "_prompts"
+    assert text == raw("system")

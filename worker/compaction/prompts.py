@@ -1,0 +1,190 @@
+"""Prompt templates and the assembly of every summary request (SPEC §10, §11.3, §15).
+
+Templates are ``prompts/<name>.md``, written for Compactor. They use ``string.Template``
+placeholders (``$name`` / ``${name}``; a literal dollar is ``$$``); trailing whitespace of a file
+is not part of its template. Installed wheels carry them as ``worker/_prompts``; an editable
+install reads the repository's ``prompts/``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from functools import cache
+from importlib import resources
+from importlib.resources.abc import Traversable
+from pathlib import Path
+from string import Template
+
+from api_client.errors import ConfigurationError
+from worker.compaction.fileops import strip_file_operation_tags
+
+__all__ = [
+    "BRANCH_MAX_TOKENS",
+    "PromptTemplateError",
+    "branch_context_intro",
+    "branch_preamble",
+    "build_branch_prompt",
+    "build_history_prompt",
+    "build_short_prompt",
+    "build_turn_prefix_prompt",
+    "compaction_context_intro",
+    "history_max_tokens",
+    "load_template",
+    "render",
+    "short_max_tokens",
+    "system_prompt",
+    "template_names",
+    "turn_prefix_max_tokens",
+    "with_branch_preamble",
+]
+
+BRANCH_MAX_TOKENS = 2048
+_SHORT_CAP = 512
+_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
+_REPO_PROMPTS = Path(__file__).resolve().parents[2] / "prompts"
+
+
+class PromptTemplateError(ConfigurationError):
+    """A prompt template is missing, malformed, or rendered with the wrong variables."""
+
+
+# --- budgets (SPEC §10.1; products are floating-point, then floored as in §18) ---------------
+
+
+def history_max_tokens(reserve: int) -> int:
+    return math.floor(0.8 * reserve)
+
+
+def turn_prefix_max_tokens(reserve: int) -> int:
+    return math.floor(0.5 * reserve)
+
+
+def short_max_tokens(reserve: int) -> int:
+    return min(_SHORT_CAP, math.floor(0.2 * reserve))
+
+
+# --- loading and rendering ---------------------------------------------------------------
+
+
+@cache
+def _root() -> Traversable:
+    packaged = resources.files("worker") / "_prompts"
+    return packaged if packaged.is_dir() else _REPO_PROMPTS
+
+
+@cache
+def template_names() -> tuple[str, ...]:
+    """Names (file stems) of every shipped template, sorted."""
+    return tuple(sorted(p.name[:-3] for p in _root().iterdir() if p.name.endswith(".md")))
+
+
+@cache
+def load_template(name: str) -> Template:
+    if not _NAME.fullmatch(name) or name not in template_names():
+        raise PromptTemplateError(f"unknown prompt template {name!r} (in {_root()})")
+    template = Template((_root() / f"{name}.md").read_text(encoding="utf-8").rstrip())
+    if not template.is_valid():
+        raise PromptTemplateError(f"prompt template {name!r} has a malformed placeholder")
+    return template
+
+
+def render(name: str, **variables: str) -> str:
+    """Render template ``name``; every variable it names must be given, and only those."""
+    template = load_template(name)
+    wanted = set(template.get_identifiers())
+    missing = sorted(wanted - variables.keys())
+    unused = sorted(variables.keys() - wanted)
+    if missing or unused:
+        raise PromptTemplateError(
+            f"prompt template {name!r}: missing variables {missing}, unused variables {unused}"
+        )
+    return template.substitute(variables)
+
+
+# --- fixed texts ---------------------------------------------------------------------------
+
+
+def system_prompt() -> str:
+    return render("system")
+
+
+def branch_preamble() -> str:
+    return render("branch-preamble")
+
+
+def with_branch_preamble(model_text: str) -> str:
+    """The stored branch summary before its tag block: preamble, blank line, text (§16 Q10)."""
+    return branch_preamble() + "\n\n" + model_text
+
+
+def compaction_context_intro() -> str:
+    return render("compaction-summary-context")
+
+
+def branch_context_intro() -> str:
+    return render("branch-summary-context")
+
+
+# --- assembly (SPEC §10.2, §11.3) ----------------------------------------------------------
+
+
+def _conversation(conversation: str) -> str:
+    return "<conversation>\n" + conversation + "\n</conversation>\n\n"
+
+
+def _previous_summary(summary: str) -> str:
+    return "<previous-summary>\n" + summary + "\n</previous-summary>\n\n"
+
+
+def _additional_context(lines: Iterable[str]) -> str:
+    items = [f"- {line}" for line in lines]
+    if not items:
+        return ""
+    return "<additional-context>\n" + "\n".join(items) + "\n</additional-context>\n\n"
+
+
+def build_history_prompt(
+    conversation: str,
+    *,
+    previous_summary: str | None = None,
+    custom_instructions: str | None = None,
+    prompt_override: str | None = None,
+    extra_context: Iterable[str] = (),
+) -> str:
+    """The user message of the history summary. Empty strings count as "not given".
+
+    ``previous_summary`` loses any trailing file-operation tags (§16 Q20; idempotent, so a
+    summary already stripped by the preparation is unchanged).
+    """
+    previous = strip_file_operation_tags(previous_summary) if previous_summary else ""
+    base = render("summary-update") if previous else render("summary-initial")
+    if prompt_override:
+        base = prompt_override
+    if custom_instructions:
+        base += "\n\n" + render("custom-instructions", instructions=custom_instructions)
+    text = _conversation(conversation)
+    if previous:
+        text += _previous_summary(previous)
+    return text + _additional_context(extra_context) + base
+
+
+def build_turn_prefix_prompt(conversation: str) -> str:
+    """The user message of the split-turn prefix summary; takes no options by design (§10.2)."""
+    return _conversation(conversation) + render("turn-prefix")
+
+
+def build_short_prompt(
+    conversation: str, *, merged_summary: str, extra_context: Iterable[str] = ()
+) -> str:
+    """The user message of the short summary; ``merged_summary`` is the new summary, untagged."""
+    text = _conversation(conversation)
+    if merged_summary:
+        text += _previous_summary(merged_summary)
+    return text + _additional_context(extra_context) + render("short-summary")
+
+
+def build_branch_prompt(conversation: str, *, custom_instructions: str | None = None) -> str:
+    """The user message of a branch summary; custom instructions replace the prompt (§11.3)."""
+    return _conversation(conversation) + (custom_instructions or render("branch-summary"))

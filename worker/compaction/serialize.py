@@ -1,0 +1,109 @@
+"""Conversation serialization for summary prompts (SPEC §6).
+
+The input is the output of ``convert_to_llm`` (SPEC §5): only ``user``, ``assistant`` and
+``toolResult`` messages reach the model, so any other role is ignored here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from worker.compaction.jsjson import js_json
+
+__all__ = ["js_property_order", "serialize_conversation"]
+
+# JavaScript orders "array index" keys (canonical decimal integers below 2**32 - 1) first,
+# ascending, in Object.entries and JSON.stringify alike (SPEC §18).
+_MAX_ARRAY_INDEX = 2**32 - 2
+
+
+def _is_array_index(key: str) -> bool:
+    if not key.isascii() or not key.isdigit():
+        return False
+    if len(key) > 1 and key[0] == "0":
+        return False
+    return int(key) <= _MAX_ARRAY_INDEX
+
+
+def js_property_order(obj: Mapping[str, Any]) -> list[str]:
+    """The keys of ``obj`` in JavaScript's own-property order."""
+    indices = sorted((k for k in obj if _is_array_index(k)), key=int)
+    return indices + [k for k in obj if not _is_array_index(k)]
+
+
+def serialize_conversation(llm_messages: Iterable[Mapping[str, Any]]) -> str:
+    """Render LLM messages as the ``[User]: …`` text the summary prompts embed."""
+    parts: list[str] = []
+    for message in llm_messages:
+        role = message.get("role")
+        if role == "user":
+            text = _user_text(message.get("content"))
+            if text:
+                parts.append("[User]: " + text)
+        elif role == "assistant":
+            parts.extend(_assistant_parts(message.get("content")))
+        elif role == "toolResult":
+            text = _joined_text(message.get("content"))
+            if text:
+                parts.append("[Tool result]: " + text)
+    return "\n\n".join(parts)
+
+
+def _user_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return _joined_text(content)
+
+
+def _joined_text(content: Any) -> str:
+    """Text blocks concatenated without a separator; images and other blocks are ignored."""
+    if not isinstance(content, list):
+        return ""
+    return "".join(_str(block.get("text")) for block in _blocks(content, "text"))
+
+
+def _assistant_parts(content: Any) -> list[str]:
+    if not isinstance(content, list):
+        return []
+    texts: list[str] = []
+    thinking: list[str] = []
+    calls: list[str] = []
+    for block in content:
+        if not isinstance(block, Mapping):
+            continue
+        kind = block.get("type")
+        if kind == "text":
+            texts.append(_str(block.get("text")))
+        elif kind == "thinking":
+            thinking.append(_str(block.get("thinking")))
+        elif kind == "toolCall":
+            calls.append(_tool_call(block))
+    # A present-but-empty block still yields its part: the test is "any block", not "any text".
+    parts: list[str] = []
+    if thinking:
+        parts.append("[Assistant thinking]: " + "\n".join(thinking))
+    if texts:
+        parts.append("[Assistant]: " + "\n".join(texts))
+    if calls:
+        parts.append("[Assistant tool calls]: " + "; ".join(calls))
+    return parts
+
+
+def _tool_call(block: Mapping[str, Any]) -> str:
+    arguments = block.get("arguments")
+    rendered = ""
+    if isinstance(arguments, Mapping):
+        rendered = ", ".join(
+            f"{key}={js_json(arguments[key])}" for key in js_property_order(arguments)
+        )
+    return f"{_str(block.get('name'))}({rendered})"
+
+
+def _blocks(content: list[Any], kind: str) -> Iterable[Mapping[str, Any]]:
+    return (b for b in content if isinstance(b, Mapping) and b.get("type") == kind)
+
+
+def _str(value: Any) -> str:
+    # A missing or non-string field renders as nothing rather than failing the whole prompt.
+    return value if isinstance(value, str) else ""
