@@ -1,0 +1,85 @@
+"""``buildSessionContext`` (SPEC §4): the messages a leaf sends to the model, before conversion."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from api_client.session import (
+    CompactionEntry,
+    Entry,
+    Message,
+    MessageEntry,
+    ModeChangeEntry,
+    ModelChangeEntry,
+    SessionTree,
+    ThinkingLevelChangeEntry,
+    TtsrInjectionEntry,
+)
+from worker.compaction.convert import compaction_summary_message, for_context
+
+__all__ = ["ContextMessage", "SessionContext", "build_session_context"]
+
+
+@dataclass(frozen=True, slots=True)
+class ContextMessage:
+    message: Message
+    entry_id: str  # the entry that produced the message
+
+
+@dataclass(frozen=True)
+class SessionContext:
+    messages: tuple[ContextMessage, ...] = ()
+    thinking_level: str = "off"
+    models: dict[str, str] = field(default_factory=dict)
+    injected_ttsr_rules: tuple[str, ...] = ()
+    mode: str = "none"
+    mode_data: Any = None
+
+
+_UNSET: Any = object()
+
+
+def _settings_of(path: Sequence[Entry]) -> tuple[str, dict[str, str], tuple[str, ...], str, Any]:
+    thinking, models, rules, mode, mode_data = "off", {}, {}, "none", None
+    for entry in path:
+        if isinstance(entry, ThinkingLevelChangeEntry):
+            thinking = entry.thinking_level
+        elif isinstance(entry, ModelChangeEntry) and entry.model:
+            models[entry.role] = entry.model
+        elif isinstance(entry, MessageEntry) and entry.role == "assistant":
+            message = entry.message
+            models["default"] = f"{message.get('provider')}/{message.get('model')}"
+        elif isinstance(entry, TtsrInjectionEntry):
+            rules.update(dict.fromkeys(entry.injected_rules))
+        elif isinstance(entry, ModeChangeEntry):
+            mode, mode_data = entry.mode, entry.data
+    return thinking, models, tuple(rules), mode, mode_data
+
+
+def _messages_of(path: Sequence[Entry]) -> list[ContextMessage]:
+    last = max((i for i, e in enumerate(path) if isinstance(e, CompactionEntry)), default=-1)
+    if last < 0:
+        return [ContextMessage(m, e.id) for e in path if (m := for_context(e)) is not None]
+    compaction = path[last]
+    assert isinstance(compaction, CompactionEntry)
+    out = [ContextMessage(compaction_summary_message(compaction), compaction.id)]
+    keeping = False
+    for entry in path[:last]:
+        keeping = keeping or entry.id == compaction.first_kept_entry_id
+        if keeping and not isinstance(entry, CompactionEntry) and (m := for_context(entry)) is not None:
+            out.append(ContextMessage(m, entry.id))
+    out += [ContextMessage(m, e.id) for e in path[last + 1 :] if (m := for_context(e)) is not None]
+    return out
+
+
+def build_session_context(tree: SessionTree, leaf_id: str | None = _UNSET, *, strict: bool = True) -> SessionContext:
+    """Context for ``leaf_id``; an explicit ``None`` gives the empty context, unset the last entry."""
+    if leaf_id is None or not tree.entries:
+        return SessionContext()
+    if leaf_id is _UNSET or leaf_id not in tree.by_id:
+        leaf_id = tree.entries[-1].id
+    path = tree.path_to(leaf_id, strict=strict)
+    thinking, models, rules, mode, mode_data = _settings_of(path)
+    return SessionContext(tuple(_messages_of(path)), thinking, models, rules, mode, mode_data)

@@ -1,0 +1,94 @@
+"""Valid cut points, turn starts and the cut point (SPEC §9.1-9.3 with §16 Q1-Q4)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from api_client.session import BranchSummaryEntry, CompactionEntry, CustomMessageEntry, Entry, MessageEntry
+from worker.compaction.convert import for_compaction
+from worker.compaction.tokens import Tokenizer
+
+__all__ = ["CutPoint", "find_cut_point", "find_turn_start_index", "find_valid_cut_points", "is_valid_cut_point"]
+
+_CUT_ROLES = frozenset(
+    {"user", "assistant", "bashExecution", "hookMessage", "branchSummary", "compactionSummary", "custom"}
+)
+# Q1/Q4: custom and hookMessage messages start turns like custom_message entries do.
+_TURN_START_ROLES = frozenset({"user", "bashExecution", "custom", "hookMessage"})
+
+
+@dataclass(frozen=True, slots=True)
+class CutPoint:
+    first_kept_entry_index: int
+    turn_start_index: int
+    is_split_turn: bool
+
+
+def _is_entry_turn_start(entry: Entry) -> bool:
+    return isinstance(entry, (BranchSummaryEntry, CustomMessageEntry))
+
+
+def is_valid_cut_point(entry: Entry) -> bool:
+    if isinstance(entry, MessageEntry):
+        return entry.role in _CUT_ROLES
+    return _is_entry_turn_start(entry)
+
+
+def is_turn_start(entry: Entry) -> bool:
+    if isinstance(entry, MessageEntry):
+        return entry.role in _TURN_START_ROLES
+    return _is_entry_turn_start(entry)
+
+
+def find_valid_cut_points(entries: Sequence[Entry], start: int, end: int) -> list[int]:
+    return [i for i in range(start, end) if is_valid_cut_point(entries[i])]
+
+
+def find_turn_start_index(entries: Sequence[Entry], idx: int, start: int) -> int:
+    for i in range(idx, start - 1, -1):
+        if is_turn_start(entries[i]):
+            return i
+    return -1
+
+
+def _budget_cut(entries: Sequence[Entry], cps: list[int], start: int, end: int, keep: int, tokenizer: Tokenizer) -> int:
+    """Step 3: walk back until ``keep`` tokens of messages are kept; Q3 for the overshoot."""
+    acc = 0
+    for i in range(end - 1, start - 1, -1):
+        entry = entries[i]
+        if not isinstance(entry, MessageEntry):
+            continue  # custom_message, branch_summary and compaction entries are not counted
+        acc += tokenizer.count(entry.message)
+        if acc >= keep:
+            at_or_after = [c for c in cps if c >= i]
+            if at_or_after:
+                return at_or_after[0]
+            return [c for c in cps if c < i][-1]  # Q3: the nearest cut point before it
+    return cps[0]
+
+
+def _pull_in_metadata(entries: Sequence[Entry], cut: int, start: int) -> int:
+    while cut > start and not isinstance(entries[cut - 1], (CompactionEntry, MessageEntry)):
+        cut -= 1
+    return cut
+
+
+def _classify(entries: Sequence[Entry], cut: int, start: int, end: int) -> tuple[int, bool]:
+    """Step 5 with Q2 (skip pulled-in metadata) and Q4 (clean cuts at turn starts)."""
+    k = next((i for i in range(cut, end) if for_compaction(entries[i]) is not None), None)
+    if k is None or is_turn_start(entries[k]):
+        return -1, False
+    turn_start = find_turn_start_index(entries, k, start)
+    return turn_start, turn_start != -1
+
+
+def find_cut_point(
+    entries: Sequence[Entry], start: int, end: int, keep_recent_tokens: int, tokenizer: Tokenizer
+) -> CutPoint:
+    cps = find_valid_cut_points(entries, start, end)
+    if not cps:
+        return CutPoint(start, -1, False)
+    cut = _pull_in_metadata(entries, _budget_cut(entries, cps, start, end, keep_recent_tokens, tokenizer), start)
+    turn_start, split = _classify(entries, cut, start, end)
+    return CutPoint(cut, turn_start, split)

@@ -1,0 +1,167 @@
+"""``prepareCompaction`` (SPEC §9.4 with §16 Q5 and Q20) and the usage helpers of §2.5."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from api_client.session import CompactionEntry, Entry, Message, MessageEntry
+from worker.compaction.convert import for_compaction
+from worker.compaction.cutpoint import CutPoint, find_cut_point
+from worker.compaction.fileops import (
+    FileOps,
+    add_details_file_ops,
+    compute_file_lists,
+    extract_file_ops,
+    strip_file_operation_tags,
+)
+from worker.compaction.tokens import Tokenizer
+
+__all__ = [
+    "CompactionSettings",
+    "Preparation",
+    "context_tokens",
+    "last_assistant_usage",
+    "no_plan_reason",
+    "prepare_compaction",
+    "prompt_tokens",
+]
+
+
+@dataclass(frozen=True)
+class CompactionSettings:
+    keep_recent_tokens: int = 20_000
+    reserve_tokens: int = 16_384
+
+
+@dataclass(frozen=True)
+class Preparation:
+    first_kept_entry_id: str
+    first_kept_entry_index: int
+    turn_start_index: int
+    is_split_turn: bool
+    tokens_before: int
+    keep_recent_tokens: int
+    messages_to_summarize: tuple[Message, ...]
+    turn_prefix_messages: tuple[Message, ...]
+    recent_messages: tuple[Message, ...]
+    summarize_entry_ids: tuple[str, ...]
+    turn_prefix_entry_ids: tuple[str, ...]
+    kept_entry_ids: tuple[str, ...]
+    previous_summary: str | None
+    read_files: tuple[str, ...]
+    modified_files: tuple[str, ...]
+    settings: CompactionSettings
+
+
+def _num(usage: Mapping[str, Any], key: str) -> float:
+    value = usage.get(key)
+    return value if isinstance(value, (int, float)) else 0
+
+
+def context_tokens(usage: Mapping[str, Any]) -> int:
+    total = _num(usage, "totalTokens")
+    if total:
+        return int(total)
+    return int(sum(_num(usage, k) for k in ("input", "output", "cacheRead", "cacheWrite")))
+
+
+def prompt_tokens(usage: Mapping[str, Any]) -> int:
+    prompt = sum(_num(usage, k) for k in ("input", "cacheRead", "cacheWrite"))
+    return int(prompt) if prompt > 0 else context_tokens(usage)
+
+
+def last_assistant_usage(path: Sequence[Entry]) -> Mapping[str, Any] | None:
+    for entry in reversed(path):
+        if isinstance(entry, MessageEntry) and entry.role == "assistant":
+            usage = entry.message.get("usage")
+            if usage and isinstance(usage, dict) and entry.message.get("stopReason") not in ("aborted", "error"):
+                return usage
+    return None
+
+
+def _last_compaction_index(path: Sequence[Entry]) -> int:
+    return max((i for i, e in enumerate(path) if isinstance(e, CompactionEntry)), default=-1)
+
+
+def no_plan_reason(path: Sequence[Entry]) -> Literal["already compacted", "nothing to compact"]:
+    return "already compacted" if path and isinstance(path[-1], CompactionEntry) else "nothing to compact"
+
+
+def _mapped(path: Sequence[Entry], start: int, end: int) -> list[tuple[str, Message]]:
+    return [(e.id, m) for e in path[max(start, 0) : end] if (m := for_compaction(e)) is not None]
+
+
+def _adjusted_keep(path: Sequence[Entry], start: int, keep: int, tokenizer: Tokenizer) -> int:
+    usage = last_assistant_usage(path)
+    if usage is None:
+        return keep
+    estimated = sum(tokenizer.count(m) for _, m in _mapped(path, start, len(path)))
+    ratio = prompt_tokens(usage) / estimated if estimated > 0 else 0.0
+    if math.isfinite(ratio) and ratio > 1:
+        return max(1, math.floor(keep / ratio))
+    return keep
+
+
+def _summarize_range(path: Sequence[Entry], prev_idx: int, history_end: int) -> list[tuple[str, Message]]:
+    items: list[tuple[str, Message]] = []
+    if prev_idx >= 0:
+        previous = path[prev_idx]
+        assert isinstance(previous, CompactionEntry)
+        kept_from = next((i for i, e in enumerate(path[:prev_idx]) if e.id == previous.first_kept_entry_id), None)
+        if kept_from is not None:  # Q5: the previous compaction's kept range is summarised now
+            items += _mapped(path, kept_from, prev_idx)
+    return items + _mapped(path, prev_idx + 1, history_end)
+
+
+def _file_ops(path: Sequence[Entry], prev_idx: int, messages: Sequence[Message]) -> FileOps:
+    ops = FileOps()
+    previous = path[prev_idx] if prev_idx >= 0 else None
+    if isinstance(previous, CompactionEntry) and not previous.from_extension and previous.details:
+        add_details_file_ops(previous.details, ops)
+    for message in messages:
+        extract_file_ops(message, ops)
+    return ops
+
+
+def prepare_compaction(
+    path: Sequence[Entry], settings: CompactionSettings, tokenizer: Tokenizer
+) -> Preparation | None:
+    """The compaction plan for a root→leaf path, or None (see :func:`no_plan_reason`)."""
+    if not path or isinstance(path[-1], CompactionEntry):
+        return None
+    prev_idx = _last_compaction_index(path)
+    start, end = prev_idx + 1, len(path)
+    usage = last_assistant_usage(path)
+    keep = _adjusted_keep(path, start, settings.keep_recent_tokens, tokenizer)
+    cut: CutPoint = find_cut_point(path, start, end, keep, tokenizer)
+    first = cut.first_kept_entry_index
+    if first >= len(path) or not path[first].id:
+        return None
+    history_end = cut.turn_start_index if cut.is_split_turn else first
+    summarize = _summarize_range(path, prev_idx, history_end)
+    prefix = _mapped(path, cut.turn_start_index, first) if cut.is_split_turn else []
+    recent = _mapped(path, first, end)
+    ops = _file_ops(path, prev_idx, [m for _, m in summarize + prefix])
+    read, modified = compute_file_lists(ops)
+    previous = path[prev_idx] if prev_idx >= 0 else None
+    return Preparation(
+        first_kept_entry_id=path[first].id,
+        first_kept_entry_index=first,
+        turn_start_index=cut.turn_start_index,
+        is_split_turn=cut.is_split_turn,
+        tokens_before=context_tokens(usage) if usage else 0,
+        keep_recent_tokens=keep,
+        messages_to_summarize=tuple(m for _, m in summarize),
+        turn_prefix_messages=tuple(m for _, m in prefix),
+        recent_messages=tuple(m for _, m in recent),
+        summarize_entry_ids=tuple(i for i, _ in summarize),
+        turn_prefix_entry_ids=tuple(i for i, _ in prefix),
+        kept_entry_ids=tuple(i for i, _ in recent),
+        previous_summary=strip_file_operation_tags(previous.summary) if isinstance(previous, CompactionEntry) else None,
+        read_files=tuple(read),
+        modified_files=tuple(modified),
+        settings=settings,
+    )

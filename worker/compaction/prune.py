@@ -1,0 +1,75 @@
+"""Tool-output pruning plan (SPEC §8, protecting ``skill`` and ``read`` [PRODUCT])."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from api_client.session import Entry, Message, MessageEntry
+from worker.compaction.tokens import Tokenizer
+
+__all__ = [
+    "MINIMUM_SAVINGS",
+    "PROTECTED_TOOLS",
+    "PROTECT_TOKENS",
+    "PrunePlan",
+    "apply_prune",
+    "plan_prune",
+    "prune_notice",
+]
+
+PROTECT_TOKENS = 40_000
+MINIMUM_SAVINGS = 20_000
+PROTECTED_TOOLS = frozenset({"skill", "read"})
+
+
+@dataclass(frozen=True)
+class PrunePlan:
+    pruned_entry_ids: tuple[str, ...] = ()  # path order
+    tokens_saved: int = 0
+    token_counts: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def pruned_count(self) -> int:
+        return len(self.pruned_entry_ids)
+
+
+def prune_notice(tokens: int) -> str:
+    return f"[Output truncated - {tokens} tokens]"
+
+
+def _notice_tokens(tokenizer: Tokenizer, tokens: int) -> int:
+    # With the estimate tokenizer this is ceil4(len(notice)), exactly the reference's formula.
+    return tokenizer.count({"role": "toolResult", "content": [{"type": "text", "text": prune_notice(tokens)}]})
+
+
+def plan_prune(
+    path: Sequence[Entry],
+    tokenizer: Tokenizer,
+    *,
+    protect_tokens: int = PROTECT_TOKENS,
+    minimum_savings: int = MINIMUM_SAVINGS,
+    protected_tools: frozenset[str] = PROTECTED_TOOLS,
+) -> PrunePlan:
+    """Which tool results to replace by a notice; an empty plan when savings are too small."""
+    seen = 0
+    candidates: list[tuple[str, int]] = []
+    for entry in reversed(path):
+        if not isinstance(entry, MessageEntry) or entry.role != "toolResult":
+            continue
+        message = entry.message
+        tokens = tokenizer.count(message)
+        # The check uses the total before this result, so the one crossing the line is kept.
+        if "prunedAt" not in message and seen >= protect_tokens and message.get("toolName") not in protected_tools:
+            candidates.append((entry.id, tokens))
+        seen += tokens
+    saved = sum(max(0, t - _notice_tokens(tokenizer, t)) for _, t in candidates)
+    if not candidates or saved < minimum_savings:
+        return PrunePlan()
+    candidates.reverse()
+    return PrunePlan(tuple(i for i, _ in candidates), saved, dict(candidates))
+
+
+def apply_prune(message: Message, tokens: int, now_ms: int) -> Message:
+    """The pruned copy of a tool result: one notice block, ``prunedAt`` set, images gone."""
+    return {**message, "content": [{"type": "text", "text": prune_notice(tokens)}], "prunedAt": now_ms}

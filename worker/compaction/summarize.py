@@ -1,0 +1,183 @@
+"""The summarisation control flow (SPEC §10.3, §11.3 with §16 Q6, Q10) over a ``Summarizer``.
+
+No retries here: the model layer is the one place that retries model calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from api_client.errors import ModelError
+from api_client.session import Entry, Message
+from worker.compaction import prompts
+from worker.compaction.branch import DEFAULT_CONTEXT_WINDOW, branch_budget, prepare_branch_entries
+from worker.compaction.convert import convert_to_llm
+from worker.compaction.fileops import format_file_operations
+from worker.compaction.prepare import Preparation
+from worker.compaction.serialize import serialize_conversation
+from worker.compaction.tokens import Tokenizer
+from worker.llm.types import CancelToken, Purpose, Summarizer, SummaryRequest, SummaryResult
+
+__all__ = ["NO_PRIOR_HISTORY", "BranchOutcome", "CompactionOutcome", "SummarizationError", "compact", "summarize_branch"]
+
+NO_PRIOR_HISTORY = "No prior history."
+SPLIT_TURN_SEPARATOR = "\n\n---\n\n**Turn Context (split turn):**\n\n"
+_FAILURE_PREFIX = {
+    "history": "Summarization failed",
+    "turn_prefix": "Turn prefix summarization failed",
+    "short": "Short summary failed",
+    "branch": "Summarization failed",
+}
+
+
+class SummarizationError(ModelError):
+    """A summary call failed; the text names the call as the reference agent does."""
+
+
+@dataclass(frozen=True)
+class CompactionOutcome:
+    summary: str
+    short_summary: str
+    first_kept_entry_id: str
+    tokens_before: int
+    details: dict[str, list[str]]
+    calls: tuple[SummaryResult, ...]
+
+
+@dataclass(frozen=True)
+class BranchOutcome:
+    summary: str | None
+    read_files: tuple[str, ...]
+    modified_files: tuple[str, ...]
+    calls: tuple[SummaryResult, ...]
+
+
+@dataclass(frozen=True)
+class _Options:
+    custom_instructions: str | None
+    prompt_override: str | None
+    extra_context: tuple[str, ...]
+    reserve: int
+    read_files: tuple[str, ...]
+    modified_files: tuple[str, ...]
+
+
+def _call(summarizer: Summarizer, request: SummaryRequest, cancel: CancelToken | None) -> SummaryResult:
+    try:
+        return summarizer.summarize(request, cancel)
+    except SummarizationError:
+        raise
+    except ModelError as err:
+        if type(err).__name__ == "ModelCancelledError":
+            raise
+        raise SummarizationError(f"{_FAILURE_PREFIX[request.purpose]}: {err or 'Unknown error'}") from err
+
+
+def _request(purpose: Purpose, llm: Sequence[Message], prompt: str, max_tokens: int, opts: _Options, **extra: object) -> SummaryRequest:
+    return SummaryRequest(
+        purpose=purpose,
+        system_prompt=prompts.system_prompt(),
+        prompt=prompt,
+        max_tokens=max_tokens,
+        reasoning=purpose != "branch",
+        conversation=tuple(llm),
+        read_files=opts.read_files,
+        modified_files=opts.modified_files,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def _history_request(llm: Sequence[Message], previous: str | None, opts: _Options) -> SummaryRequest:
+    prompt = prompts.build_history_prompt(
+        serialize_conversation(llm),
+        previous_summary=previous,
+        custom_instructions=opts.custom_instructions,
+        prompt_override=opts.prompt_override,
+        extra_context=opts.extra_context,
+    )
+    rechunk: Callable[[Sequence[Message], str | None], SummaryRequest] = lambda chunk, prev: _history_request(chunk, prev, opts)  # noqa: E731
+    return _request("history", llm, prompt, prompts.history_max_tokens(opts.reserve), opts,
+                    previous_summary=previous, rechunk=rechunk)
+
+
+def _turn_prefix_request(llm: Sequence[Message], opts: _Options) -> SummaryRequest:
+    prompt = prompts.build_turn_prefix_prompt(serialize_conversation(llm))
+    return _request("turn_prefix", llm, prompt, prompts.turn_prefix_max_tokens(opts.reserve), opts)
+
+
+def _short_request(llm: Sequence[Message], merged: str, opts: _Options) -> SummaryRequest:
+    prompt = prompts.build_short_prompt(serialize_conversation(llm), merged_summary=merged, extra_context=opts.extra_context)
+    return _request("short", llm, prompt, prompts.short_max_tokens(opts.reserve), opts, previous_summary=merged or None)
+
+
+def _history_text(prep: Preparation, summarizer: Summarizer, opts: _Options, cancel: CancelToken | None, calls: list[SummaryResult]) -> str:
+    if prep.messages_to_summarize:
+        result = _call(summarizer, _history_request(convert_to_llm(prep.messages_to_summarize), prep.previous_summary, opts), cancel)
+        calls.append(result)
+        return result.text
+    return prep.previous_summary or NO_PRIOR_HISTORY  # Q6 for split turns; §10.3 steps 3-4 otherwise
+
+
+def _main_summary(prep: Preparation, summarizer: Summarizer, opts: _Options, cancel: CancelToken | None, calls: list[SummaryResult]) -> str:
+    if not (prep.is_split_turn and prep.turn_prefix_messages):
+        return _history_text(prep, summarizer, opts, cancel, calls)
+    prefix_request = _turn_prefix_request(convert_to_llm(prep.turn_prefix_messages), opts)
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="compactor-summary") as pool:
+        history_future = pool.submit(_history_text, prep, summarizer, opts, cancel, calls)
+        prefix_result = _call(summarizer, prefix_request, cancel)
+        history = history_future.result()
+    calls.append(prefix_result)
+    return history + SPLIT_TURN_SEPARATOR + prefix_result.text
+
+
+def compact(
+    preparation: Preparation,
+    summarizer: Summarizer,
+    *,
+    custom_instructions: str | None = None,
+    prompt_override: str | None = None,
+    extra_context: Sequence[str] = (),
+    cancel: CancelToken | None = None,
+) -> CompactionOutcome:
+    """Summaries for a prepared compaction: history ‖ turn prefix, then the short summary."""
+    if not preparation.first_kept_entry_id:
+        raise SummarizationError("First kept entry has no ID - session may need migration")
+    opts = _Options(custom_instructions, prompt_override, tuple(extra_context), preparation.settings.reserve_tokens,
+                    preparation.read_files, preparation.modified_files)
+    calls: list[SummaryResult] = []
+    summary = _main_summary(preparation, summarizer, opts, cancel, calls)
+    short = _call(summarizer, _short_request(convert_to_llm(preparation.recent_messages), summary, opts), cancel)
+    calls.append(short)
+    details = {"readFiles": list(preparation.read_files), "modifiedFiles": list(preparation.modified_files)}
+    return CompactionOutcome(
+        summary=summary + format_file_operations(preparation.read_files, preparation.modified_files),
+        short_summary=short.text,
+        first_kept_entry_id=preparation.first_kept_entry_id,
+        tokens_before=preparation.tokens_before,
+        details=details,
+        calls=tuple(calls),
+    )
+
+
+def summarize_branch(
+    entries: Sequence[Entry],
+    summarizer: Summarizer,
+    *,
+    tokenizer: Tokenizer,
+    context_window: int | None = DEFAULT_CONTEXT_WINDOW,
+    reserve_tokens: int = 16_384,
+    custom_instructions: str | None = None,
+    cancel: CancelToken | None = None,
+) -> BranchOutcome:
+    """SPEC §11.3: None as summary when there is nothing to summarise (not an error)."""
+    prep = prepare_branch_entries(entries, branch_budget(context_window, reserve_tokens), tokenizer)
+    if not prep.messages:
+        return BranchOutcome(None, (), (), ())
+    llm = convert_to_llm(prep.messages)
+    opts = _Options(custom_instructions, None, (), reserve_tokens, prep.read_files, prep.modified_files)
+    prompt = prompts.build_branch_prompt(serialize_conversation(llm), custom_instructions=custom_instructions)
+    result = _call(summarizer, _request("branch", llm, prompt, prompts.BRANCH_MAX_TOKENS, opts), cancel)
+    text = prompts.with_branch_preamble(result.text) + format_file_operations(prep.read_files, prep.modified_files)
+    return BranchOutcome(text, prep.read_files, prep.modified_files, (result,))
