@@ -1,9 +1,78 @@
-"""Operator commands over session files (session migrate, inspect ...). Filled by the core work."""
+"""Operator commands over session files: ``session migrate`` and ``inspect ...``.
+
+They answer "why did it cut here?" without Redis or a model, and are the contract that
+acceptance checks use: with ``--json`` each prints exactly one JSON object.
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
+from pathlib import Path
 from typing import Any
+
+from api_client.errors import SessionFormatError
+from api_client.session import Entry, Session, load_session
+
+__all__ = ["load_file", "register", "session_subparsers"]
+
+_SESSION_GROUPS: dict[int, Any] = {}
+
+
+def session_subparsers(commands: Any) -> Any:
+    """The shared ``session`` command group (runtime commands add import/export to it)."""
+    key = id(commands)
+    if key not in _SESSION_GROUPS:
+        parser = commands.add_parser("session", help="session files and stored sessions")
+        _SESSION_GROUPS[key] = parser.add_subparsers(dest="session_command", required=True, metavar="ACTION")
+    return _SESSION_GROUPS[key]
+
+
+def load_file(path: str) -> Session:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise SessionFormatError(f"cannot read file ({err.__class__.__name__}: {err})", source=path) from err
+    session = load_session(text, source=path)
+    for warning in session.warnings:
+        print(f"compactor: warning: {warning}", file=sys.stderr)
+    return session
+
+
+def leaf_path(session: Session, leaf: str | None) -> list[Entry]:
+    tree = session.tree()
+    if leaf is not None and leaf not in tree.by_id:
+        raise SessionFormatError(f"leaf entry {leaf!r} does not exist", source=session.source)
+    return tree.path_to(leaf or tree.leaf_id)
+
+
+def emit(args: argparse.Namespace, payload: dict[str, Any], readable: str | None = None) -> int:
+    if args.json:
+        print(json.dumps(payload, ensure_ascii=False))
+    else:
+        print(readable if readable is not None else _readable(payload))
+    return 0
+
+
+def _readable(payload: dict[str, Any]) -> str:
+    lines = []
+    for key, value in payload.items():
+        if isinstance(value, list) and len(value) > 8:
+            value = f"{len(value)} items: {', '.join(map(str, value[:4]))}, ..., {', '.join(map(str, value[-2:]))}"
+        lines.append(f"{key}: {value}")
+    return "\n".join(lines)
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    sys.stdout.write(load_file(args.file).to_jsonl())
+    return 0
 
 
 def register(commands: Any) -> None:
-    return None
+    from worker.cli import _inspect
+
+    migrate = session_subparsers(commands).add_parser("migrate", help="print the session migrated to v3 JSONL")
+    migrate.add_argument("file", metavar="FILE")
+    migrate.set_defaults(handler=_migrate)
+    _inspect.register(commands)

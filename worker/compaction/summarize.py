@@ -20,7 +20,20 @@ from worker.compaction.serialize import serialize_conversation
 from worker.compaction.tokens import Tokenizer
 from worker.llm.types import CancelToken, Purpose, Summarizer, SummaryRequest, SummaryResult
 
-__all__ = ["NO_PRIOR_HISTORY", "BranchOutcome", "CompactionOutcome", "SummarizationError", "compact", "summarize_branch"]
+__all__ = [
+    "NO_PRIOR_HISTORY",
+    "BranchOutcome",
+    "CompactionOutcome",
+    "RequestOptions",
+    "SummarizationError",
+    "branch_request",
+    "compact",
+    "history_request",
+    "options_for",
+    "short_request",
+    "summarize_branch",
+    "turn_prefix_request",
+]
 
 NO_PRIOR_HISTORY = "No prior history."
 SPLIT_TURN_SEPARATOR = "\n\n---\n\n**Turn Context (split turn):**\n\n"
@@ -55,7 +68,7 @@ class BranchOutcome:
 
 
 @dataclass(frozen=True)
-class _Options:
+class RequestOptions:
     custom_instructions: str | None
     prompt_override: str | None
     extra_context: tuple[str, ...]
@@ -75,7 +88,7 @@ def _call(summarizer: Summarizer, request: SummaryRequest, cancel: CancelToken |
         raise SummarizationError(f"{_FAILURE_PREFIX[request.purpose]}: {err or 'Unknown error'}") from err
 
 
-def _request(purpose: Purpose, llm: Sequence[Message], prompt: str, max_tokens: int, opts: _Options, **extra: object) -> SummaryRequest:
+def _request(purpose: Purpose, llm: Sequence[Message], prompt: str, max_tokens: int, opts: RequestOptions, **extra: object) -> SummaryRequest:
     return SummaryRequest(
         purpose=purpose,
         system_prompt=prompts.system_prompt(),
@@ -89,7 +102,7 @@ def _request(purpose: Purpose, llm: Sequence[Message], prompt: str, max_tokens: 
     )
 
 
-def _history_request(llm: Sequence[Message], previous: str | None, opts: _Options) -> SummaryRequest:
+def history_request(llm: Sequence[Message], previous: str | None, opts: RequestOptions) -> SummaryRequest:
     prompt = prompts.build_history_prompt(
         serialize_conversation(llm),
         previous_summary=previous,
@@ -97,33 +110,44 @@ def _history_request(llm: Sequence[Message], previous: str | None, opts: _Option
         prompt_override=opts.prompt_override,
         extra_context=opts.extra_context,
     )
-    rechunk: Callable[[Sequence[Message], str | None], SummaryRequest] = lambda chunk, prev: _history_request(chunk, prev, opts)  # noqa: E731
+    rechunk: Callable[[Sequence[Message], str | None], SummaryRequest] = lambda chunk, prev: history_request(chunk, prev, opts)  # noqa: E731
     return _request("history", llm, prompt, prompts.history_max_tokens(opts.reserve), opts,
                     previous_summary=previous, rechunk=rechunk)
 
 
-def _turn_prefix_request(llm: Sequence[Message], opts: _Options) -> SummaryRequest:
+def turn_prefix_request(llm: Sequence[Message], opts: RequestOptions) -> SummaryRequest:
     prompt = prompts.build_turn_prefix_prompt(serialize_conversation(llm))
     return _request("turn_prefix", llm, prompt, prompts.turn_prefix_max_tokens(opts.reserve), opts)
 
 
-def _short_request(llm: Sequence[Message], merged: str, opts: _Options) -> SummaryRequest:
+def short_request(llm: Sequence[Message], merged: str, opts: RequestOptions) -> SummaryRequest:
     prompt = prompts.build_short_prompt(serialize_conversation(llm), merged_summary=merged, extra_context=opts.extra_context)
     return _request("short", llm, prompt, prompts.short_max_tokens(opts.reserve), opts, previous_summary=merged or None)
 
 
-def _history_text(prep: Preparation, summarizer: Summarizer, opts: _Options, cancel: CancelToken | None, calls: list[SummaryResult]) -> str:
+def branch_request(llm: Sequence[Message], opts: RequestOptions) -> SummaryRequest:
+    prompt = prompts.build_branch_prompt(serialize_conversation(llm), custom_instructions=opts.custom_instructions)
+    return _request("branch", llm, prompt, prompts.BRANCH_MAX_TOKENS, opts)
+
+
+def options_for(preparation: Preparation, *, custom_instructions: str | None = None,
+                prompt_override: str | None = None, extra_context: Sequence[str] = ()) -> RequestOptions:
+    return RequestOptions(custom_instructions, prompt_override, tuple(extra_context),
+                          preparation.settings.reserve_tokens, preparation.read_files, preparation.modified_files)
+
+
+def _history_text(prep: Preparation, summarizer: Summarizer, opts: RequestOptions, cancel: CancelToken | None, calls: list[SummaryResult]) -> str:
     if prep.messages_to_summarize:
-        result = _call(summarizer, _history_request(convert_to_llm(prep.messages_to_summarize), prep.previous_summary, opts), cancel)
+        result = _call(summarizer, history_request(convert_to_llm(prep.messages_to_summarize), prep.previous_summary, opts), cancel)
         calls.append(result)
         return result.text
     return prep.previous_summary or NO_PRIOR_HISTORY  # Q6 for split turns; §10.3 steps 3-4 otherwise
 
 
-def _main_summary(prep: Preparation, summarizer: Summarizer, opts: _Options, cancel: CancelToken | None, calls: list[SummaryResult]) -> str:
+def _main_summary(prep: Preparation, summarizer: Summarizer, opts: RequestOptions, cancel: CancelToken | None, calls: list[SummaryResult]) -> str:
     if not (prep.is_split_turn and prep.turn_prefix_messages):
         return _history_text(prep, summarizer, opts, cancel, calls)
-    prefix_request = _turn_prefix_request(convert_to_llm(prep.turn_prefix_messages), opts)
+    prefix_request = turn_prefix_request(convert_to_llm(prep.turn_prefix_messages), opts)
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="compactor-summary") as pool:
         history_future = pool.submit(_history_text, prep, summarizer, opts, cancel, calls)
         prefix_result = _call(summarizer, prefix_request, cancel)
@@ -144,11 +168,11 @@ def compact(
     """Summaries for a prepared compaction: history ‖ turn prefix, then the short summary."""
     if not preparation.first_kept_entry_id:
         raise SummarizationError("First kept entry has no ID - session may need migration")
-    opts = _Options(custom_instructions, prompt_override, tuple(extra_context), preparation.settings.reserve_tokens,
-                    preparation.read_files, preparation.modified_files)
+    opts = options_for(preparation, custom_instructions=custom_instructions,
+                       prompt_override=prompt_override, extra_context=extra_context)
     calls: list[SummaryResult] = []
     summary = _main_summary(preparation, summarizer, opts, cancel, calls)
-    short = _call(summarizer, _short_request(convert_to_llm(preparation.recent_messages), summary, opts), cancel)
+    short = _call(summarizer, short_request(convert_to_llm(preparation.recent_messages), summary, opts), cancel)
     calls.append(short)
     details = {"readFiles": list(preparation.read_files), "modifiedFiles": list(preparation.modified_files)}
     return CompactionOutcome(
@@ -176,8 +200,7 @@ def summarize_branch(
     if not prep.messages:
         return BranchOutcome(None, (), (), ())
     llm = convert_to_llm(prep.messages)
-    opts = _Options(custom_instructions, None, (), reserve_tokens, prep.read_files, prep.modified_files)
-    prompt = prompts.build_branch_prompt(serialize_conversation(llm), custom_instructions=custom_instructions)
-    result = _call(summarizer, _request("branch", llm, prompt, prompts.BRANCH_MAX_TOKENS, opts), cancel)
+    opts = RequestOptions(custom_instructions, None, (), reserve_tokens, prep.read_files, prep.modified_files)
+    result = _call(summarizer, branch_request(llm, opts), cancel)
     text = prompts.with_branch_preamble(result.text) + format_file_operations(prep.read_files, prep.modified_files)
     return BranchOutcome(text, prep.read_files, prep.modified_files, (result,))
