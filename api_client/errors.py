@@ -8,7 +8,9 @@
     │   │   ├── SessionCycleError     a parentId walk loops
     │   │   └── DanglingParentError   a parentId names no entry
     │   ├── SessionNotFoundError      no such session in the store
-    │   └── EntryNotFoundError        no such entry in the session
+    │   ├── SessionExistsError        create/import over an existing session
+    │   ├── EntryNotFoundError        no such entry in the session
+    │   └── EntryExistsError          append with an id the session already has
     ├── PlanError                     nothing to do for this job
     │   ├── AlreadyCompactedError
     │   └── NothingToCompactError
@@ -16,8 +18,11 @@
     ├── ModelError                    the summarisation model failed (worker.llm refines it)
     ├── HookError                     a hook returned something invalid
     ├── ConfigurationError            settings that cannot work
+    ├── InvalidIdError                a session or job id that cannot name Redis keys (also ValueError)
     └── ClientError                   the request path could not do its work
         ├── BrokerUnavailableError    Redis / broker unreachable at enqueue
+        ├── JobNotFoundError          no such job record (never existed or expired)
+        ├── JobConflictError          an in-flight job of that kind has other parameters
         └── JobError                  a job ended without a result
             ├── JobFailedError
             ├── JobCancelledError
@@ -33,17 +38,22 @@ __all__ = [
     "CompactorError",
     "ConfigurationError",
     "DanglingParentError",
+    "EntryExistsError",
     "EntryNotFoundError",
     "HookError",
+    "InvalidIdError",
     "JobCancelledError",
+    "JobConflictError",
     "JobError",
     "JobFailedError",
+    "JobNotFoundError",
     "JobTimeoutError",
     "ModelError",
     "NothingToCompactError",
     "PlanError",
     "SessionCycleError",
     "SessionError",
+    "SessionExistsError",
     "SessionFormatError",
     "SessionNotFoundError",
     "StaleSnapshotError",
@@ -79,6 +89,16 @@ class DanglingParentError(SessionFormatError):
 
 class SessionNotFoundError(SessionError):
     pass
+
+
+class SessionExistsError(SessionError):
+    pass
+
+
+class EntryExistsError(SessionError):
+    def __init__(self, entry_id: str) -> None:
+        self.entry_id = entry_id
+        super().__init__(f"Entry {entry_id} already exists")
 
 
 class EntryNotFoundError(SessionError):
@@ -117,12 +137,30 @@ class ConfigurationError(CompactorError):
     pass
 
 
+class InvalidIdError(CompactorError, ValueError):
+    pass
+
+
 class ClientError(CompactorError):
     pass
 
 
 class BrokerUnavailableError(ClientError):
     pass
+
+
+class JobNotFoundError(ClientError):
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        super().__init__(f"Job {job_id} not found (never created, or its record expired)")
+
+
+class JobConflictError(ClientError):
+    """Raised when a different request of the same kind is in flight (e.g. another branch target)."""
+
+    def __init__(self, message: str, *, job_id: str) -> None:
+        self.job_id = job_id
+        super().__init__(message)
 
 
 class JobError(ClientError):

@@ -1,0 +1,304 @@
+"""Wire models and names shared by the client and the workers (pydantic v2, camelCase on the wire).
+
+Routing (task names, queues, Celery priorities) is defined here once; the worker registers its
+tasks under :data:`TASK_NAMES` and consumes :data:`QUEUES`. With the Redis transport a *lower*
+Celery priority number is served first, and producers and consumers must agree on
+:data:`BROKER_TRANSPORT_OPTIONS` (``priority_steps`` and ``sep`` name the Redis lists).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+__all__ = [
+    "BROKER_TRANSPORT_OPTIONS",
+    "PRIORITY_BRANCH",
+    "PRIORITY_MANUAL",
+    "PRIORITY_OVERFLOW",
+    "PRIORITY_PRUNE",
+    "PRIORITY_THRESHOLD",
+    "QUEUES",
+    "QUEUE_BRANCH",
+    "QUEUE_COMPACT",
+    "QUEUE_PRUNE",
+    "QUEUE_URGENT",
+    "TASK_BRANCH_SUMMARY",
+    "TASK_COMPACT",
+    "TASK_NAMES",
+    "TASK_PRUNE",
+    "TERMINAL_STATES",
+    "CompactReason",
+    "EventType",
+    "JobEvent",
+    "JobKind",
+    "JobRecord",
+    "JobState",
+    "PruneResult",
+    "Route",
+    "TokenUsage",
+    "failure_message",
+    "now_iso",
+    "route_for",
+    "terminal_event_type",
+]
+
+
+class JobKind(StrEnum):
+    COMPACT = "compact"
+    PRUNE = "prune"
+    BRANCH_SUMMARY = "branch_summary"
+
+
+class CompactReason(StrEnum):
+    MANUAL = "manual"
+    THRESHOLD = "threshold"
+    OVERFLOW = "overflow"
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_STATES
+
+
+TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+
+
+class EventType(StrEnum):
+    COMPACTION_START = "compaction_start"
+    COMPACTION_END = "compaction_end"     # terminal event of every compact job
+    SESSION_COMPACT = "session_compact"   # the committed compaction entry
+    PRUNE_END = "prune_end"               # terminal event of a successful prune job
+    BRANCH_SUMMARY = "branch_summary"     # the committed branch_summary entry
+    SESSION_TREE = "session_tree"         # terminal event of a successful branch job
+    CANCELLED = "cancelled"               # terminal: prune/branch job cancelled
+    FAILED = "failed"                     # terminal: prune/branch job failed
+    STALE = "stale"                       # a result was discarded; the job re-plans
+
+
+TASK_COMPACT = "compactor.compact"
+TASK_PRUNE = "compactor.prune"
+TASK_BRANCH_SUMMARY = "compactor.branch_summary"
+TASK_NAMES: Mapping[JobKind, str] = {
+    JobKind.COMPACT: TASK_COMPACT,
+    JobKind.PRUNE: TASK_PRUNE,
+    JobKind.BRANCH_SUMMARY: TASK_BRANCH_SUMMARY,
+}
+
+QUEUE_URGENT = "compactor.urgent"     # overflow recovery: the agent is stuck until it is done
+QUEUE_COMPACT = "compactor.compact"   # threshold and manual compaction
+QUEUE_PRUNE = "compactor.prune"
+QUEUE_BRANCH = "compactor.branch"
+QUEUES: tuple[str, ...] = (QUEUE_URGENT, QUEUE_COMPACT, QUEUE_BRANCH, QUEUE_PRUNE)
+
+# Redis transport: 0 is served first. Values sit on BROKER_TRANSPORT_OPTIONS' steps.
+PRIORITY_OVERFLOW = 0
+PRIORITY_THRESHOLD = 3
+PRIORITY_BRANCH = 3
+PRIORITY_MANUAL = 6
+PRIORITY_PRUNE = 6
+
+BROKER_TRANSPORT_OPTIONS: Mapping[str, Any] = {
+    "priority_steps": [0, 3, 6, 9],
+    "sep": ":",
+    "queue_order_strategy": "priority",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    task: str
+    queue: str
+    priority: int
+
+
+_COMPACT_ROUTES = {
+    CompactReason.OVERFLOW: Route(TASK_COMPACT, QUEUE_URGENT, PRIORITY_OVERFLOW),
+    CompactReason.THRESHOLD: Route(TASK_COMPACT, QUEUE_COMPACT, PRIORITY_THRESHOLD),
+    CompactReason.MANUAL: Route(TASK_COMPACT, QUEUE_COMPACT, PRIORITY_MANUAL),
+}
+_ROUTES = {
+    JobKind.PRUNE: Route(TASK_PRUNE, QUEUE_PRUNE, PRIORITY_PRUNE),
+    JobKind.BRANCH_SUMMARY: Route(TASK_BRANCH_SUMMARY, QUEUE_BRANCH, PRIORITY_BRANCH),
+}
+
+
+def route_for(kind: JobKind, reason: CompactReason | None = None) -> Route:
+    """Where a job goes. ``reason`` only matters for ``compact`` (default ``manual``)."""
+    if kind is JobKind.COMPACT:
+        return _COMPACT_ROUTES[reason or CompactReason.MANUAL]
+    return _ROUTES[kind]
+
+
+def terminal_event_type(kind: JobKind, state: JobState) -> EventType:
+    """The type of the one completion event a job publishes (see :meth:`JobStore.finish`)."""
+    if kind is JobKind.COMPACT:
+        return EventType.COMPACTION_END
+    if state is JobState.SUCCEEDED:
+        return EventType.PRUNE_END if kind is JobKind.PRUNE else EventType.SESSION_TREE
+    return EventType.CANCELLED if state is JobState.CANCELLED else EventType.FAILED
+
+
+def failure_message(reason: CompactReason | str | None, message: str | None) -> str:
+    """SPEC §12.4 step 8: the error text of a failed automatic compaction; manual: as is."""
+    text = message or "compaction failed"
+    if reason == CompactReason.OVERFLOW:
+        return f"Context overflow recovery failed: {text}"
+    if reason == CompactReason.THRESHOLD:
+        return f"Auto-compaction failed: {text}"
+    return text
+
+
+def now_iso() -> str:
+    """UTC ISO-8601 with ms and ``Z``, the session format's timestamp."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True,
+        use_enum_values=False,
+    )
+
+    def to_wire(self) -> dict[str, Any]:
+        """JSON-ready dict with camelCase keys; ``None`` fields dropped."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class TokenUsage(_Wire):
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+
+
+class PruneResult(_Wire):
+    """What a prune job did: the result of :meth:`JobHandle.wait` for ``prune``."""
+
+    pruned_entry_ids: list[str] = Field(default_factory=list)
+    tokens_saved: int = 0
+
+
+# Record fields stored as JSON inside the Redis hash; everything else is a plain string.
+_JSON_FIELDS = frozenset({"entry", "usage", "result"})
+
+
+class JobRecord(_Wire):
+    """One job, as stored in ``<p>:session:{<sid>}:job:<token>`` (a hash, camelCase fields)."""
+
+    id: str
+    kind: JobKind
+    session_id: str
+    state: JobState = JobState.QUEUED
+    reason: CompactReason | None = None
+    instructions: str | None = None
+    target_id: str | None = None
+    priority: int = PRIORITY_MANUAL
+    queue: str = QUEUE_COMPACT
+    attempts: int = 0
+    created_at: str = ""
+    started_at: str | None = None
+    finished_at: str | None = None
+    result_entry_id: str | None = None
+    entry: dict[str, Any] | None = None
+    result: dict[str, Any] | None = None  # prune: PruneResult fields
+    error: str | None = None
+    model: str | None = None
+    usage: TokenUsage | None = None
+    cancel_requested: bool = False
+
+    def to_redis(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for key, value in self.to_wire().items():
+            if key in _JSON_FIELDS:
+                out[key] = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+            elif isinstance(value, bool):
+                out[key] = "1" if value else "0"
+            else:
+                out[key] = str(value)
+        return out
+
+    @classmethod
+    def from_redis(cls, fields: Mapping[str, str]) -> JobRecord:
+        data: dict[str, Any] = {}
+        for key, value in fields.items():
+            if key in _JSON_FIELDS:
+                data[key] = json.loads(value)
+            elif key == "cancelRequested":
+                data[key] = value == "1"
+            elif value != "":
+                data[key] = value
+        return cls.model_validate(data)
+
+    def prune_result(self) -> PruneResult | None:
+        return None if self.result is None else PruneResult.model_validate(self.result)
+
+
+class JobEvent(_Wire):
+    """One job event (ARCHITECTURE "Events"; SPEC §12.7 for the compaction fields).
+
+    ``state`` is set only on a job's completion event (exactly one per job, published by
+    :meth:`JobStore.finish` together with the state change). ``stream_id`` is filled on read.
+    """
+
+    type: EventType
+    job_id: str
+    session_id: str
+    kind: JobKind
+    reason: CompactReason | None = None
+    state: JobState | None = None
+    attempt: int = 0
+    model: str | None = None
+    tokens_before: int | None = None
+    tokens_after: int | None = None
+    duration_ms: int | None = None
+    aborted: bool | None = None
+    will_retry: bool | None = None
+    error: str | None = None
+    entry: dict[str, Any] | None = None
+    result: dict[str, Any] | None = None
+    old_leaf_id: str | None = None
+    new_leaf_id: str | None = None
+    from_extension: bool | None = None
+    timestamp: str = Field(default_factory=now_iso)
+    stream_id: str | None = Field(default=None, exclude=True)
+
+    @property
+    def terminal(self) -> bool:
+        return self.state is not None and self.state.terminal
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_wire(), ensure_ascii=False, separators=(",", ":"))
+
+    @classmethod
+    def for_record(cls, record: JobRecord, type: EventType, **fields: Any) -> JobEvent:
+        """An event about ``record`` (job, session, kind, reason and attempt filled in)."""
+        base: dict[str, Any] = {
+            "job_id": record.id, "session_id": record.session_id, "kind": record.kind,
+            "reason": record.reason, "attempt": record.attempts, "model": record.model,
+        }
+        base.update(fields)
+        return cls(type=type, **base)
+
+    @classmethod
+    def completion(cls, record: JobRecord, state: JobState, **fields: Any) -> JobEvent:
+        """The completion event of ``record`` ending in ``state``."""
+        fields.setdefault("aborted", state is JobState.CANCELLED if record.kind is JobKind.COMPACT else None)
+        if record.kind is JobKind.COMPACT:
+            fields.setdefault("will_retry", record.reason is CompactReason.OVERFLOW
+                              and state is JobState.SUCCEEDED)
+        return cls.for_record(record, terminal_event_type(record.kind, state), state=state, **fields)
