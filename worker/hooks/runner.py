@@ -1,0 +1,265 @@
+"""Dispatch of the five hook events with the rules of SPEC §13.
+
+pluggy's own call loop runs the last-registered implementation first and stops at the first
+non-None result only with ``firstresult``; the reference agent's rules differ, so the runner walks
+the implementations itself: in load order, each call in a thread with a deadline, a raising or
+late hook logged and skipped, a ``cancel`` stopping a ``before`` event at once, otherwise the last
+result that carries something winning.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import pluggy
+
+from api_client.session import Entry, parse_entry
+from worker.hooks._frozen import freeze, freeze_dataclass, freeze_entry
+from worker.hooks.results import (
+    BeforeCompactResult,
+    BeforeTreeResult,
+    CompactingResult,
+    normalise_before_compact,
+    normalise_before_tree,
+    normalise_compacting,
+)
+from worker.hooks.specs import CancelSignal, TreePreparation
+from worker.hooks.validate import validate_branch_summary, validate_compaction
+
+if TYPE_CHECKING:
+    from pluggy import HookImpl
+
+    from worker.compaction import Preparation
+
+__all__ = ["HookRunner", "tree_preparation"]
+
+log = logging.getLogger("worker.hooks")
+R = TypeVar("R")
+_POLL_S = 0.05
+
+
+class _Stop(Exception):
+    """The job was cancelled while hooks were being dispatched."""
+
+
+class HookRunner:
+    """Calls the loaded hooks; with no plugins every method is a cheap no-op returning None."""
+
+    def __init__(self, manager: pluggy.PluginManager | None = None, *, timeout_s: float = 10.0) -> None:
+        self.manager = manager
+        self.timeout_s = timeout_s
+
+    # -- introspection -------------------------------------------------------------------------
+    def implementations(self, event: str) -> list[HookImpl]:
+        """The implementations of ``event`` in call order: tryfirst, then load order, trylast."""
+        if self.manager is None:
+            return []
+        impls = getattr(self.manager.hook, event).get_hookimpls()
+        first = [impl for impl in impls if impl.tryfirst]
+        normal = [impl for impl in impls if not impl.tryfirst and not impl.trylast]
+        # pluggy inserts trylast implementations at the front, newest first.
+        last = [impl for impl in reversed(impls) if impl.trylast]
+        return first + normal + last
+
+    def has_hooks(self, event: str) -> bool:
+        return bool(self.implementations(event))
+
+    # -- events --------------------------------------------------------------------------------
+    def before_compact(
+        self,
+        preparation: Preparation,
+        branch_entries: Sequence[Entry],
+        custom_instructions: str | None,
+        cancel: CancelSignal | None,
+        *,
+        session_id: str | None = None,
+    ) -> BeforeCompactResult | None:
+        """SPEC §12.2 step 4. A hook compaction comes back validated against the path."""
+        impls = self.implementations("session_before_compact")
+        if not impls:
+            return None
+        kwargs = {
+            "preparation": freeze_dataclass(preparation),
+            "branch_entries": tuple(freeze_entry(entry) for entry in branch_entries),
+            "custom_instructions": custom_instructions,
+            "signal": cancel,
+            "session_id": session_id,
+        }
+        found = self._decide("session_before_compact", impls, kwargs, cancel, normalise_before_compact)
+        if found is None:
+            return None
+        result, plugin = found
+        if result.cancel or result.compaction is None:
+            return BeforeCompactResult(cancel=True) if result.cancel else None
+        return BeforeCompactResult(
+            compaction=validate_compaction(result.compaction, branch_entries, plugin=plugin)
+        )
+
+    def compacting(
+        self,
+        session_id: str | None,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        cancel: CancelSignal | None = None,
+    ) -> CompactingResult | None:
+        """SPEC's ``session.compacting``: the last result that carries something wins."""
+        impls = self.implementations("session_compacting")
+        if not impls:
+            return None
+        kwargs = {"session_id": session_id, "messages": freeze(list(messages)), "signal": cancel}
+        found = self._decide("session_compacting", impls, kwargs, cancel, normalise_compacting)
+        return None if found is None else found[0]
+
+    def compact_done(
+        self, entry: Mapping[str, Any], from_extension: bool, *, session_id: str | None = None
+    ) -> None:
+        """Notification after commit; results and errors of hooks are ignored."""
+        kwargs = {"compaction_entry": freeze(entry), "from_extension": from_extension,
+                  "session_id": session_id}
+        self._notify("session_compact", kwargs)
+
+    def before_tree(
+        self,
+        preparation: Mapping[str, Any] | TreePreparation,
+        cancel: CancelSignal | None,
+        *,
+        session_id: str | None = None,
+    ) -> BeforeTreeResult | None:
+        """SPEC §11.4 step 4. A summary is returned (validated) only if one was asked for."""
+        impls = self.implementations("session_before_tree")
+        if not impls:
+            return None
+        plan = tree_preparation(preparation)
+        kwargs = {"preparation": plan, "signal": cancel, "session_id": session_id}
+        found = self._decide("session_before_tree", impls, kwargs, cancel, normalise_before_tree)
+        if found is None:
+            return None
+        result, plugin = found
+        if result.cancel:
+            return BeforeTreeResult(cancel=True)
+        if result.summary is None or not plan.user_wants_summary:
+            return None
+        return BeforeTreeResult(summary=validate_branch_summary(result.summary, plugin=plugin))
+
+    def tree_done(
+        self,
+        new_leaf_id: str | None,
+        old_leaf_id: str | None,
+        summary_entry: Mapping[str, Any] | None,
+        from_extension: bool | None,
+        *,
+        session_id: str | None = None,
+    ) -> None:
+        kwargs = {
+            "new_leaf_id": new_leaf_id,
+            "old_leaf_id": old_leaf_id,
+            "summary_entry": freeze(summary_entry),
+            "from_extension": from_extension,
+            "session_id": session_id,
+        }
+        self._notify("session_tree", kwargs)
+
+    # -- dispatch ------------------------------------------------------------------------------
+    def _decide(
+        self,
+        event: str,
+        impls: list[HookImpl],
+        kwargs: dict[str, Any],
+        cancel: CancelSignal | None,
+        normalise: Callable[[Any, str | None], R | None],
+    ) -> tuple[R, str] | None:
+        """Run ``impls`` in order; a cancel result stops at once, else the last answer wins."""
+        winner: tuple[R, str] | None = None
+        for impl in impls:
+            try:
+                ok, value = self._call(event, impl, kwargs, cancel)
+            except _Stop:
+                log.info("job cancelled: %s dispatch stopped before %s", event, impl.plugin_name)
+                return None
+            if not ok:
+                continue
+            result = normalise(value, impl.plugin_name)
+            if result is None:
+                continue
+            winner = (result, impl.plugin_name)
+            if getattr(result, "cancel", False):
+                break
+        return winner
+
+    def _notify(self, event: str, kwargs: dict[str, Any]) -> None:
+        # The entry is committed already: a cancelled job still tells every listener.
+        for impl in self.implementations(event):
+            self._call(event, impl, kwargs, None)
+
+    def _call(
+        self, event: str, impl: HookImpl, kwargs: dict[str, Any], cancel: CancelSignal | None
+    ) -> tuple[bool, Any]:
+        """(True, result) or (False, None) for a hook that raised or ran past its deadline."""
+        if cancel is not None and cancel.is_cancelled():
+            raise _Stop
+        call = _HookCall(impl, [kwargs[name] for name in impl.argnames], f"{event}:{impl.plugin_name}")
+        deadline = time.monotonic() + self.timeout_s
+        while not call.done.wait(min(_POLL_S, max(0.0, deadline - time.monotonic()))):
+            if cancel is not None and cancel.is_cancelled():
+                raise _Stop
+            if time.monotonic() >= deadline:
+                log.warning("hook %s of %s exceeded %.3gs; skipped, the default applies",
+                            event, impl.plugin_name, self.timeout_s)
+                return False, None
+        if call.error is not None:
+            log.warning("hook %s of %s raised %s: %s; skipped, the default applies", event,
+                        impl.plugin_name, type(call.error).__name__, call.error,
+                        exc_info=call.error)
+            return False, None
+        return True, call.result
+
+
+class _HookCall:
+    """One hook call in a daemon thread, so a hook past its deadline cannot hold the job."""
+
+    def __init__(self, impl: HookImpl, args: list[Any], name: str) -> None:
+        self.done = threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self._impl = impl
+        self._args = args
+        threading.Thread(target=self._run, name=f"hook-{name}", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            self.result = self._impl.function(*self._args)
+        except BaseException as err:  # a hook must never take the worker down
+            self.error = err
+        finally:
+            self.done.set()
+
+
+def tree_preparation(value: Mapping[str, Any] | TreePreparation) -> TreePreparation:
+    """The read-only tree plan from the service's dict (SPEC §11.4 step 3 keys) or as given."""
+    if isinstance(value, TreePreparation):
+        entries: Sequence[Any] = value.entries_to_summarize
+        plan = value
+    else:
+        entries = value.get("entriesToSummarize") or ()
+        plan = TreePreparation(
+            target_id=str(value["targetId"]),
+            old_leaf_id=value.get("oldLeafId"),
+            common_ancestor_id=value.get("commonAncestorId"),
+            entries_to_summarize=(),
+            user_wants_summary=bool(value.get("userWantsSummary")),
+        )
+    frozen = tuple(
+        freeze_entry(item if isinstance(item, Entry) else parse_entry(dict(item)))
+        for item in entries
+    )
+    return TreePreparation(
+        target_id=plan.target_id,
+        old_leaf_id=plan.old_leaf_id,
+        common_ancestor_id=plan.common_ancestor_id,
+        entries_to_summarize=frozen,
+        user_wants_summary=plan.user_wants_summary,
+    )
