@@ -1,0 +1,1 @@
+"""Test-only helpers importable from every test directory (pytest ``pythonpath = tests``)."""
