@@ -1,0 +1,269 @@
+"""The session store over Redis (layout: :mod:`api_client._keys`). Sync; the async twin shares
+every encoding and decoding step below and differs only in how it talks to Redis.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from api_client._conn import REDIS_DOWN, check_decoding, lua, unavailable
+from api_client._keys import KeyLayout, SessionKeys, check_session_id
+from api_client._wire import now_iso
+from api_client.errors import (
+    CompactorError,
+    EntryExistsError,
+    EntryNotFoundError,
+    SessionExistsError,
+    SessionFormatError,
+    SessionNotFoundError,
+)
+from api_client.session import (
+    CURRENT_VERSION,
+    IdFactory,
+    JsonObject,
+    Session,
+    dump_record,
+    load_session,
+    parse_entry,
+    random_entry_id,
+)
+
+__all__ = ["SessionStore", "Snapshot", "new_session_header"]
+
+_CANDIDATES = 4  # fresh ids offered per append; the script takes the first unused one
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A session as loaded in one round trip: entries in stored order, the stored leaf (which is
+    not the last entry after a navigate) and the revision the data belongs to."""
+
+    session: Session
+    revision: int
+    leaf_id: str | None
+
+
+def new_session_header(session_id: str, cwd: str, title: str | None) -> JsonObject:
+    header: JsonObject = {
+        "type": "session", "version": CURRENT_VERSION, "id": session_id,
+        "timestamp": now_iso(), "cwd": cwd,
+    }
+    if title is not None:
+        header["title"] = title
+    return header
+
+
+def as_entry(item: object, source: str) -> JsonObject:
+    """A full entry dict, or a bare message wrapped in a ``message`` entry (validated)."""
+    if not isinstance(item, Mapping):
+        raise SessionFormatError(f"an entry must be a JSON object, got {type(item).__name__}",
+                                 source=source)
+    if "type" not in item and "role" in item:
+        raw: JsonObject = {"type": "message", "message": dict(item)}
+    else:
+        raw = dict(item)
+    if raw.get("type") == "session":
+        raise SessionFormatError("cannot append a session header", source=source)
+    parse_entry(raw, source=source)
+    return raw
+
+
+def append_args(items: Sequence[object], source: str) -> list[str]:
+    """ARGV for append.lua: the entry JSON split around the id and parentId the script fills in."""
+    args = [str(len(items))]
+    for item in items:
+        raw = as_entry(item, source)
+        given = raw.pop("id", None)
+        raw.pop("parentId", None)
+        rest: JsonObject = {"timestamp": raw.pop("timestamp", None) or now_iso()}
+        kind = raw.pop("type")
+        rest.update(raw)
+        body = dump_record(rest)
+        args.append('{"type":' + json.dumps(kind, ensure_ascii=False) + ',"id":')
+        args.append("," + body[1:])
+        ids = [secrets.token_hex(4) for _ in range(_CANDIDATES)]
+        args.append("=" + given if given else " ".join(ids))
+    return args
+
+
+def import_args(session: Session, session_id: str, replace: bool) -> list[str]:
+    header = dict(session.header)
+    header["id"] = session_id
+    args = ["1" if replace else "0", dump_record(header), ""]
+    seen: set[str] = set()
+    for entry in session.entries:
+        if not entry.id:
+            raise SessionFormatError("entry has no id", source=session.source, line=entry.line)
+        if entry.id in seen:
+            raise SessionFormatError(f"duplicate entry id {entry.id}", source=session.source,
+                                     line=entry.line)
+        seen.add(entry.id)
+        args += [entry.id, dump_record(entry.raw)]
+    if session.entries:
+        args[2] = session.entries[-1].id
+    return args
+
+
+def script_error(err: redis.ResponseError, session_id: str) -> CompactorError | None:
+    """Map a ``COMPACTOR_*`` error reply of our scripts to the typed error; None if foreign."""
+    code, _, arg = str(err).partition(" ")
+    if code == "COMPACTOR_NOSESSION":
+        return SessionNotFoundError(f"Session {session_id} not found")
+    if code == "COMPACTOR_NOENTRY":
+        return EntryNotFoundError(arg)
+    if code == "COMPACTOR_EXISTS":
+        return EntryExistsError(arg)
+    if code == "COMPACTOR_SESSION_EXISTS":
+        return SessionExistsError(f"Session {session_id} already exists")
+    if code == "COMPACTOR_NOID":
+        return EntryExistsError("<8 random ids all taken>")
+    return None
+
+
+def build_snapshot(session_id: str, replies: Sequence[Any]) -> Snapshot:
+    """Decode [header, rev, leaf, order, entries-hash] (the load pipeline's replies)."""
+    header_text, rev, leaf, order, stored = replies
+    if header_text is None:
+        raise SessionNotFoundError(f"Session {session_id} not found")
+    source = f"redis:{session_id}"
+    entries = []
+    for line, entry_id in enumerate(order, start=2):  # line numbers as in an export
+        text = stored.get(entry_id)
+        if text is None:
+            raise SessionFormatError(f"entry {entry_id} is in the order list but not stored",
+                                     source=source, line=line)
+        entries.append(parse_entry(_json_object(text, source, line), source=source, line=line))
+    header = _json_object(header_text, source, 1)
+    session = Session(header, entries, source, CURRENT_VERSION)
+    return Snapshot(session, int(rev or 0), leaf or None)
+
+
+def export_text(session_id: str, replies: Sequence[Any]) -> str:
+    header_text, order, stored = replies
+    if header_text is None:
+        raise SessionNotFoundError(f"Session {session_id} not found")
+    return "\n".join([header_text, *(stored[i] for i in order if i in stored)]) + "\n"
+
+
+def _json_object(text: str, source: str, line: int) -> JsonObject:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise SessionFormatError(f"stored JSON is corrupt ({err.msg})", source=source,
+                                 line=line) from err
+    if not isinstance(value, dict):
+        raise SessionFormatError("stored JSON is not an object", source=source, line=line)
+    return value
+
+
+def parse_import(text: str, session_id: str | None, new_id: IdFactory) -> tuple[Session, str]:
+    session = load_session(text, source="<import>", new_id=new_id)
+    return session, check_session_id(session_id if session_id is not None else session.id)
+
+
+class SessionStore:
+    """Sessions in Redis: create, append, navigate, load, import/export pi JSONL.
+
+    ``client`` must decode responses (see :func:`api_client._conn.make_redis`). A down server
+    raises :class:`BrokerUnavailableError`; a missing session :class:`SessionNotFoundError`.
+    """
+
+    def __init__(self, client: redis.Redis[str], layout: KeyLayout | None = None) -> None:
+        check_decoding(client)
+        self.redis = client
+        self.layout = layout or KeyLayout()
+        self._append = client.register_script(lua("append"))
+        self._navigate = client.register_script(lua("navigate"))
+        self._import = client.register_script(lua("import"))
+
+    def keys(self, session_id: str) -> SessionKeys:
+        return self.layout.session(session_id)
+
+    def create(self, session_id: str | None = None, *, cwd: str = "", title: str | None = None) -> str:
+        """Store a new empty v3 session; returns its id (a fresh UUID when not given)."""
+        sid = check_session_id(session_id if session_id is not None else str(uuid.uuid4()))
+        header = new_session_header(sid, cwd, title)
+        self._run(self._import, sid, (*self.keys(sid).data(), self.keys(sid).effects),
+                  ["0", dump_record(header), ""])
+        return sid
+
+    def append(self, session_id: str, entry_or_message: Mapping[str, Any]) -> str:
+        """Append one entry (or bare message) as a child of the leaf; returns its id."""
+        return self.append_many(session_id, [entry_or_message])[0]
+
+    def append_many(self, session_id: str, items: Iterable[Mapping[str, Any]]) -> list[str]:
+        """Append a chain of entries atomically (one revision bump); returns their ids."""
+        batch = list(items)
+        if not batch:
+            return []
+        args = append_args(batch, f"append to {session_id}")
+        ids: list[Any] = self._run(self._append, session_id, self.keys(session_id).data(), args)
+        return [str(i) for i in ids[:-1]]
+
+    def navigate(self, session_id: str, entry_id: str | None) -> int:
+        """Move the leaf to ``entry_id`` (None: reset). Returns the new revision."""
+        k = self.keys(session_id)
+        keys = (k.header, k.entries, k.leaf, k.rev)
+        return int(self._run(self._navigate, session_id, keys, [entry_id or ""]))
+
+    def load(self, session_id: str) -> Snapshot:
+        k = self.keys(session_id)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.get(k.header).get(k.rev).get(k.leaf).lrange(k.order, 0, -1).hgetall(k.entries)
+        return build_snapshot(session_id, self._exec(pipe))
+
+    def revision(self, session_id: str) -> int:
+        return int(self._call(lambda: self.redis.get(self.keys(session_id).rev)) or 0)
+
+    def import_jsonl(self, text: str, session_id: str | None = None, *, replace: bool = False,
+                     new_id: IdFactory = random_entry_id) -> str:
+        """Store a pi JSONL session (v1/v2 migrated to v3); leaf = last entry. Returns the id.
+
+        ``session_id`` defaults to the header's id (and replaces it in the stored header).
+        """
+        session, sid = parse_import(text, session_id, new_id)
+        k = self.keys(sid)
+        self._run(self._import, sid, (*k.data(), k.effects), import_args(session, sid, replace))
+        return sid
+
+    def export_jsonl(self, session_id: str) -> str:
+        """The stored session as v3 JSONL (header, then entries in stored order, byte-exact)."""
+        k = self.keys(session_id)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.get(k.header).lrange(k.order, 0, -1).hgetall(k.entries)
+        return export_text(session_id, self._exec(pipe))
+
+    def exists(self, session_id: str) -> bool:
+        return bool(self._call(lambda: self.redis.exists(self.keys(session_id).header)))
+
+    def delete(self, session_id: str) -> bool:
+        """Delete the session's keys (job records expire on their own). True if it existed."""
+        keys = self.keys(session_id)
+        return bool(self._call(lambda: self.redis.delete(*keys.all())))
+
+    def _run(self, script: Any, session_id: str, keys: Sequence[str], args: Sequence[str]) -> Any:
+        try:
+            return script(keys=list(keys), args=list(args))
+        except redis.ResponseError as err:
+            mapped = script_error(err, session_id)
+            if mapped is None:
+                raise
+            raise mapped from err
+        except REDIS_DOWN as err:
+            raise unavailable(err) from err
+
+    def _exec(self, pipe: Any) -> list[Any]:
+        return list(self._call(pipe.execute))
+
+    def _call(self, fn: Any) -> Any:
+        try:
+            return fn()
+        except REDIS_DOWN as err:
+            raise unavailable(err) from err

@@ -1,0 +1,47 @@
+-- Append entries as a chain under the current leaf, move the leaf, bump the revision. O(n).
+-- KEYS: header, entries, order, leaf, rev
+-- ARGV: n, then per entry i: head (ARGV[3i-1]), tail (ARGV[3i]), ids (ARGV[3i+1])
+--   the stored line is head .. <id JSON> .. ',"parentId":' .. <parent JSON> .. tail
+--   ids: '=<id>' (the caller's id, must be new) or space-separated candidates (first unused wins)
+-- Returns {id_1, ..., id_n, revision}. Writes nothing when any id is refused.
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return redis.error_reply('COMPACTOR_NOSESSION')
+end
+local n = tonumber(ARGV[1])
+local chosen, taken = {}, {}
+for i = 1, n do
+  local spec = ARGV[3 * i + 1]
+  local id = nil
+  if string.sub(spec, 1, 1) == '=' then
+    id = string.sub(spec, 2)
+    if taken[id] or redis.call('HEXISTS', KEYS[2], id) == 1 then
+      return redis.error_reply('COMPACTOR_EXISTS ' .. id)
+    end
+  else
+    for candidate in string.gmatch(spec, '%S+') do
+      if not taken[candidate] and redis.call('HEXISTS', KEYS[2], candidate) == 0 then
+        id = candidate
+        break
+      end
+    end
+    if not id then
+      return redis.error_reply('COMPACTOR_NOID')
+    end
+  end
+  taken[id] = true
+  chosen[i] = id
+end
+local parent = redis.call('GET', KEYS[4])
+for i = 1, n do
+  local parent_json = 'null'
+  if parent and parent ~= '' then
+    parent_json = cjson.encode(parent)
+  end
+  local line = ARGV[3 * i - 1] .. cjson.encode(chosen[i]) .. ',"parentId":' .. parent_json .. ARGV[3 * i]
+  redis.call('HSET', KEYS[2], chosen[i], line)
+  redis.call('RPUSH', KEYS[3], chosen[i])
+  parent = chosen[i]
+end
+redis.call('SET', KEYS[4], parent)
+chosen[n + 1] = redis.call('INCR', KEYS[5])
+return chosen

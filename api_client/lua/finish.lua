@@ -1,0 +1,36 @@
+-- End a job exactly once: terminal state, single-flight key cleared, lease dropped, record TTL,
+-- and its completion event on the session stream, all atomically.
+-- KEYS: record, lease, inflight compact, inflight prune, inflight branch_summary, session stream
+-- ARGV: 1 job id, 2 terminal state, 3 finishedAt, 4 record TTL s, 5 stream MAXLEN,
+--       6 event type ('' = no event), 7 event JSON, 8 mode: 'finish' | 'cancel'
+--       ('cancel' ends only a queued job; on a running one it sets cancelRequested),
+--       9.. extra record field/value pairs
+-- Returns {1 if this call ended the job else 0, state before, event stream id or ''}
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state then
+  return redis.error_reply('COMPACTOR_NOJOB')
+end
+if state ~= 'queued' and state ~= 'running' then
+  return {0, state, ''}
+end
+if ARGV[8] == 'cancel' and state == 'running' then
+  redis.call('HSET', KEYS[1], 'cancelRequested', '1')
+  return {0, state, ''}
+end
+redis.call('HSET', KEYS[1], 'state', ARGV[2], 'finishedAt', ARGV[3])
+if #ARGV >= 9 then
+  redis.call('HSET', KEYS[1], unpack(ARGV, 9))
+end
+for k = 3, 5 do
+  if redis.call('GET', KEYS[k]) == ARGV[1] then
+    redis.call('DEL', KEYS[k])
+  end
+end
+redis.call('DEL', KEYS[2])
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+local id = ''
+if ARGV[6] ~= '' then
+  id = redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[5], '*',
+    'type', ARGV[6], 'job', ARGV[1], 'data', ARGV[7])
+end
+return {1, state, id}

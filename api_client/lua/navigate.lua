@@ -1,0 +1,12 @@
+-- Move the leaf (SPEC §1.4 branch / resetLeaf) and bump the revision.
+-- KEYS: header, entries, leaf, rev
+-- ARGV[1]: the new leaf id, or '' to reset (the next append makes a new root)
+-- Returns the new revision.
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return redis.error_reply('COMPACTOR_NOSESSION')
+end
+if ARGV[1] ~= '' and redis.call('HEXISTS', KEYS[2], ARGV[1]) == 0 then
+  return redis.error_reply('COMPACTOR_NOENTRY ' .. ARGV[1])
+end
+redis.call('SET', KEYS[3], ARGV[1])
+return redis.call('INCR', KEYS[4])
