@@ -1,7 +1,12 @@
 import pytest
-
 from helpers.sessions import assistant, chain, chars, tool_result, user
-from worker.compaction.cutpoint import CutPoint, find_cut_point, find_turn_start_index, find_valid_cut_points
+
+from worker.compaction.cutpoint import (
+    CutPoint,
+    find_cut_point,
+    find_turn_start_index,
+    find_valid_cut_points,
+)
 from worker.compaction.tokens import EstimateTokenizer
 
 EST = EstimateTokenizer()

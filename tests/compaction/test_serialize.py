@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from worker.compaction.serialize import js_property_order, serialize_conversation
+from worker.compaction.jsjson import js_property_order
+from worker.compaction.serialize import serialize_conversation
 
 
 def user(content: Any) -> dict[str, Any]:

@@ -3,12 +3,17 @@
 import threading
 
 import pytest
+from helpers.sessions import assistant, chain, chars, user
 
 from api_client.errors import ModelError
-from helpers.sessions import assistant, chain, chars, user
 from worker.compaction.prepare import CompactionSettings, prepare_compaction
 from worker.compaction.prompts import BRANCH_MAX_TOKENS, branch_preamble
-from worker.compaction.summarize import NO_PRIOR_HISTORY, SummarizationError, compact, summarize_branch
+from worker.compaction.summarize import (
+    NO_PRIOR_HISTORY,
+    SummarizationError,
+    compact,
+    summarize_branch,
+)
 from worker.compaction.tokens import EstimateTokenizer
 from worker.llm.types import CancelToken, SummaryRequest, SummaryResult, Usage
 

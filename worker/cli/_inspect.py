@@ -25,13 +25,14 @@ def _context(args: argparse.Namespace) -> int:
     session = load_file(args.file)
     leaf_path(session, args.leaf)  # validates the leaf and the parent walk
     context = build_session_context(session.tree(), args.leaf or session.tree().leaf_id)
+    messages = [{"role": m.message.get("role"), "entryId": m.entry_id} for m in context.messages]
     payload = {
-        "messages": [{"role": m.message.get("role"), "entryId": m.entry_id} for m in context.messages],
+        "messages": messages,
         "thinkingLevel": context.thinking_level,
         "models": context.models,
         "mode": context.mode,
     }
-    readable = "\n".join(f"{m['entryId']}  {m['role']}" for m in payload["messages"])
+    readable = "\n".join(f"{m['entryId']}  {m['role']}" for m in messages)
     return emit(args, payload, f"{readable}\nthinkingLevel: {context.thinking_level}\nmodels: {context.models}\nmode: {context.mode}")
 
 

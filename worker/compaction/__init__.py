@@ -16,7 +16,12 @@ from worker.compaction.branch import (
 )
 from worker.compaction.context import ContextMessage, SessionContext, build_session_context
 from worker.compaction.convert import convert_to_llm, for_branch, for_compaction, for_context
-from worker.compaction.cutpoint import CutPoint, find_cut_point, find_turn_start_index, find_valid_cut_points
+from worker.compaction.cutpoint import (
+    CutPoint,
+    find_cut_point,
+    find_turn_start_index,
+    find_valid_cut_points,
+)
 from worker.compaction.prepare import (
     CompactionSettings,
     Preparation,

@@ -16,7 +16,12 @@ from api_client.session import (
     SessionTree,
 )
 from worker.compaction.convert import for_branch
-from worker.compaction.fileops import FileOps, add_details_file_ops, compute_file_lists, extract_file_ops
+from worker.compaction.fileops import (
+    FileOps,
+    add_details_file_ops,
+    compute_file_lists,
+    extract_file_ops,
+)
 from worker.compaction.tokens import Tokenizer
 
 __all__ = [

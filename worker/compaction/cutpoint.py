@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from api_client.session import BranchSummaryEntry, CompactionEntry, CustomMessageEntry, Entry, MessageEntry
+from api_client.session import (
+    BranchSummaryEntry,
+    CompactionEntry,
+    CustomMessageEntry,
+    Entry,
+    MessageEntry,
+)
 from worker.compaction.convert import for_compaction
 from worker.compaction.tokens import Tokenizer
 

@@ -7,10 +7,11 @@ Token estimates and serialised tool calls must match the reference agent to the 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
-__all__ = ["js_json", "js_len", "js_number", "js_sort_key"]
+__all__ = ["js_json", "js_len", "js_number", "js_property_order", "js_sort_key"]
 
 _SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _MAX_ARRAY_INDEX = 2**32 - 2
@@ -68,8 +69,8 @@ def _is_array_index(key: str) -> bool:
     return key.isdigit() and key.isascii() and (key == "0" or key[0] != "0") and int(key) <= _MAX_ARRAY_INDEX
 
 
-def _ordered_keys(obj: dict[str, Any]) -> list[str]:
-    # JS objects list integer-like keys first, ascending, then the rest in insertion order.
+def js_property_order(obj: Mapping[str, Any]) -> list[str]:
+    """Keys in JavaScript's own-property order: array-index keys first, ascending, then insertion order."""
     index_keys = sorted((k for k in obj if _is_array_index(k)), key=int)
     if not index_keys:
         return list(obj)
@@ -89,6 +90,6 @@ def js_json(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(js_json(v) for v in value) + "]"
     if isinstance(value, dict):
-        parts = [f"{_js_string(str(k))}:{js_json(value[k])}" for k in _ordered_keys(value)]
+        parts = [f"{_js_string(str(k))}:{js_json(value[k])}" for k in js_property_order(value)]
         return "{" + ",".join(parts) + "}"
     raise TypeError(f"not JSON-serialisable: {type(value).__name__}")

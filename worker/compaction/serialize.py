@@ -9,28 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from worker.compaction.jsjson import js_json
+from worker.compaction.jsjson import js_json, js_property_order
 
-__all__ = ["js_property_order", "serialize_conversation"]
-
-# JavaScript orders "array index" keys (canonical decimal integers below 2**32 - 1) first,
-# ascending, in Object.entries and JSON.stringify alike (SPEC §18).
-_MAX_ARRAY_INDEX = 2**32 - 2
-
-
-def _is_array_index(key: str) -> bool:
-    if not key.isascii() or not key.isdigit():
-        return False
-    if len(key) > 1 and key[0] == "0":
-        return False
-    return int(key) <= _MAX_ARRAY_INDEX
-
-
-def js_property_order(obj: Mapping[str, Any]) -> list[str]:
-    """The keys of ``obj`` in JavaScript's own-property order."""
-    indices = sorted((k for k in obj if _is_array_index(k)), key=int)
-    return indices + [k for k in obj if not _is_array_index(k)]
-
+__all__ = ["serialize_conversation"]
 
 def serialize_conversation(llm_messages: Iterable[Mapping[str, Any]]) -> str:
     """Render LLM messages as the ``[User]: …`` text the summary prompts embed."""
