@@ -32,7 +32,7 @@ def main() -> None:
     for name in ("before-compaction", "large-session"):
         path = FIXTURES / f"{name}.jsonl"
         text = path.read_text(encoding="utf-8")
-        load_ms = timed(lambda: load_session(text))
+        load_ms = timed(lambda: load_session(text))  # noqa: B023
         session = load_session(text)
         entries = session.tree().path_to(session.tree().leaf_id)
         print(f"{name}: {len(entries)} entries on the path; load+migrate {load_ms:.1f} ms")
