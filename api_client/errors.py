@@ -21,6 +21,7 @@
     ├── InvalidIdError                a session or job id that cannot name Redis keys (also ValueError)
     └── ClientError                   the request path could not do its work
         ├── BrokerUnavailableError    Redis / broker unreachable at enqueue
+        ├── InvalidRequestError       a job request with bad parameters (also ValueError)
         ├── JobNotFoundError          no such job record (never existed or expired)
         ├── JobConflictError          an in-flight job of that kind has other parameters
         └── JobError                  a job ended without a result
@@ -42,6 +43,7 @@ __all__ = [
     "EntryNotFoundError",
     "HookError",
     "InvalidIdError",
+    "InvalidRequestError",
     "JobCancelledError",
     "JobConflictError",
     "JobError",
@@ -146,6 +148,10 @@ class ClientError(CompactorError):
 
 
 class BrokerUnavailableError(ClientError):
+    pass
+
+
+class InvalidRequestError(ClientError, ValueError):
     pass
 
 
