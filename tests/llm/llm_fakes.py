@@ -1,0 +1,309 @@
+"""A loopback HTTP server speaking the OpenAI chat-completions, Anthropic messages and remote
+summarization wire formats, scriptable per request to inject faults.
+
+Requests are keyed by the body's ``model`` (or by the path when there is none, e.g. the remote
+endpoint). ``server.script(key, act, act, ...)`` queues what the next requests for that key get;
+an empty queue answers with a success. Every request is recorded with its body and headers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import select
+import socket
+import struct
+import threading
+import time
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Act:
+    kind: str = "ok"  # ok | error | hang | reset | trickle | raw
+    status: int = 200
+    text: str | None = None  # summary text of a success (None: "summary from <key> #<n>")
+    body: Any = None  # error / raw body: dict -> JSON, str -> as is
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0  # seconds before answering
+    pieces: int = 1  # trickle: the body in this many pieces ...
+    interval: float = 0.0  # ... this far apart
+    usage: dict[str, int] = field(default_factory=dict)
+
+
+def ok(text: str | None = None, *, delay: float = 0.0, **usage: int) -> Act:
+    return Act("ok", text=text, delay=delay, usage=usage)
+
+
+def error(status: int, body: Any = None, *, headers: dict[str, str] | None = None) -> Act:
+    return Act("error", status=status, body=body, headers=headers or {})
+
+
+def raw(status: int, body: str, headers: dict[str, str] | None = None) -> Act:
+    return Act("raw", status=status, body=body, headers=headers or {})
+
+
+def hang() -> Act:
+    return Act("hang")
+
+
+def reset() -> Act:
+    return Act("reset")
+
+
+def trickle(text: str, pieces: int, interval: float) -> Act:
+    return Act("trickle", text=text, pieces=pieces, interval=interval)
+
+
+@dataclass(frozen=True)
+class Seen:
+    key: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+    at: float
+
+
+def success_body(path: str, text: str, usage: dict[str, int]) -> dict[str, Any]:
+    if path.endswith("/chat/completions"):
+        return {
+            "id": "chatcmpl-1", "object": "chat.completion",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": usage.get("input", 100), "completion_tokens": usage.get("output", 20),
+                      "prompt_tokens_details": {"cached_tokens": usage.get("cached", 0)}},
+        }
+    if path.endswith("/messages"):
+        return {
+            "id": "msg_1", "type": "message", "role": "assistant", "stop_reason": "end_turn",
+            "content": [{"type": "thinking", "thinking": "hmm", "signature": "x"}, {"type": "text", "text": text}],
+            "usage": {"input_tokens": usage.get("input", 100), "output_tokens": usage.get("output", 20),
+                      "cache_read_input_tokens": usage.get("cache_read", 0),
+                      "cache_creation_input_tokens": usage.get("cache_write", 0)},
+        }
+    return {"summary": text}
+
+
+class FakeLLMServer:
+    def __init__(self) -> None:
+        self.scripts: dict[str, deque[Act]] = defaultdict(deque)
+        self.seen: list[Seen] = []
+        self.closed: list[str] = []  # keys whose hung/trickled connection the client closed
+        self.stopping = threading.Event()
+        self.lock = threading.Lock()
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self.httpd.daemon_threads = True
+        self.httpd.fake = self  # type: ignore[attr-defined]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def script(self, key: str, *acts: Act) -> None:
+        with self.lock:
+            self.scripts[key].extend(acts)
+
+    def next_act(self, key: str) -> Act:
+        with self.lock:
+            queue = self.scripts.get(key)
+            return queue.popleft() if queue else ok()
+
+    def keys(self) -> list[str]:
+        return [s.key for s in self.seen]
+
+    def count(self, key: str) -> int:
+        return sum(1 for s in self.seen if s.key == key)
+
+    def close(self) -> None:
+        self.stopping.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def finish(self) -> None:
+        with contextlib.suppress(OSError):
+            super().finish()
+
+    @property
+    def fake(self) -> FakeLLMServer:
+        return self.server.fake  # type: ignore[attr-defined, no-any-return]
+
+    def do_POST(self) -> None:
+        raw_body = self.rfile.read(int(self.headers.get("content-length") or 0))
+        try:
+            body = json.loads(raw_body)
+        except ValueError:
+            body = raw_body.decode("utf-8", "replace")
+        key = body["model"] if isinstance(body, dict) and isinstance(body.get("model"), str) else self.path
+        with self.fake.lock:
+            self.fake.seen.append(Seen(key, self.path, {k.lower(): v for k, v in self.headers.items()}, body,
+                                       time.monotonic()))
+            number = sum(1 for s in self.fake.seen if s.key == key)
+        act = self.fake.next_act(key)
+        if act.delay and self._wait(act.delay):
+            return
+        getattr(self, f"_{act.kind}")(act, key, number)
+
+    def _wait(self, seconds: float) -> bool:
+        """Sleep; True when the client went away meanwhile."""
+        end = time.monotonic() + seconds
+        while time.monotonic() < end and not self.fake.stopping.is_set():
+            if self._client_gone(min(0.02, end - time.monotonic())):
+                return True
+        return False
+
+    def _client_gone(self, timeout: float) -> bool:
+        ready, _, _ = select.select([self.connection], [], [], max(0.0, timeout))
+        if ready and not self.connection.recv(1, socket.MSG_PEEK):
+            self.close_connection = True
+            return True
+        return False
+
+    def _send(self, status: int, payload: bytes, headers: dict[str, str]) -> None:
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(payload)))
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _ok(self, act: Act, key: str, number: int) -> None:
+        text = act.text if act.text is not None else f"summary from {key} #{number}"
+        self._send(200, json.dumps(success_body(self.path, text, act.usage)).encode(), act.headers)
+
+    def _error(self, act: Act, key: str, number: int) -> None:
+        payload = b"" if act.body is None else (
+            act.body.encode() if isinstance(act.body, str) else json.dumps(act.body).encode())
+        self._send(act.status, payload, act.headers)
+
+    def _raw(self, act: Act, key: str, number: int) -> None:
+        self._send(act.status, str(act.body).encode(), act.headers)
+
+    def _hang(self, act: Act, key: str, number: int) -> None:
+        while not self.fake.stopping.is_set():
+            if self._client_gone(0.02):
+                with self.fake.lock:
+                    self.fake.closed.append(key)
+                return
+        self.close_connection = True
+
+    def _reset(self, act: Act, key: str, number: int) -> None:
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.connection.close()
+        self.close_connection = True
+
+    def _trickle(self, act: Act, key: str, number: int) -> None:
+        payload = json.dumps(success_body(self.path, act.text or "", act.usage)).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(payload)))
+        self.end_headers()
+        self.wfile.flush()
+        size = max(1, -(-len(payload) // act.pieces))
+        for offset in range(0, len(payload), size):
+            if offset and self._wait(act.interval):
+                with self.fake.lock:
+                    self.fake.closed.append(key)
+                return
+            try:
+                self.wfile.write(payload[offset:offset + size])
+                self.wfile.flush()
+            except OSError:
+                with self.fake.lock:
+                    self.fake.closed.append(key)
+                return
+
+
+# --- helpers for building requests and routers ----------------------------------------------
+class Flag:
+    """A cancel token the test sets, optionally after a delay."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.checks = 0
+
+    def is_cancelled(self) -> bool:
+        self.checks += 1
+        return self.event.is_set()
+
+    def cancel_after(self, seconds: float) -> threading.Timer:
+        timer = threading.Timer(seconds, self.event.set)
+        timer.daemon = True
+        timer.start()
+        return timer
+
+
+# Small numbers so the tests are fast: 20 ms base, x2, 1 s wait cap, no jitter.
+FAST: dict[str, Any] = {
+    "llm_backoff_base_ms": 20, "llm_backoff_factor": 2.0, "llm_backoff_max_ms": 200, "llm_backoff_jitter": 0.0,
+    "llm_max_wait_ms": 1000, "llm_attempts_per_candidate": 3, "llm_attempt_budget": 20,
+    "llm_failure_threshold": 50, "llm_connect_timeout_s": 1.0,
+}
+
+
+def openai(server: FakeLLMServer, model: str, **extra: Any) -> dict[str, Any]:
+    return {"provider": "openai", "model": model, "base_url": server.url + "/v1", "timeout_s": 2.0, **extra}
+
+
+def anthropic(server: FakeLLMServer, model: str, **extra: Any) -> dict[str, Any]:
+    return {"provider": "anthropic", "model": model, "base_url": server.url, "api_key": "sk-ant-test",
+            "timeout_s": 2.0, **extra}
+
+
+def remote(server: FakeLLMServer, **extra: Any) -> dict[str, Any]:
+    return {"provider": "remote", "base_url": server.url + "/summarize", "timeout_s": 2.0, **extra}
+
+
+EXTRACTIVE: dict[str, Any] = {"provider": "extractive"}
+
+
+def serialize(messages: Any) -> str:
+    """A small stand-in for SPEC §6, enough for the tests' user/assistant text messages."""
+    parts = []
+    for message in messages:
+        content = message.get("content")
+        text = content if isinstance(content, str) else "".join(
+            b.get("text", "") for b in content or [] if isinstance(b, dict))
+        parts.append(f"[{message.get('role', '?').title()}]: {text}")
+    return "\n\n".join(parts)
+
+
+def make_request(conversation: Any = (), *, purpose: str = "history", prompt: str | None = None,
+                 max_tokens: int = 1000, reasoning: bool = True, chunkable: bool = False,
+                 previous: str | None = None, system: str = "You summarise conversations.") -> Any:
+    from worker.llm.types import SummaryRequest
+
+    def build(chunk: Any, prev: str | None) -> SummaryRequest:
+        text = f"<conversation>\n{serialize(chunk)}\n</conversation>\n\n"
+        if prev:
+            text += f"<previous-summary>\n{prev}\n</previous-summary>\n\n"
+        return SummaryRequest(purpose=purpose, system_prompt=system,  # type: ignore[arg-type]
+                              prompt=text + ("Update the summary." if prev else "Summarise."),
+                              max_tokens=max_tokens, reasoning=reasoning, conversation=tuple(chunk),
+                              previous_summary=prev, rechunk=build if chunkable else None)
+
+    request = build(conversation, previous)
+    if prompt is not None:
+        from dataclasses import replace
+
+        request = replace(request, prompt=prompt)
+    return request
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text, "timestamp": 0}
+
+
+def assistant(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": [{"type": "text", "text": text}], "stopReason": "stop", "timestamp": 0}

@@ -1,0 +1,50 @@
+"""The model layer: providers over httpx, and the router that owns retries and fallback.
+
+``worker.llm.types`` and ``worker.llm.errors`` are light (stdlib only) so the pure core can
+import them; everything that loads httpx, pydantic or redis is imported lazily from here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from worker.llm.errors import AllCandidatesFailedError, ModelCallError, ModelCancelledError
+from worker.llm.types import CancelToken, Summarizer, SummaryRequest, SummaryResult, Usage
+
+if TYPE_CHECKING:
+    from worker.llm.build import build_summarizer
+    from worker.llm.router import JobSummarizer, Router
+    from worker.llm.settings import LlmSettings, ModelCandidate
+
+__all__ = [
+    "AllCandidatesFailedError",
+    "CancelToken",
+    "JobSummarizer",
+    "LlmSettings",
+    "ModelCallError",
+    "ModelCancelledError",
+    "ModelCandidate",
+    "Router",
+    "Summarizer",
+    "SummaryRequest",
+    "SummaryResult",
+    "Usage",
+    "build_summarizer",
+]
+
+_LAZY = {
+    "build_summarizer": "worker.llm.build",
+    "JobSummarizer": "worker.llm.router",
+    "Router": "worker.llm.router",
+    "LlmSettings": "worker.llm.settings",
+    "ModelCandidate": "worker.llm.settings",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'worker.llm' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,112 @@
+"""Settings of the model layer: the candidate list (``COMPACTOR_MODELS``) and the router tuning.
+
+``LlmSettings`` is a pydantic-settings ``BaseSettings`` with the env prefix ``COMPACTOR_`` so the
+worker's settings can subclass or embed it. ``COMPACTOR_MODELS`` is a JSON list of candidate
+objects, primary first; unset or empty, the chain is the extractive (no-LLM) summarizer alone.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from worker.llm.retry_policy import RetryPolicy
+
+__all__ = ["DEFAULT_BASE_URLS", "LlmSettings", "ModelCandidate", "ProviderName"]
+
+ProviderName = Literal["openai", "anthropic", "remote", "extractive"]
+
+DEFAULT_BASE_URLS: dict[str, str] = {
+    "openai": "https://api.openai.com/v1",
+    "anthropic": "https://api.anthropic.com",
+}
+
+
+class ModelCandidate(BaseModel):
+    """One rung of the fallback chain."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    provider: ProviderName
+    model: str = ""
+    # Each provider's SDK convention: OpenAI-compatible includes the version path
+    # (http://127.0.0.1:8080/v1); Anthropic is the host; remote is the full endpoint URL.
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    api_key_env: str | None = None  # name of the environment variable holding the key
+    context_window: int | None = Field(default=None, gt=0)
+    max_output_tokens: int | None = Field(default=None, gt=0)
+    timeout_s: float = Field(default=120.0, gt=0)  # deadline of one attempt, body included
+    reasoning: bool = False  # ask for high reasoning effort (when the request wants it)
+    thinking_budget_tokens: int = Field(default=16_384, ge=1_024)  # Anthropic "high"
+    # OpenAI-compatible servers disagree: OpenAI's reasoning models want max_completion_tokens,
+    # many local servers only know max_tokens. "auto": the former for api.openai.com only.
+    token_param: Literal["auto", "max_tokens", "max_completion_tokens"] = "auto"
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelCandidate:
+        if self.provider in ("openai", "anthropic") and not self.model:
+            raise ValueError(f"a {self.provider} candidate needs a model")
+        if self.provider == "remote" and not self.base_url:
+            raise ValueError("a remote candidate needs base_url (the endpoint URL)")
+        return self
+
+    @property
+    def label(self) -> str:
+        return f"{self.provider}/{self.model}" if self.model else self.provider
+
+    @property
+    def resolved_base_url(self) -> str:
+        return (self.base_url or DEFAULT_BASE_URLS.get(self.provider, "")).rstrip("/")
+
+    def resolve_api_key(self, environ: Mapping[str, str] | None = None) -> str | None:
+        """The key itself, else the named variable's value; None when neither is set."""
+        if self.api_key is not None:
+            return self.api_key.get_secret_value() or None
+        if self.api_key_env:
+            return (os.environ if environ is None else environ).get(self.api_key_env) or None
+        return None
+
+    @property
+    def cooldown_key(self) -> str:
+        return f"{self.provider}|{self.model}|{self.resolved_base_url}"
+
+
+class LlmSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="COMPACTOR_", extra="ignore")
+
+    models: list[ModelCandidate] = Field(default_factory=list)
+
+    # circuit breaker shared by all workers (Redis)
+    llm_failure_threshold: int = Field(default=5, ge=1)  # failures within the window ...
+    llm_failure_window_s: float = Field(default=60.0, gt=0)
+    llm_cooldown_s: float = Field(default=60.0, gt=0)  # ... cool the candidate down this long
+    llm_cooldown_prefix: str = "compactor:llm:"
+
+    # retries (see worker.llm.retry_policy for the reasoning behind the defaults)
+    llm_backoff_base_ms: int = Field(default=1_000, ge=0)
+    llm_backoff_factor: float = Field(default=2.0, ge=1.0)
+    llm_backoff_max_ms: int = Field(default=8_000, ge=0)
+    llm_backoff_jitter: float = Field(default=0.2, ge=0.0, le=1.0)
+    llm_max_wait_ms: int = Field(default=30_000, ge=0)
+    llm_attempts_per_candidate: int = Field(default=3, ge=1)
+    llm_attempt_budget: int = Field(default=20, ge=1)  # HTTP attempts per job
+
+    llm_connect_timeout_s: float = Field(default=10.0, gt=0)
+    # "Header-Name: value" sent to the remote summarization endpoint (SPEC §10.4).
+    remote_auth_header: SecretStr | None = None
+
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(
+            base_delay_ms=self.llm_backoff_base_ms,
+            factor=self.llm_backoff_factor,
+            max_backoff_ms=self.llm_backoff_max_ms,
+            jitter=self.llm_backoff_jitter,
+            max_wait_ms=self.llm_max_wait_ms,
+            attempts_per_candidate=self.llm_attempts_per_candidate,
+            job_attempt_budget=self.llm_attempt_budget,
+        )
