@@ -165,6 +165,19 @@ def finish_call(layout: KeyLayout, settings: ClientSettings, job_id: str, state:
     return keys, args
 
 
+def completion_for(state: JobState | str, event: JobEvent | None, record: JobRecord | None,
+                   result: Mapping[str, Any]) -> tuple[JobState, JobEvent]:
+    """The terminal state and completion event for finish() (built from the record if needed)."""
+    final: JobState = _enum(JobState, state, "job state")
+    if not final.terminal:
+        raise InvalidRequestError(f"finish() needs a terminal state, not {final.value}")
+    if event is None:
+        assert record is not None
+        payload = {k: v for k, v in result.items() if k not in ("result_entry_id", "usage")}
+        event = JobEvent.completion(record, final, **payload)
+    return final, event
+
+
 def job_not_found(err: redis.ResponseError, job_id: str) -> Exception:
     return JobNotFoundError(job_id) if str(err).startswith("COMPACTOR_NOJOB") else err
 
@@ -254,13 +267,8 @@ class JobStore:
         ``result`` (prune: PruneResult fields), plus event-only fields (``tokens_before``,
         ``tokens_after``, ``duration_ms``, ``old_leaf_id``, ``new_leaf_id``, ...) used when
         ``event`` is not given. Returns True if this call ended the job."""
-        final: JobState = _enum(JobState, state, "job state")
-        if not final.terminal:
-            raise InvalidRequestError(f"finish() needs a terminal state, not {final.value}")
-        if event is None:
-            base = record or self.get(job_id)
-            payload = {k: v for k, v in result.items() if k not in ("result_entry_id", "usage")}
-            event = JobEvent.completion(base, final, **payload)
+        final, event = completion_for(state, event, record or (None if event else
+                                                             self.get(job_id)), result)
         keys, args = finish_call(self.layout, self.settings, job_id, final, event, "finish",
                                  result_fields(**result))
         changed = int(self._run(self._finish, keys, args, job_id)[0])
@@ -294,7 +302,8 @@ def _ms(seconds: float) -> str:
 
 
 class AsyncJobStore:
-    """The client-side half of :class:`JobStore` for asyncio (enqueue, get, request_cancel)."""
+    """The client-side half of :class:`JobStore` for asyncio (enqueue, get, request_cancel,
+    finish)."""
 
     def __init__(self, client: redis.asyncio.Redis[str], settings: ClientSettings | None = None,
                  layout: KeyLayout | None = None) -> None:
@@ -327,10 +336,25 @@ class AsyncJobStore:
                                  "cancel", ["error", "Compaction cancelled"])
         changed, before, _ = await self._run(self._finish, keys, args, job_id)
         if int(changed):
-            await self._call(self.redis.xadd, self.layout.global_events, event_fields(event),
-                             maxlen=self.settings.event_stream_maxlen, approximate=True)
+            await self._xadd_global(event)
             return JobState.CANCELLED
         return JobState(before)
+
+    async def finish(self, job_id: str, state: JobState | str, *, event: JobEvent | None = None,
+                     record: JobRecord | None = None, **result: Any) -> bool:
+        """As :meth:`JobStore.finish`."""
+        final, event = completion_for(state, event, record or (None if event else
+                                                             await self.get(job_id)), result)
+        keys, args = finish_call(self.layout, self.settings, job_id, final, event, "finish",
+                                 result_fields(**result))
+        changed = int((await self._run(self._finish, keys, args, job_id))[0])
+        if changed:
+            await self._xadd_global(event)
+        return bool(changed)
+
+    async def _xadd_global(self, event: JobEvent) -> None:
+        await self._call(self.redis.xadd, self.layout.global_events, event_fields(event),
+                         maxlen=self.settings.event_stream_maxlen, approximate=True)
 
     async def _run(self, script: Any, keys: Sequence[str], args: Sequence[str],
                    job_id: str) -> Any:

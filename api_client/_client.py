@@ -1,0 +1,298 @@
+"""The thin client: session store, enqueue (record + Celery task by name), handles, events.
+
+Enqueue is one Lua call (record + single-flight) and, for a new or upgraded job, one Celery
+publish whose only argument is the job id. With Redis or the broker down it raises
+:class:`BrokerUnavailableError` within ``enqueue_timeout_s`` (default 2 s): short socket
+timeouts, no backoff, no Celery publish or connection retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import redis
+import redis.asyncio
+
+from api_client._async_store import AsyncSessionStore
+from api_client._conn import REDIS_DOWN, make_async_redis, make_redis, unavailable
+from api_client._events import AsyncEventReader, EventReader
+from api_client._handle import AsyncJobHandle, JobHandle
+from api_client._jobs import AsyncJobStore, EnqueueResult, JobStore
+from api_client._keys import KeyLayout
+from api_client._settings import ClientSettings
+from api_client._store import SessionStore
+from api_client._wire import BROKER_TRANSPORT_OPTIONS, CompactReason, JobKind, JobState, Route
+from api_client.errors import BrokerUnavailableError, CompactorError
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+__all__ = ["AsyncCompactionClient", "CompactionClient", "TaskProducer"]
+
+log = logging.getLogger(__name__)
+
+
+def _settings(value: str | ClientSettings | None) -> ClientSettings:
+    if isinstance(value, ClientSettings):
+        return value
+    return ClientSettings() if value is None else ClientSettings(redis_url=value)
+
+
+class TaskProducer:
+    """A send-only Celery app built on first use (importing celery costs ~100 ms)."""
+
+    def __init__(self, settings: ClientSettings) -> None:
+        self.settings = settings
+        self._app: Celery | None = None
+        self._lock = threading.Lock()
+
+    def app(self) -> Celery:
+        if self._app is None:
+            with self._lock:
+                if self._app is None:
+                    self._app = self._build()
+        return self._app
+
+    def _build(self) -> Celery:
+        from celery import Celery
+
+        s = self.settings
+        url = s.resolved_broker_url
+        app = Celery("compactor-client", broker=url, set_as_current=False)
+        transport_options = {
+            **BROKER_TRANSPORT_OPTIONS,
+            "socket_connect_timeout": s.connect_timeout_s,
+            "socket_timeout": s.socket_timeout_s,
+            "retry_on_timeout": False,
+            "max_retries": 0,  # kombu's connect loop: fail on the first refused connection
+            "interval_start": 0,
+        }
+        app.conf.update(
+            task_serializer="json", accept_content=["json"], result_serializer="json",
+            event_serializer="json", result_backend=None, task_publish_retry=False,
+            broker_connection_retry=False, broker_connection_retry_on_startup=False,
+            broker_connection_max_retries=0, broker_connection_timeout=s.connect_timeout_s,
+            broker_transport_options=transport_options,
+            task_send_sent_event=s.send_sent_event,
+        )
+        if urlsplit(url).scheme == "redis":
+            app.conf.broker_transport = "api_client._transport:Transport"
+        return app
+
+    def send(self, job_id: str, route: Route, *, resend: bool = False) -> None:
+        """Publish the task by name; only the job id travels."""
+        from kombu.exceptions import OperationalError
+
+        task_id = f"{job_id}-p{route.priority}" if resend else job_id
+        down: tuple[type[BaseException], ...] = (OperationalError, *REDIS_DOWN)
+        try:
+            self.app().send_task(
+                route.task, args=[job_id], queue=route.queue, priority=route.priority,
+                task_id=task_id, retry=False, argsrepr=repr([job_id]), kwargsrepr="{}",
+            )
+        except down as err:
+            raise unavailable(err, "broker") from err
+
+    def close(self) -> None:
+        if self._app is not None:
+            self._app.close()
+            self._app = None
+
+
+class _Base:
+    def __init__(self, redis_url_or_settings: str | ClientSettings | None) -> None:
+        self.settings = _settings(redis_url_or_settings)
+        self.layout = KeyLayout(self.settings.key_prefix)
+        self.producer = TaskProducer(self.settings)
+
+    @staticmethod
+    def _request(kind: JobKind, reason: CompactReason | str | None = None,
+                 instructions: str | None = None, target_id: str | None = None) -> dict[str, Any]:
+        return {"kind": kind, "reason": reason, "instructions": instructions,
+                "target_id": target_id}
+
+
+class CompactionClient(_Base):
+    """Sessions and compaction jobs for a platform's (sync) request path.
+
+    ``CompactionClient("redis://host:6379/0")``, ``CompactionClient(settings)`` or
+    :meth:`from_env`. Thread-safe; make one per process and reuse it.
+    """
+
+    def __init__(self, redis_url_or_settings: str | ClientSettings | None = None) -> None:
+        super().__init__(redis_url_or_settings)
+        self.redis = make_redis(self.settings)
+        self.sessions = SessionStore(self.redis, self.layout)
+        self.jobs = JobStore(self.redis, self.settings, self.layout)
+        self._blocking: redis.Redis[str] | None = None
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> CompactionClient:
+        """Settings from ``COMPACTOR_*`` variables and ``.env``; keyword overrides win."""
+        return cls(ClientSettings(**overrides))
+
+    def __enter__(self) -> CompactionClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def compact(self, session_id: str, reason: CompactReason | str = "manual",
+                instructions: str | None = None) -> JobHandle:
+        """Enqueue a compaction (``manual``, ``threshold`` or ``overflow``); returns at once."""
+        return self._enqueue(session_id, self._request(JobKind.COMPACT, reason, instructions))
+
+    def prune(self, session_id: str) -> JobHandle:
+        """Enqueue a tool-output prune pass (SPEC §8)."""
+        return self._enqueue(session_id, self._request(JobKind.PRUNE))
+
+    def branch_summary(self, session_id: str, target_id: str,
+                       instructions: str | None = None) -> JobHandle:
+        """Enqueue a branch summary from the current leaf to ``target_id`` (SPEC §11)."""
+        request = self._request(JobKind.BRANCH_SUMMARY, None, instructions, target_id)
+        return self._enqueue(session_id, request)
+
+    def job(self, job_id: str) -> JobHandle:
+        """A handle on an existing job (raises :class:`JobNotFoundError` if unknown)."""
+        record = self.jobs.get(job_id)
+        return JobHandle(self, record.id, record.session_id, record.kind)
+
+    def events(self, session_id: str | None = None, *, group: str | None = None,
+               consumer: str | None = None, block_ms: int = 5000, follow: bool = True,
+               start: str | None = None, auto_ack: bool = True) -> EventReader:
+        """Iterate over job events of one session (or all sessions).
+
+        Without ``group``: tail the stream from ``start`` (default: new events when following,
+        the whole retained history otherwise). With ``group``: a consumer group (created at
+        ``start``, default new events) shared by several readers; each event is acked when the
+        next one is requested (``auto_ack``) or by :meth:`EventReader.ack`. ``follow=False``
+        stops when no event is left; ``block_ms`` is the wait per read while following.
+        """
+        return EventReader(self.blocking_redis(), self.layout, session_id=session_id,
+                           group=group, consumer=consumer, block_ms=block_ms, follow=follow,
+                           start=start, auto_ack=auto_ack)
+
+    def ping(self) -> bool:
+        try:
+            return bool(self.redis.ping())
+        except REDIS_DOWN as err:
+            raise unavailable(err) from err
+
+    def blocking_redis(self) -> redis.Redis[str]:
+        """A second connection pool without a read timeout, for XREAD BLOCK."""
+        if self._blocking is None:
+            self._blocking = make_redis(self.settings, blocking=True)
+        return self._blocking
+
+    def close(self) -> None:
+        self.producer.close()
+        self.redis.close()
+        if self._blocking is not None:
+            self._blocking.close()
+
+    def _enqueue(self, session_id: str, request: dict[str, Any]) -> JobHandle:
+        result = self.jobs.enqueue(session_id, **request)
+        if result.must_send:
+            try:
+                self.producer.send(result.job_id, result.route, resend=result.upgraded)
+            except BrokerUnavailableError as err:
+                self._unsent(result, err)
+        return JobHandle(self, result.job_id, session_id, request["kind"],
+                         coalesced=result.coalesced, upgraded=result.upgraded, since=result.since)
+
+    def _unsent(self, result: EnqueueResult, err: BrokerUnavailableError) -> None:
+        if result.upgraded:
+            # The job's first message is still queued; it just keeps its old priority.
+            log.warning("could not re-send upgraded job %s: %s", result.job_id, err)
+            return
+        # Fail the record so the next request does not coalesce into a job never sent.
+        with contextlib.suppress(CompactorError):
+            self.jobs.finish(result.job_id, JobState.FAILED, error=str(err))
+        raise err
+
+
+class AsyncCompactionClient(_Base):
+    """The asyncio twin of :class:`CompactionClient` (the Celery publish runs in a thread)."""
+
+    def __init__(self, redis_url_or_settings: str | ClientSettings | None = None) -> None:
+        super().__init__(redis_url_or_settings)
+        self.redis = make_async_redis(self.settings)
+        self.sessions = AsyncSessionStore(self.redis, self.layout)
+        self.jobs = AsyncJobStore(self.redis, self.settings, self.layout)
+        self._blocking: redis.asyncio.Redis[str] | None = None
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> AsyncCompactionClient:
+        return cls(ClientSettings(**overrides))
+
+    async def __aenter__(self) -> AsyncCompactionClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def compact(self, session_id: str, reason: CompactReason | str = "manual",
+                      instructions: str | None = None) -> AsyncJobHandle:
+        return await self._enqueue(session_id, self._request(JobKind.COMPACT, reason, instructions))
+
+    async def prune(self, session_id: str) -> AsyncJobHandle:
+        return await self._enqueue(session_id, self._request(JobKind.PRUNE))
+
+    async def branch_summary(self, session_id: str, target_id: str,
+                             instructions: str | None = None) -> AsyncJobHandle:
+        request = self._request(JobKind.BRANCH_SUMMARY, None, instructions, target_id)
+        return await self._enqueue(session_id, request)
+
+    async def job(self, job_id: str) -> AsyncJobHandle:
+        record = await self.jobs.get(job_id)
+        return AsyncJobHandle(self, record.id, record.session_id, record.kind)
+
+    def events(self, session_id: str | None = None, *, group: str | None = None,
+               consumer: str | None = None, block_ms: int = 5000, follow: bool = True,
+               start: str | None = None, auto_ack: bool = True) -> AsyncEventReader:
+        """``async for event in client.events(...)``; options as :meth:`CompactionClient.events`."""
+        return AsyncEventReader(self.blocking_redis(), self.layout, session_id=session_id,
+                                group=group, consumer=consumer, block_ms=block_ms,
+                                follow=follow, start=start, auto_ack=auto_ack)
+
+    async def ping(self) -> bool:
+        try:
+            return bool(await self.redis.ping())
+        except REDIS_DOWN as err:
+            raise unavailable(err) from err
+
+    def blocking_redis(self) -> redis.asyncio.Redis[str]:
+        if self._blocking is None:
+            self._blocking = make_async_redis(self.settings, blocking=True)
+        return self._blocking
+
+    async def aclose(self) -> None:
+        self.producer.close()
+        await self.redis.aclose()  # type: ignore[attr-defined]
+        if self._blocking is not None:
+            await self._blocking.aclose()  # type: ignore[attr-defined]
+
+    async def _enqueue(self, session_id: str, request: dict[str, Any]) -> AsyncJobHandle:
+        result = await self.jobs.enqueue(session_id, **request)
+        if result.must_send:
+            try:
+                await asyncio.to_thread(self.producer.send, result.job_id, result.route,
+                                        resend=result.upgraded)
+            except BrokerUnavailableError as err:
+                if result.upgraded:
+                    log.warning("could not re-send upgraded job %s: %s", result.job_id, err)
+                else:
+                    await self._fail_unsent(result.job_id, err)
+                    raise
+        return AsyncJobHandle(self, result.job_id, session_id, request["kind"],
+                              coalesced=result.coalesced, upgraded=result.upgraded,
+                              since=result.since)
+
+    async def _fail_unsent(self, job_id: str, err: BrokerUnavailableError) -> None:
+        with contextlib.suppress(CompactorError):  # as in CompactionClient._unsent
+            await self.jobs.finish(job_id, JobState.FAILED, error=str(err))

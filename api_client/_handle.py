@@ -1,0 +1,193 @@
+"""Job handles: wait for a job's completion event without polling, cancel it, read its record.
+
+``wait`` blocks in Redis (``XREAD BLOCK`` on the session's event stream, from the stream id that
+was current when the job was enqueued) until the job's completion event arrives, so it wakes as
+soon as the worker's ``finish`` commits, and costs nothing while it waits.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+from api_client._conn import REDIS_DOWN, unavailable
+from api_client._events import decode_event
+from api_client._wire import JobEvent, JobKind, JobRecord, JobState, PruneResult
+from api_client.errors import JobCancelledError, JobFailedError, JobTimeoutError
+
+if TYPE_CHECKING:
+    from api_client._client import AsyncCompactionClient, CompactionClient
+
+__all__ = ["AsyncJobHandle", "JobHandle", "JobResult"]
+
+# compact / branch_summary: the entry written (a branch summary with nothing to summarise only
+# moves the leaf: None); prune: a PruneResult.
+JobResult: TypeAlias = dict[str, Any] | PruneResult | None
+
+
+def outcome(kind: JobKind, job_id: str, state: JobState, entry: dict[str, Any] | None,
+            result: dict[str, Any] | None, error: str | None) -> JobResult:
+    """The value ``wait`` returns for a finished job, or the typed error it raises."""
+    if state is JobState.FAILED:
+        raise JobFailedError(error or "job failed", job_id=job_id)
+    if state is JobState.CANCELLED:
+        raise JobCancelledError(error or "Compaction cancelled", job_id=job_id)
+    if kind is JobKind.PRUNE:
+        return PruneResult.model_validate(result or {})
+    return entry
+
+
+def from_event(event: JobEvent) -> JobResult:
+    assert event.state is not None
+    return outcome(event.kind, event.job_id, event.state, event.entry, event.result, event.error)
+
+
+def from_record(record: JobRecord) -> JobResult:
+    return outcome(record.kind, record.id, record.state, record.entry, record.result, record.error)
+
+
+def completion_in(reply: Any, job_id: str) -> tuple[str | None, JobEvent | None]:
+    """(last stream id seen, this job's completion event if the batch holds it)."""
+    last: str | None = None
+    for stream_id, fields in (reply[0][1] if reply else ()):
+        last = stream_id
+        if isinstance(fields, Mapping) and fields.get("job") == job_id and fields.get("data"):
+            event = decode_event(stream_id, fields)
+            if event.terminal:
+                return last, event
+    return last, None
+
+
+def _block_ms(deadline: float | None) -> int | None:
+    """BLOCK argument for the next read: 0 = forever, None = time is up."""
+    if deadline is None:
+        return 0
+    remaining = deadline - time.monotonic()
+    return max(1, int(remaining * 1000)) if remaining > 0 else None
+
+
+def _timeout(job_id: str, timeout: float | None) -> JobTimeoutError:
+    return JobTimeoutError(f"job {job_id} did not finish within {timeout} s (it may still finish)",
+                           job_id=job_id)
+
+
+class JobHandle:
+    """A job just enqueued (or looked up with :meth:`CompactionClient.job`)."""
+
+    def __init__(self, client: CompactionClient, job_id: str, session_id: str, kind: JobKind, *,
+                 coalesced: bool = False, upgraded: bool = False, since: str | None = None) -> None:
+        self._client = client
+        self.id = job_id
+        self.session_id = session_id
+        self.kind = kind
+        self.coalesced = coalesced
+        self.upgraded = upgraded
+        self._since = since
+
+    def __repr__(self) -> str:
+        return f"<JobHandle {self.kind.value} {self.id} coalesced={self.coalesced}>"
+
+    def record(self) -> JobRecord:
+        return self._client.jobs.get(self.id)
+
+    def cancel(self) -> JobState:
+        """Cancel (queued: at once; running: the worker stops at its next check)."""
+        return self._client.jobs.request_cancel(self.id)
+
+    def wait(self, timeout: float | None = None) -> JobResult:
+        """Block until the job ends; return its result (see :data:`JobResult`).
+
+        Raises :class:`JobFailedError` (with the job's error text), :class:`JobCancelledError`,
+        or :class:`JobTimeoutError` after ``timeout`` seconds (None: wait for ever).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        stream = self._client.layout.session(self.session_id).events
+        since = self._since
+        if since is None:
+            record, since = self._record_and_cursor(stream)
+            if record.state.terminal:
+                return from_record(record)
+        blocking = self._client.blocking_redis()
+        while (block := _block_ms(deadline)) is not None:
+            try:
+                reply = blocking.xread({stream: since}, count=100, block=block)
+            except REDIS_DOWN as err:
+                raise unavailable(err) from err
+            last, event = completion_in(reply, self.id)
+            if event is not None:
+                return self._with_entry(from_event(event))
+            since = last or since
+        record = self.record()  # the event may have been trimmed away: the record still knows
+        if record.state.terminal:
+            return from_record(record)
+        raise _timeout(self.id, timeout)
+
+    def _with_entry(self, result: JobResult) -> JobResult:
+        # A worker that finished with only result_entry_id leaves the entry on the record.
+        if result is None and self.kind is JobKind.COMPACT:
+            return self.record().entry
+        return result
+
+    def _record_and_cursor(self, stream: str) -> tuple[JobRecord, str]:
+        # Read the stream's tail first: a completion after it is then surely in the stream.
+        try:
+            last = self._client.redis.xrevrange(stream, count=1)
+        except REDIS_DOWN as err:
+            raise unavailable(err) from err
+        return self.record(), (str(last[0][0]) if last else "0-0")
+
+
+class AsyncJobHandle:
+    """The asyncio twin of :class:`JobHandle`."""
+
+    def __init__(self, client: AsyncCompactionClient, job_id: str, session_id: str,
+                 kind: JobKind, *, coalesced: bool = False, upgraded: bool = False,
+                 since: str | None = None) -> None:
+        self._client = client
+        self.id = job_id
+        self.session_id = session_id
+        self.kind = kind
+        self.coalesced = coalesced
+        self.upgraded = upgraded
+        self._since = since
+
+    def __repr__(self) -> str:
+        return f"<AsyncJobHandle {self.kind.value} {self.id} coalesced={self.coalesced}>"
+
+    async def record(self) -> JobRecord:
+        return await self._client.jobs.get(self.id)
+
+    async def cancel(self) -> JobState:
+        return await self._client.jobs.request_cancel(self.id)
+
+    async def wait(self, timeout: float | None = None) -> JobResult:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        stream = self._client.layout.session(self.session_id).events
+        since = self._since
+        if since is None:
+            try:
+                last = await self._client.redis.xrevrange(stream, count=1)
+            except REDIS_DOWN as err:
+                raise unavailable(err) from err
+            since = str(last[0][0]) if last else "0-0"
+            record = await self.record()
+            if record.state.terminal:
+                return from_record(record)
+        blocking = self._client.blocking_redis()
+        while (block := _block_ms(deadline)) is not None:
+            try:
+                reply = await blocking.xread({stream: since}, count=100, block=block)
+            except REDIS_DOWN as err:
+                raise unavailable(err) from err
+            last_seen, event = completion_in(reply, self.id)
+            if event is not None:
+                result = from_event(event)
+                if result is None and self.kind is JobKind.COMPACT:
+                    return (await self.record()).entry
+                return result
+            since = last_seen or since
+        record = await self.record()
+        if record.state.terminal:
+            return from_record(record)
+        raise _timeout(self.id, timeout)
