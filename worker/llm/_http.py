@@ -124,11 +124,12 @@ class _GuardedBackend(httpcore.NetworkBackend):
 
 class _GuardedTransport(httpx.HTTPTransport):
     def __init__(self, limits: httpx.Limits) -> None:
-        super().__init__(limits=limits)
+        ssl_context = httpx.create_ssl_context()
+        super().__init__(verify=ssl_context, limits=limits)
         # httpx has no public hook for httpcore's network backend; the pool it built is replaced
         # by an equivalent one whose sockets are guarded. tests/llm cover the behaviour.
         self._pool = httpcore.ConnectionPool(
-            ssl_context=httpx.create_ssl_context(),
+            ssl_context=ssl_context,
             max_connections=limits.max_connections,
             max_keepalive_connections=limits.max_keepalive_connections,
             keepalive_expiry=limits.keepalive_expiry,

@@ -25,8 +25,9 @@ from worker.llm.types import CancelToken, SummaryRequest, Usage
 __all__ = ["ExtractiveProvider", "extractive_summary"]
 
 _LINE = 240
+_FILES_LINE = 4000  # the file lists (20 paths at most) are not cut at the usual line length
 _VERBATIM = 2000
-_CAPS = {"Goal": 8, "Constraints & Preferences": 8, "Progress/Done": 25, "Progress/In Progress": 5,
+_CAPS = {"Early Progress": 25, "Goal": 8, "Constraints & Preferences": 8, "Progress/Done": 25, "Progress/In Progress": 5,
          "Progress/Blocked": 6, "Next Steps": 5, "Critical Context": 16}
 _DEFAULT_CAP = 20
 _ORDER = ("Goal", "Constraints & Preferences", "Progress", "Progress/Done", "Progress/In Progress",
@@ -73,7 +74,7 @@ def extractive_summary(request: SummaryRequest) -> str:
 def _new_sections(facts: Facts, read: Sequence[str], modified: Sequence[str]) -> dict[str, list[str]]:
     open_request = facts.open_request
     sections: dict[str, list[str]] = {
-        "Goal": [f"- {first_line(r, _LINE)}" for r in facts.requests],
+        "Goal": [f"- {first_line(r, _LINE)}" for r in _goals(facts.requests)],
         "Constraints & Preferences": [f"- {clip(s, _LINE)}" for s in _constraints(facts.requests)],
         "Progress/Done": [f"- [x] {clip(s.describe(), _LINE)}" for s in facts.steps],
         "Progress/In Progress": [f"- [ ] {first_line(open_request, _LINE)}"] if open_request else [],
@@ -82,6 +83,12 @@ def _new_sections(facts: Facts, read: Sequence[str], modified: Sequence[str]) ->
         "Critical Context": _critical(facts, read, modified),
     }
     return sections
+
+
+def _goals(requests: Sequence[str]) -> list[str]:
+    """Requests that state work: not slash commands, not one-word replies ("ok", "ls")."""
+    goals = [r for r in requests if not r.lstrip().startswith("/") and len(r.split()) >= 4]
+    return goals or list(requests[:1])
 
 
 def _constraints(requests: Iterable[str]) -> list[str]:
@@ -159,7 +166,8 @@ def _cap(key: str, lines: list[str]) -> list[str]:
     limit = _CAPS.get(key, _DEFAULT_CAP)
     if key == "Critical Context":  # the verbatim request is kept whole; other lines are capped
         quoted = [ln for ln in lines if ln.startswith("> ") or ln == _PENDING]
-        return [*[clip(ln, _LINE) for ln in lines if ln not in quoted][-limit:], *quoted]
+        other = [clip(ln, _FILES_LINE if ln.startswith(_REPLACED[:2]) else _LINE) for ln in lines if ln not in quoted]
+        return [*other[-limit:], *quoted]
     lines = [clip(ln, _LINE) for ln in lines]
     if len(lines) <= limit:
         return lines
@@ -209,7 +217,7 @@ def _turn_prefix(facts: Facts, read: Sequence[str], modified: Sequence[str]) -> 
     request = facts.requests[0] if facts.requests else "(the turn began without a user request)"
     lines = ["## Original Request", clip(request, _VERBATIM), "", "## Early Progress"]
     steps = [f"- {clip(s.describe(), _LINE)}" for s in facts.steps]
-    lines.extend(_cap("Progress/Done", steps) or ["- (no tool calls yet)"])
+    lines.extend(_cap("Early Progress", steps) or ["- (no tool calls yet)"])
     lines += ["", "## Context for Suffix"]
     context = [ln for ln in _critical(facts, read, modified) if not ln.startswith("> ") and ln != _PENDING]
     context += [f"- Error seen: {clip(e, _LINE)}" for e in facts.errors[-5:]]
@@ -218,11 +226,11 @@ def _turn_prefix(facts: Facts, read: Sequence[str], modified: Sequence[str]) -> 
 
 
 def _short(facts: Facts, merged_summary: str | None, modified: Sequence[str]) -> str:
-    goal = first_line(facts.requests[0], 160) if facts.requests else ""
-    if not goal and merged_summary:
-        goals = parse_sections(merged_summary).get("Goal", [])
-        goal = first_line(goals[0].lstrip("- "), 160) if goals else ""
-    goal = goal.rstrip(" .?!:;") or "the requested task"
+    goals = parse_sections(merged_summary).get("Goal", []) if merged_summary else []
+    goal = goals[0].lstrip("-* ").strip() if goals else ""
+    if not goal and facts.requests:
+        goal = _goals(facts.requests)[0]
+    goal = _first_sentence(goal).rstrip(" .?!:;…") or "the requested task"
     sentences = [f"I worked on: {goal}."]
     if modified:
         more = f" and {len(modified) - 3} more files" if len(modified) > 3 else ""
@@ -230,3 +238,9 @@ def _short(facts: Facts, merged_summary: str | None, modified: Sequence[str]) ->
     else:
         sentences.append("I made no file changes.")
     return " ".join(sentences).replace("?", ".")
+
+
+def _first_sentence(text: str) -> str:
+    line = first_line(text, 400)
+    found = re.search(r"[.!?](\s|$)", line)
+    return clip(line[: found.start() + 1] if found else line, 160)

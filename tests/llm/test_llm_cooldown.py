@@ -1,0 +1,73 @@
+"""The circuit breaker stores: the same rules in memory and in Redis; Redis trouble fails open."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import redis
+
+from worker.llm.cooldown import CooldownStore, MemoryCooldownStore, RedisCooldownStore
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_memory_store_threshold_window_and_expiry() -> None:
+    clock = Clock()
+    store = MemoryCooldownStore(threshold=3, window_s=10, cooldown_s=30, clock=clock)
+    assert [store.record_failure("a"), store.record_failure("a")] == [False, False]
+    clock.now += 11  # the window ran out: counting starts again
+    assert [store.record_failure("a"), store.record_failure("a"), store.record_failure("a")] == [False, False, True]
+    assert store.is_cooling("a") and not store.is_cooling("b")
+    clock.now += 29
+    assert store.is_cooling("a")
+    clock.now += 2
+    assert not store.is_cooling("a")
+
+
+def test_success_resets_the_count() -> None:
+    store = MemoryCooldownStore(threshold=2, clock=Clock())
+    store.record_failure("a")
+    store.record_success("a")
+    assert store.record_failure("a") is False
+
+
+def test_redis_store_shares_state_and_expires(redis_url: str) -> None:
+    one = RedisCooldownStore(redis.Redis.from_url(redis_url), threshold=2, window_s=5, cooldown_s=0.3, prefix="t:")
+    two: CooldownStore = RedisCooldownStore(redis.Redis.from_url(redis_url), threshold=2, window_s=5,
+                                            cooldown_s=0.3, prefix="t:")
+    assert one.record_failure("m") is False
+    assert two.record_failure("m") is True  # counted together
+    assert one.is_cooling("m") and two.is_cooling("m")
+    client = redis.Redis.from_url(redis_url)
+    assert client.exists("t:fail:m") == 0 and 0 < client.pttl("t:cool:m") <= 300
+    time.sleep(0.35)
+    assert not one.is_cooling("m")
+
+
+def test_redis_failure_window_has_an_expiry(redis_url: str) -> None:
+    store = RedisCooldownStore(redis.Redis.from_url(redis_url), threshold=5, window_s=2, prefix="t:")
+    store.record_failure("m")
+    store.record_failure("m")
+    client = redis.Redis.from_url(redis_url)
+    assert client.get("t:fail:m") == b"2" and 0 < client.pttl("t:fail:m") <= 2000
+
+
+def test_redis_outage_fails_open(own_redis: Any, caplog: pytest.LogCaptureFixture) -> None:
+    store = RedisCooldownStore(redis.Redis.from_url(own_redis.url, socket_timeout=0.5, socket_connect_timeout=0.5),
+                               threshold=1, prefix="t:")
+    assert store.record_failure("m") is True and store.is_cooling("m")
+    own_redis.stop()
+    started = time.monotonic()
+    assert store.is_cooling("m") is False
+    assert store.record_failure("m") is False
+    store.record_success("m")
+    assert time.monotonic() - started < 5
+    assert "cooldown" in caplog.text
