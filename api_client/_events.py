@@ -146,6 +146,7 @@ class EventReader(_ReaderBase):
                 if self.group and self.auto_ack:
                     self._unacked = event.stream_id
                 yield event
+        self._flush_ack()  # the last event was processed when the caller asks for more
 
     def _tail_batches(self) -> Iterator[list[JobEvent]]:
         last = self._call(self.redis.xrevrange, self.stream, count=1)
@@ -234,6 +235,7 @@ class AsyncEventReader(_ReaderBase):
                 if self.group and self.auto_ack:
                     self._unacked = event.stream_id
                 yield event
+        await self._flush_ack()
 
     async def _tail_batches(self) -> AsyncIterator[list[JobEvent]]:
         last = await self._call(self.redis.xrevrange, self.stream, count=1)

@@ -1,0 +1,267 @@
+"""JobStore: single-flight enqueue, upgrades, record lifecycle, leases, exactly-once finish."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import redis
+
+from api_client import (
+    ClientSettings,
+    CompactionClient,
+    EventType,
+    InvalidIdError,
+    InvalidRequestError,
+    JobConflictError,
+    JobEvent,
+    JobNotFoundError,
+    JobState,
+    JobStore,
+    LeaseOutcome,
+    PruneResult,
+    TokenUsage,
+    failure_message,
+    route_for,
+    terminal_event_type,
+)
+from api_client._wire import CompactReason, JobKind
+
+
+@pytest.fixture
+def jobs(client: CompactionClient) -> JobStore:
+    client.sessions.create("s1")
+    return client.jobs
+
+
+def session_events(raw: redis.Redis[str], sid: str = "s1") -> list[tuple[str, str]]:
+    return [(f["type"], f["job"]) for _, f in raw.xrange(f"compactor:session:{{{sid}}}:events")]
+
+
+def test_second_request_of_a_kind_coalesces_into_the_queued_job(jobs: JobStore) -> None:
+    first = jobs.enqueue("s1", "compact", reason="manual", instructions="focus")
+    second = jobs.enqueue("s1", "compact", reason="manual", instructions="other")
+    other_kind = jobs.enqueue("s1", "prune")
+    other_session = jobs.enqueue("s2", "compact")
+    assert (first.outcome, first.coalesced, first.must_send) == ("created", False, True)
+    assert (second.job_id, second.outcome, second.must_send) == (first.job_id, "coalesced", False)
+    assert len({first.job_id, other_kind.job_id, other_session.job_id}) == 3
+    assert jobs.get(first.job_id).instructions == "focus"  # the job in flight keeps its request
+
+
+def test_running_job_still_coalesces_and_a_finished_one_does_not(jobs: JobStore) -> None:
+    first = jobs.enqueue("s1", "prune")
+    jobs.acquire_lease(first.job_id, "w1", 30)
+    assert jobs.mark_running(first.job_id) == 1
+    again = jobs.enqueue("s1", "prune")
+    assert (again.job_id, again.state) == (first.job_id, JobState.RUNNING)
+    jobs.finish(first.job_id, "succeeded", result={"prunedEntryIds": [], "tokensSaved": 0})
+    fresh = jobs.enqueue("s1", "prune")
+    assert fresh.outcome == "created" and fresh.job_id != first.job_id
+
+
+@pytest.mark.parametrize(
+    ("first", "then", "outcome", "priority", "queue"),
+    [
+        ("manual", "overflow", "upgraded", 0, "compactor.urgent"),
+        ("threshold", "overflow", "upgraded", 0, "compactor.urgent"),
+        ("manual", "threshold", "upgraded", 3, "compactor.compact"),
+        ("overflow", "manual", "coalesced", 0, "compactor.urgent"),
+        ("threshold", "manual", "coalesced", 3, "compactor.compact"),
+        ("overflow", "overflow", "coalesced", 0, "compactor.urgent"),
+    ],
+)
+def test_more_urgent_compaction_upgrades_a_queued_job(jobs: JobStore, first: str, then: str,
+                                                      outcome: str, priority: int,
+                                                      queue: str) -> None:
+    a = jobs.enqueue("s1", "compact", reason=first)
+    b = jobs.enqueue("s1", "compact", reason=then)
+    assert (b.job_id, b.outcome) == (a.job_id, outcome)
+    record = jobs.get(a.job_id)
+    assert (record.priority, record.queue) == (priority, queue)
+    if outcome == "upgraded":
+        assert record.reason == then and b.route == route_for(JobKind.COMPACT, CompactReason(then))
+
+
+def test_overflow_does_not_upgrade_a_running_job(jobs: JobStore) -> None:
+    a = jobs.enqueue("s1", "compact", reason="threshold")
+    jobs.mark_running(a.job_id)
+    b = jobs.enqueue("s1", "compact", reason="overflow")
+    assert (b.job_id, b.outcome, b.upgraded) == (a.job_id, "coalesced", False)
+    assert jobs.get(a.job_id).priority == 3
+
+
+def test_branch_summary_to_another_target_is_a_conflict(jobs: JobStore) -> None:
+    a = jobs.enqueue("s1", "branch_summary", target_id="t1")
+    assert jobs.enqueue("s1", "branch_summary", target_id="t1").job_id == a.job_id
+    with pytest.raises(JobConflictError) as info:
+        jobs.enqueue("s1", "branch_summary", target_id="t2")
+    assert info.value.job_id == a.job_id
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"kind": "compress"}, InvalidRequestError),
+        ({"kind": "compact", "reason": "speculative"}, InvalidRequestError),
+        ({"kind": "branch_summary"}, InvalidRequestError),
+        ({"kind": "compact", "session_id": "a b"}, InvalidIdError),
+    ],
+)
+def test_bad_requests_are_refused_before_redis(jobs: JobStore, kwargs: dict[str, str],
+                                               error: type[Exception]) -> None:
+    with pytest.raises(error):
+        jobs.enqueue(**{"session_id": "s1", **kwargs})
+    assert jobs.redis.keys("compactor:session:{s1}:job:*") == []
+
+
+def test_record_lifecycle_and_ttl(jobs: JobStore, raw: redis.Redis[str]) -> None:
+    a = jobs.enqueue("s1", "compact", reason="threshold", instructions="keep paths")
+    record = jobs.get(a.job_id)
+    assert (record.state, record.kind, record.session_id, record.reason, record.attempts) == (
+        JobState.QUEUED, JobKind.COMPACT, "s1", CompactReason.THRESHOLD, 0)
+    assert record.created_at.endswith("Z") and record.started_at is None
+    assert raw.ttl(jobs.layout.job(a.job_id).record) > 0  # a job never run cannot linger
+    assert jobs.acquire_lease(a.job_id, "w1", 30) is LeaseOutcome.ACQUIRED
+    assert jobs.mark_running(a.job_id) == 1
+    assert jobs.mark_running(a.job_id) == 2  # a redelivery counts another attempt
+    started = jobs.get(a.job_id).started_at
+    entry = {"type": "compaction", "id": "c0ffee00", "summary": "S", "tokensBefore": 9}
+    assert jobs.finish(a.job_id, "succeeded", entry=entry, model="p/m",
+                       usage=TokenUsage(input=10, output=2), tokens_before=9, tokens_after=3)
+    done = jobs.get(a.job_id)
+    assert (done.state, done.attempts, done.started_at, done.entry, done.result_entry_id) == (
+        JobState.SUCCEEDED, 2, started, entry, "c0ffee00")
+    assert (done.model, done.usage) == ("p/m", TokenUsage(input=10, output=2))
+    ttl = raw.ttl(jobs.layout.job(a.job_id).record)
+    assert 0 < ttl <= ClientSettings().job_ttl_s
+    assert raw.get("compactor:session:{s1}:inflight:compact") is None
+    assert raw.exists(jobs.layout.job(a.job_id).lease) == 0
+
+
+def test_finished_record_expires(redis_url: str) -> None:
+    client = CompactionClient(ClientSettings(redis_url=redis_url, job_ttl_s=1))
+    a = client.jobs.enqueue("s1", "prune")
+    client.jobs.finish(a.job_id, "failed", error="x")
+    deadline = time.monotonic() + 5
+    while client.redis.exists(client.layout.job(a.job_id).record) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    with pytest.raises(JobNotFoundError):
+        client.jobs.get(a.job_id)
+    client.close()
+
+
+def test_finish_happens_once_with_one_completion_event(jobs: JobStore,
+                                                       raw: redis.Redis[str]) -> None:
+    a = jobs.enqueue("s1", "compact", reason="overflow")
+    jobs.mark_running(a.job_id)
+    assert jobs.finish(a.job_id, "failed", error=failure_message("overflow", "boom"))
+    assert not jobs.finish(a.job_id, "succeeded", entry={"id": "x"})
+    assert not jobs.finish(a.job_id, "failed", error="again")
+    record = jobs.get(a.job_id)
+    assert (record.state, record.error) == (JobState.FAILED,
+                                            "Context overflow recovery failed: boom")
+    assert session_events(raw) == [("compaction_end", a.job_id)]
+    assert [f["job"] for _, f in raw.xrange("compactor:events")] == [a.job_id]
+    event = JobEvent.model_validate_json(raw.xrange("compactor:session:{s1}:events")[0][1]["data"])
+    assert (event.state, event.error, event.aborted, event.attempt) == (
+        JobState.FAILED, "Context overflow recovery failed: boom", False, 1)
+
+
+def test_finish_refuses_a_non_terminal_state(jobs: JobStore) -> None:
+    a = jobs.enqueue("s1", "prune")
+    with pytest.raises(InvalidRequestError):
+        jobs.finish(a.job_id, "running")
+    assert jobs.get(a.job_id).state is JobState.QUEUED
+
+
+def test_leases(jobs: JobStore, raw: redis.Redis[str]) -> None:
+    a = jobs.enqueue("s1", "prune")
+    assert jobs.acquire_lease(a.job_id, "w1", 30) is LeaseOutcome.ACQUIRED
+    assert jobs.acquire_lease(a.job_id, "w2", 30) is LeaseOutcome.HELD
+    assert jobs.acquire_lease(a.job_id, "w1", 30) is LeaseOutcome.ACQUIRED  # re-entrant
+    assert jobs.renew_lease(a.job_id, "w1", 60) and not jobs.renew_lease(a.job_id, "w2", 60)
+    assert 30_000 < raw.pttl(jobs.layout.job(a.job_id).lease) <= 60_000
+    assert not jobs.release_lease(a.job_id, "w2")
+    assert jobs.release_lease(a.job_id, "w1")
+    assert jobs.acquire_lease(a.job_id, "w2", 0.05) is LeaseOutcome.ACQUIRED
+    time.sleep(0.15)  # an expired lease (dead worker) is free again
+    assert jobs.acquire_lease(a.job_id, "w3", 30) is LeaseOutcome.ACQUIRED
+    jobs.finish(a.job_id, "succeeded", result=PruneResult(tokens_saved=5).to_wire())
+    assert jobs.acquire_lease(a.job_id, "w4", 30) is LeaseOutcome.FINISHED
+    assert jobs.mark_running(a.job_id) is None
+
+
+def test_unknown_jobs(jobs: JobStore) -> None:
+    missing = "s1:0123456789abcdef"
+    for call in (lambda: jobs.get(missing), lambda: jobs.request_cancel(missing),
+                 lambda: jobs.acquire_lease(missing, "w", 1), lambda: jobs.mark_running(missing),
+                 lambda: jobs.finish(missing, "failed", error="x")):
+        with pytest.raises(JobNotFoundError):
+            call()
+    with pytest.raises(InvalidIdError):
+        jobs.get("not-a-job-id")
+
+
+def test_cancel_a_queued_job_ends_it_at_once(jobs: JobStore, raw: redis.Redis[str]) -> None:
+    a = jobs.enqueue("s1", "prune")
+    assert jobs.request_cancel(a.job_id) is JobState.CANCELLED
+    assert jobs.get(a.job_id).state is JobState.CANCELLED
+    assert session_events(raw) == [("cancelled", a.job_id)]
+    assert jobs.enqueue("s1", "prune").outcome == "created"
+    assert jobs.request_cancel(a.job_id) is JobState.CANCELLED  # idempotent, no second event
+    assert len(session_events(raw)) == 1
+
+
+def test_cancel_a_running_job_asks_the_worker(jobs: JobStore, raw: redis.Redis[str]) -> None:
+    a = jobs.enqueue("s1", "compact")
+    jobs.mark_running(a.job_id)
+    assert not jobs.is_cancel_requested(a.job_id)
+    assert jobs.request_cancel(a.job_id) is JobState.RUNNING
+    assert jobs.is_cancel_requested(a.job_id) and jobs.get(a.job_id).cancel_requested
+    assert session_events(raw) == []
+    jobs.finish(a.job_id, "cancelled", error="Compaction cancelled")
+    event = JobEvent.model_validate_json(raw.xrange("compactor:session:{s1}:events")[0][1]["data"])
+    assert (event.type, event.aborted, event.state) == (EventType.COMPACTION_END, True,
+                                                        JobState.CANCELLED)
+
+
+@pytest.mark.parametrize(
+    ("kind", "state", "event"),
+    [
+        ("compact", "succeeded", "compaction_end"),
+        ("compact", "failed", "compaction_end"),
+        ("compact", "cancelled", "compaction_end"),
+        ("prune", "succeeded", "prune_end"),
+        ("prune", "failed", "failed"),
+        ("prune", "cancelled", "cancelled"),
+        ("branch_summary", "succeeded", "session_tree"),
+        ("branch_summary", "failed", "failed"),
+        ("branch_summary", "cancelled", "cancelled"),
+    ],
+)
+def test_terminal_event_types(kind: str, state: str, event: str) -> None:
+    assert terminal_event_type(JobKind(kind), JobState(state)) == EventType(event)
+
+
+@pytest.mark.parametrize(
+    ("reason", "message", "text"),
+    [
+        ("overflow", "429", "Context overflow recovery failed: 429"),
+        ("threshold", "timeout", "Auto-compaction failed: timeout"),
+        ("threshold", None, "Auto-compaction failed: compaction failed"),
+        ("manual", "Nothing to compact (session too small)", "Nothing to compact (session too small)"),
+    ],
+)
+def test_failure_messages_follow_the_reference(reason: str, message: str | None, text: str) -> None:
+    assert failure_message(reason, message) == text
+
+
+def test_record_fields_round_trip_through_redis(jobs: JobStore, raw: redis.Redis[str]) -> None:
+    a = jobs.enqueue("s1", "branch_summary", target_id="t1", instructions="ünïcode")
+    fields = raw.hgetall(jobs.layout.job(a.job_id).record)
+    assert fields["targetId"] == "t1" and fields["instructions"] == "ünïcode"
+    assert fields["kind"] == "branch_summary" and "reason" not in fields
+    jobs.finish(a.job_id, "succeeded", entry=None, result_entry_id=None)
+    assert json.loads(raw.xrange("compactor:events")[0][1]["data"])["type"] == "session_tree"

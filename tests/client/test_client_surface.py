@@ -1,0 +1,130 @@
+"""The package surface: public names, cheap import, settings, should_compact, routing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import api_client
+from api_client import ClientSettings, CompactReason, JobKind, route_for, should_compact
+
+PUBLIC = {
+    "BROKER_TRANSPORT_OPTIONS", "PRIORITY_BRANCH", "PRIORITY_MANUAL", "PRIORITY_OVERFLOW",
+    "PRIORITY_PRUNE", "PRIORITY_THRESHOLD", "QUEUES", "QUEUE_BRANCH", "QUEUE_COMPACT",
+    "QUEUE_PRUNE", "QUEUE_URGENT", "TASK_BRANCH_SUMMARY", "TASK_COMPACT", "TASK_NAMES",
+    "TASK_PRUNE",
+    "AlreadyCompactedError", "AsyncCompactionClient", "AsyncEventReader", "AsyncJobHandle",
+    "AsyncJobStore", "AsyncSessionStore", "BrokerUnavailableError", "ClientError",
+    "ClientSettings", "CompactReason", "CompactionClient", "CompactorError",
+    "ConfigurationError", "DanglingParentError", "EnqueueResult", "EntryExistsError",
+    "EntryNotFoundError", "EventPublisher", "EventReader", "EventType", "HookError",
+    "InvalidIdError", "InvalidRequestError", "JobCancelledError", "JobConflictError",
+    "JobError", "JobEvent", "JobFailedError", "JobHandle", "JobKind", "JobNotFoundError",
+    "JobRecord", "JobState", "JobStore", "JobTimeoutError", "KeyLayout", "LeaseOutcome",
+    "ModelError", "NothingToCompactError", "PlanError", "PruneResult", "Route",
+    "SessionCycleError", "SessionError", "SessionExistsError", "SessionFormatError",
+    "SessionNotFoundError", "SessionStore", "Snapshot", "StaleSnapshotError", "TokenUsage",
+    "failure_message", "is_context_overflow", "route_for", "should_compact",
+    "terminal_event_type",
+}
+
+
+def test_public_names_are_pinned() -> None:
+    assert set(api_client.__all__) == PUBLIC
+    assert len(api_client.__all__) == len(PUBLIC)
+
+
+@pytest.mark.parametrize("name", sorted(PUBLIC))
+def test_every_public_name_resolves(name: str) -> None:
+    assert getattr(api_client, name) is not None
+
+
+def test_unknown_attribute() -> None:
+    with pytest.raises(AttributeError):
+        api_client.NoSuchThing  # type: ignore[attr-defined]  # noqa: B018
+
+
+def _modules_after(code: str) -> set[str]:
+    out = subprocess.run(
+        [sys.executable, "-c", f"import sys\n{code}\nimport json; print(json.dumps(sorted(sys.modules)))"],
+        capture_output=True, text=True, check=True, cwd=Path(__file__).parent,
+    ).stdout
+    return set(json.loads(out.splitlines()[-1]))
+
+
+HEAVY = ("worker", "tiktoken", "httpx", "redis", "celery", "kombu", "pydantic")
+
+
+@pytest.mark.parametrize(
+    ("code", "allowed"),
+    [
+        ("import api_client", ()),
+        ("from api_client import should_compact, is_context_overflow", ()),
+        ("from api_client import CompactionClient", ("redis", "pydantic")),
+    ],
+)
+def test_importing_the_client_stays_cheap(code: str, allowed: tuple[str, ...]) -> None:
+    loaded = {m.split(".")[0] for m in _modules_after(code)}
+    assert sorted(set(HEAVY) - set(allowed) & loaded) == []
+
+
+@pytest.mark.parametrize(
+    ("tokens", "window", "settings", "due"),
+    [
+        (100_000, 128_000, None, False),
+        (111_616, 128_000, None, False),          # exactly window - reserve: not strictly greater
+        (111_617, 128_000, None, True),
+        (200_000, 0, None, False),                 # Q16: unknown window never triggers
+        (200_000, -1, None, False),
+        (0, 16_384, None, False),                  # window == reserve: 0 > 0 is false
+        (1, 16_384, None, True),
+        (0, 10_000, None, True),                   # reserve above the window: always due
+        (50_001, 60_000, ClientSettings(reserve_tokens=10_000), True),
+        (50_000, 60_000, ClientSettings(reserve_tokens=10_000), False),
+        (999_999, 60_000, ClientSettings(compaction_enabled=False), False),
+    ],
+)
+def test_should_compact(tokens: int, window: int, settings: ClientSettings | None,
+                        due: bool) -> None:
+    assert should_compact(tokens, window, settings) is due
+
+
+def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_text("COMPACTOR_KEY_PREFIX=fromfile\nCOMPACTOR_RESERVE_TOKENS=5\n")
+    monkeypatch.setenv("COMPACTOR_REDIS_URL", "redis://example:6379/2")
+    monkeypatch.setenv("COMPACTOR_RESERVE_TOKENS", "7")
+    s = ClientSettings()
+    assert (s.redis_url, s.key_prefix, s.reserve_tokens) == ("redis://example:6379/2", "fromfile", 7)
+    assert s.resolved_broker_url == s.resolved_result_backend == "redis://example:6379/2"
+    monkeypatch.setenv("COMPACTOR_BROKER_URL", "redis://broker:6379/0")
+    assert ClientSettings().resolved_broker_url == "redis://broker:6379/0"
+    assert ClientSettings().connect_timeout_s + ClientSettings().socket_timeout_s <= 2.0
+
+
+@pytest.mark.parametrize("prefix", ["", "a{b}", "has space"])
+def test_settings_reject_prefixes_that_break_hash_tags(prefix: str) -> None:
+    with pytest.raises(ValueError, match="key_prefix"):
+        ClientSettings(key_prefix=prefix)
+
+
+@pytest.mark.parametrize(
+    ("kind", "reason", "queue", "priority"),
+    [
+        ("compact", "overflow", "compactor.urgent", 0),
+        ("compact", "threshold", "compactor.compact", 3),
+        ("compact", "manual", "compactor.compact", 6),
+        ("compact", None, "compactor.compact", 6),
+        ("prune", None, "compactor.prune", 6),
+        ("branch_summary", None, "compactor.branch", 3),
+    ],
+)
+def test_routes(kind: str, reason: str | None, queue: str, priority: int) -> None:
+    route = route_for(JobKind(kind), CompactReason(reason) if reason else None)
+    assert (route.queue, route.priority) == (queue, priority)
+    assert priority in api_client.BROKER_TRANSPORT_OPTIONS["priority_steps"]
+    assert route.queue in api_client.QUEUES and route.task in api_client.TASK_NAMES.values()
