@@ -41,7 +41,9 @@ def _options(settings: ClientSettings, blocking: bool) -> dict[str, Any]:
         "socket_connect_timeout": settings.connect_timeout_s,
         # Blocking reads (XREAD BLOCK) may wait longer than any command timeout.
         "socket_timeout": None if blocking else settings.socket_timeout_s,
-        "retry": Retry(NoBackoff(), 1),
+        # One immediate retry on a dropped connection; a timed-out command is not re-sent
+        # (it may have run, and the request path has no time for a second wait).
+        "retry": Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)),
         "health_check_interval": 0,
     }
 
@@ -52,7 +54,9 @@ def make_redis(settings: ClientSettings, *, blocking: bool = False) -> redis.Red
 
 def make_async_redis(settings: ClientSettings, *, blocking: bool = False) -> redis.asyncio.Redis[str]:
     options = _options(settings, blocking)
-    options["retry"] = redis.asyncio.retry.Retry(NoBackoff(), 1)
+    options["retry"] = redis.asyncio.retry.Retry(
+        NoBackoff(), 1, supported_errors=(redis.ConnectionError,)
+    )
     return redis.asyncio.Redis.from_url(settings.redis_url, **options)
 
 

@@ -228,3 +228,18 @@ def test_broker_down_fails_the_job_record(redis_url: str) -> None:
         assert record["state"] == "failed" and "broker unavailable" in record["error"]
         # The failed job does not hold the single-flight slot.
         assert client.redis.get("compactor:session:{s1}:inflight:compact") is None
+
+
+@pytest.mark.parametrize("hung", ["redis", "broker"])
+def test_a_server_that_never_answers_fails_fast(redis_url: str, hung: str) -> None:
+    with socket.socket() as silent:  # accepts connections (kernel backlog), never replies
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        url = f"redis://127.0.0.1:{silent.getsockname()[1]}/0"
+        settings = (ClientSettings(redis_url=url) if hung == "redis"
+                    else ClientSettings(redis_url=redis_url, broker_url=url))
+        with CompactionClient(settings) as client:
+            started = time.monotonic()
+            with pytest.raises(BrokerUnavailableError):
+                client.compact("s1")
+            assert time.monotonic() - started <= 2.0
