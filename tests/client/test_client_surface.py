@@ -128,3 +128,14 @@ def test_routes(kind: str, reason: str | None, queue: str, priority: int) -> Non
     assert (route.queue, route.priority) == (queue, priority)
     assert priority in api_client.BROKER_TRANSPORT_OPTIONS["priority_steps"]
     assert route.queue in api_client.QUEUES and route.task in api_client.TASK_NAMES.values()
+
+
+def test_from_env_builds_a_working_client(monkeypatch: pytest.MonkeyPatch, redis_url: str) -> None:
+    monkeypatch.setenv("COMPACTOR_REDIS_URL", redis_url)
+    monkeypatch.setenv("COMPACTOR_KEY_PREFIX", "envprefix")
+    with api_client.CompactionClient.from_env(send_sent_event=False) as client:
+        assert client.ping()
+        sid = client.sessions.create("s1")
+        handle = client.compact(sid)
+        assert client.redis.exists("envprefix:session:{s1}:header")
+        assert handle.record().state is api_client.JobState.QUEUED
