@@ -143,8 +143,8 @@ def test_remote_endpoint_failures(llm_server: FakeLLMServer, http: HttpContext, 
 @pytest.mark.parametrize(
     ("url", "allowed"),
     [("https://summarizer.example.com/v1", True), ("http://127.0.0.1:9/x", True), ("http://localhost/x", True),
-     ("http://[::1]:80/x", True), ("http://summarizer.example.com/v1", False), ("http://10.0.0.5/x", False),
-     ("ftp://127.0.0.1/x", False)],
+     ("http://[::1]:80/x", True), ("http://summarizer.example.com/v1", False), ("http://10.0.0.5/x", False)
+],
 )
 def test_remote_endpoint_requires_https_off_loopback(url: str, allowed: bool) -> None:
     settings = LlmSettings(models=[ModelCandidate(provider="remote", base_url=url)])

@@ -68,6 +68,8 @@ def test_secrets_are_not_shown() -> None:
         {"provider": "openai", "model": "m", "context_window": 0},
         {"provider": "openai", "model": "m", "timeout_s": 0},
         {"provider": "openai", "model": "m", "temperature": 0.2},  # unknown keys are refused
+        {"provider": "openai", "model": "m", "base_url": "127.0.0.1:8080/v1"},  # no scheme
+        {"provider": "remote", "base_url": "file:///tmp/x"},
     ],
 )
 def test_invalid_candidates(spec: dict[str, object]) -> None:

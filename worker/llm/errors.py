@@ -22,6 +22,7 @@ __all__ = [
     "AttemptBudgetExhausted",
     "AuthenticationFailed",
     "BadRequest",
+    "CandidateCoolingDown",
     "ConnectionFailed",
     "ContextOverflow",
     "EmptyOutput",
@@ -145,6 +146,10 @@ class MissingCredentials(ModelCallError):
 
 class SummaryNotSmaller(ModelCallError):
     kind = "permanent"  # the chunked path produced a summary not smaller than its input
+
+
+class CandidateCoolingDown(ModelCallError):
+    kind = "permanent"  # skipped: the circuit breaker has this candidate cooling down
 
 
 class AttemptBudgetExhausted(ModelCallError):

@@ -21,6 +21,7 @@ from worker.llm.cooldown import CooldownStore, MemoryCooldownStore
 from worker.llm.errors import (
     AllCandidatesFailedError,
     AttemptBudgetExhausted,
+    CandidateCoolingDown,
     ContextOverflow,
     ModelCallError,
     ModelCancelledError,
@@ -123,7 +124,7 @@ class Router:
     def _refusal(self, provider: Provider, call: _Call) -> ModelCallError | None:
         who: Who = {"provider": provider.candidate.provider, "model": provider.candidate.model}
         if provider.uses_http and self.cooldown.is_cooling(provider.candidate.cooldown_key):
-            return ModelCallError("cooling down after repeated failures", **who)
+            return CandidateCoolingDown("cooling down after repeated failures", **who)
         if provider.uses_http and call.budget.used >= call.budget.limit:
             return AttemptBudgetExhausted(f"the job's budget of {call.budget.limit} model attempts is spent", **who)
         return provider.problem()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -53,6 +54,10 @@ class ModelCandidate(BaseModel):
             raise ValueError(f"a {self.provider} candidate needs a model")
         if self.provider == "remote" and not self.base_url:
             raise ValueError("a remote candidate needs base_url (the endpoint URL)")
+        if self.base_url is not None:
+            parts = urlsplit(self.base_url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"base_url must be an http(s) URL with a host: {self.base_url!r}")
         return self
 
     @property
