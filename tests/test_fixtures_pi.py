@@ -105,5 +105,5 @@ def test_branch_collection_over_the_whole_path(pi_file: Path) -> None:
     assert collection.common_ancestor_id == target
     assert [e.id for e in collection.entries] == [e.id for e in session.entries[11:]]
     prep = prepare_branch_entries(collection.entries, 128_000 - 16_384, get_tokenizer("estimate"))
-    assert 0 < prep.total_tokens
+    assert prep.total_tokens > 0
     assert list(prep.included_entry_ids) == [i for i in prep.included_entry_ids if i in {e.id for e in collection.entries}]

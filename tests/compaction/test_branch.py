@@ -1,6 +1,6 @@
 import pytest
-from helpers.sessions import TS, assistant, chain, chars, tool_result, tree, user
 
+from helpers.sessions import TS, assistant, chain, chars, tool_result, tree, user
 from worker.compaction.branch import (
     branch_budget,
     branch_destination,

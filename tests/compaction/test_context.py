@@ -1,6 +1,6 @@
 import pytest
-from helpers.sessions import assistant, chain, tree, user
 
+from helpers.sessions import assistant, chain, tree, user
 from worker.compaction.context import build_session_context
 
 

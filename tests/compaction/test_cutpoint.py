@@ -1,6 +1,6 @@
 import pytest
-from helpers.sessions import assistant, chain, chars, tool_result, user
 
+from helpers.sessions import assistant, chain, chars, tool_result, user
 from worker.compaction.cutpoint import (
     CutPoint,
     find_cut_point,

@@ -1,6 +1,6 @@
 import pytest
-from helpers.sessions import assistant, chain, chars, user
 
+from helpers.sessions import assistant, chain, chars, user
 from worker.compaction.prepare import (
     CompactionSettings,
     context_tokens,

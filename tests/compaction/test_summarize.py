@@ -3,9 +3,9 @@
 import threading
 
 import pytest
-from helpers.sessions import assistant, chain, chars, user
 
 from api_client.errors import ModelError
+from helpers.sessions import assistant, chain, chars, user
 from worker.compaction.prepare import CompactionSettings, prepare_compaction
 from worker.compaction.prompts import BRANCH_MAX_TOKENS, branch_preamble
 from worker.compaction.summarize import (

@@ -1,6 +1,6 @@
 import pytest
-from helpers.sessions import assistant, chars, tool_result, user
 
+from helpers.sessions import assistant, chars, tool_result, user
 from worker.compaction.tokens import EstimateTokenizer, TiktokenTokenizer, get_tokenizer
 
 IMAGE = {"type": "image", "data": "AAAA", "mimeType": "image/png"}

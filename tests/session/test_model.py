@@ -3,7 +3,12 @@ import json
 
 import pytest
 
-from api_client.errors import DanglingParentError, EntryNotFoundError, SessionCycleError, SessionFormatError
+from api_client.errors import (
+    DanglingParentError,
+    EntryNotFoundError,
+    SessionCycleError,
+    SessionFormatError,
+)
 from api_client.session import CompactionEntry, MessageEntry, UnknownEntry, load_session
 from helpers.sessions import chain, tree, user
 
