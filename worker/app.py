@@ -1,0 +1,142 @@
+"""The Celery app, built from :class:`WorkerSettings`.
+
+``celery -A worker.app worker`` finds :data:`app` (built on first access from the environment);
+``compactor worker`` does the same with a clean error for bad settings. Tests and the demo call
+:func:`create_app` with their own settings.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from celery import Celery, bootsteps
+from kombu.entity import Queue
+
+from api_client._wire import BROKER_TRANSPORT_OPTIONS, QUEUE_COMPACT, QUEUES
+from worker.llm import Summarizer
+from worker.service import Runtime, build_runtime
+from worker.settings import WorkerSettings, check_startup
+
+__all__ = ["CompactorCelery", "broker_transport_options", "create_app"]
+
+log = logging.getLogger("worker.app")
+
+
+class CompactorCelery(Celery):  # type: ignore[misc]
+    """A Celery app that carries its settings and one job runtime per worker process."""
+
+    def __init__(self, settings: WorkerSettings,
+                 summarizer: Callable[[], Summarizer] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.compactor_settings = settings
+        self._summarizer = summarizer
+        self._runtime: tuple[int, Runtime] | None = None
+        self._runtime_lock = threading.Lock()
+
+    def runtime(self) -> Runtime:
+        """This process's runtime; a prefork child builds its own after the fork."""
+        current = self._runtime
+        if current is not None and current[0] == os.getpid():
+            return current[1]
+        with self._runtime_lock:
+            if self._runtime is None or self._runtime[0] != os.getpid():
+                rt = build_runtime(self.compactor_settings, summarizer=self._summarizer)
+                self._runtime = (os.getpid(), rt)
+            return self._runtime[1]
+
+    def close_runtime(self) -> None:
+        with self._runtime_lock:
+            if self._runtime is not None and self._runtime[0] == os.getpid():
+                self._runtime[1].close()
+            self._runtime = None
+
+
+def broker_transport_options(settings: WorkerSettings) -> dict[str, Any]:
+    """Redis transport: the client's queue naming plus fast recovery of a dead worker's job.
+
+    A message a worker took and never acked comes back after ``visibility_timeout``; live workers
+    sweep for such messages every ``unacked_restore_interval`` s (throttle 1: every sweep scans),
+    so a killed worker's job is running again about one interval after the timeout.
+    """
+    return {
+        **BROKER_TRANSPORT_OPTIONS,
+        "visibility_timeout": settings.visibility_timeout_s,
+        "unacked_restore_interval": settings.unacked_restore_interval_s,
+        "unacked_restore_throttle": 1,
+        "socket_connect_timeout": 5,
+        "health_check_interval": 10,
+    }
+
+
+def _time_limits(settings: WorkerSettings) -> dict[str, Any]:
+    if settings.pool != "prefork":
+        return {}  # the threads pool ignores them: the service enforces the deadline itself
+    # A safety net behind the service's own checks; never a hard kill, which would leave the
+    # job record running without a redelivery.
+    return {"task_soft_time_limit": settings.job_deadline_s + 15}
+
+
+def configure(app: Celery, settings: WorkerSettings) -> None:
+    app.conf.update(
+        task_serializer="json", result_serializer="json", event_serializer="json",
+        accept_content=["json"], result_accept_content=["json"],
+        task_acks_late=True, task_reject_on_worker_lost=True, worker_prefetch_multiplier=1,
+        worker_send_task_events=True, task_send_sent_event=True, task_track_started=True,
+        broker_connection_retry_on_startup=True,
+        worker_cancel_long_running_tasks_on_connection_loss=True,
+        broker_transport_options=broker_transport_options(settings),
+        result_backend_transport_options={"socket_connect_timeout": 5},
+        result_expires=settings.job_ttl_s,
+        task_queues=[Queue(name, routing_key=name) for name in QUEUES],  # type: ignore[no-untyped-call]
+        task_default_queue=QUEUE_COMPACT,
+        task_create_missing_queues=False,
+        worker_pool=settings.pool, worker_concurrency=settings.concurrency,
+        worker_hijack_root_logger=False,
+        **_time_limits(settings),
+    )
+
+
+class StartupCheck(bootsteps.Step):  # type: ignore[misc]
+    """Refuse to start with settings that break redelivery, or hooks that cannot load."""
+
+    def __init__(self, worker: Any, **kwargs: Any) -> None:
+        app: CompactorCelery = worker.app
+        check_startup(app.compactor_settings)
+        if app.compactor_settings.pool == "prefork":
+            # Children build their own runtime after the fork; load it once here to fail early.
+            build_runtime(app.compactor_settings, summarizer=app._summarizer).close()
+        else:
+            app.runtime()
+        super().__init__(worker, **kwargs)
+
+
+def create_app(settings: WorkerSettings | None = None, *,
+               summarizer: Callable[[], Summarizer] | None = None) -> CompactorCelery:
+    """The worker app. ``summarizer`` replaces the model router (a factory called per job)."""
+    from worker.tasks import register_tasks
+
+    settings = settings or WorkerSettings()
+    app = CompactorCelery(settings, summarizer, main="compactor",
+                          broker=settings.resolved_broker_url,
+                          backend=settings.resolved_result_backend, set_as_current=False)
+    configure(app, settings)
+    app.steps["worker"].add(StartupCheck)
+    register_tasks(app)
+    return app
+
+
+_lazy: CompactorCelery | None = None
+
+
+def __getattr__(name: str) -> Any:
+    # ``celery -A worker.app`` reads ``app``; build it from the environment on first use only.
+    global _lazy
+    if name == "app":
+        if _lazy is None:
+            _lazy = create_app()
+        return _lazy
+    raise AttributeError(f"module 'worker.app' has no attribute {name!r}")

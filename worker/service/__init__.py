@@ -1,0 +1,30 @@
+"""Runs one job end to end: lease → snapshot → hooks → plan → summarize → conditional commit →
+events (ARCHITECTURE "Job lifecycle and invariants"). Celery-free: ``worker.tasks`` adapts it.
+"""
+
+from worker.service._control import JobControl
+from worker.service._errors import (
+    TRANSIENT,
+    DeadlineExceededError,
+    JobCancelled,
+    JobStopped,
+    LeaseHeldError,
+    LeaseLostError,
+)
+from worker.service._job import JobOutcome, run_job
+from worker.service._runtime import Runtime, build_runtime, worker_redis
+
+__all__ = [
+    "TRANSIENT",
+    "DeadlineExceededError",
+    "JobCancelled",
+    "JobControl",
+    "JobOutcome",
+    "JobStopped",
+    "LeaseHeldError",
+    "LeaseLostError",
+    "Runtime",
+    "build_runtime",
+    "run_job",
+    "worker_redis",
+]

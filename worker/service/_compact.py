@@ -1,0 +1,142 @@
+"""A compaction job (SPEC §12.2 manual, §12.4 automatic) on a Redis session."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from api_client._store import Snapshot
+from api_client._wire import CompactReason, EventType
+from api_client.errors import AlreadyCompactedError, NothingToCompactError
+from api_client.session import Entry, JsonObject, SessionTree, parse_entry
+from worker.compaction import (
+    Preparation,
+    build_session_context,
+    compact,
+    no_plan_reason,
+    prepare_compaction,
+)
+from worker.llm import SummaryResult
+from worker.service._context import JobContext, JobSuccess, calls_summary, compaction_entry
+from worker.service._errors import JobCancelled
+from worker.service._prune import PruneStep, prune_pass
+from worker.service._replan import settle, with_replans
+from worker.store import CommitOutcome
+
+__all__ = ["run_compact"]
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A compaction entry ready to commit, and how it was made."""
+
+    entry: JsonObject
+    from_extension: bool
+    path: Sequence[Entry]
+    calls: tuple[SummaryResult, ...] = ()
+
+
+@dataclass
+class Progress:
+    pruned: PruneStep = field(default_factory=PruneStep)
+
+
+def _reason(ctx: JobContext) -> CompactReason:
+    return ctx.record.reason or CompactReason.MANUAL
+
+
+def _plan(ctx: JobContext, path: Sequence[Entry]) -> Preparation | None:
+    prep = prepare_compaction(path, ctx.rt.compaction_settings, ctx.rt.tokenizer)
+    if prep is None and _reason(ctx) is CompactReason.MANUAL:
+        # Automatic compaction ends quietly when there is nothing to do (SPEC §12.4 step 2).
+        if no_plan_reason(path) == "already compacted":
+            raise AlreadyCompactedError()
+        raise NothingToCompactError()
+    return prep
+
+
+def _draft(ctx: JobContext, prep: Preparation, path: Sequence[Entry]) -> Draft:
+    """Hooks, then the model (SPEC §12.2 steps 4-6)."""
+    hooks, sid = ctx.rt.hooks, ctx.session_id
+    before = hooks.before_compact(prep, path, ctx.record.instructions, ctx.control, session_id=sid)
+    if before is not None and before.cancel:
+        raise JobCancelled()
+    if before is not None and before.compaction is not None:
+        c = before.compaction
+        entry = compaction_entry(
+            summary=c["summary"], short_summary=c.get("shortSummary"),
+            first_kept_entry_id=c["firstKeptEntryId"], tokens_before=c["tokensBefore"],
+            details=c.get("details"), preserve_data=c.get("preserveData"), from_extension=True)
+        return Draft(entry, True, path)
+    ctx.control.check()
+    messages = [*prep.messages_to_summarize, *prep.turn_prefix_messages]
+    extra = hooks.compacting(sid, messages, cancel=ctx.control)
+    ctx.control.check()
+    outcome = compact(
+        prep, ctx.summarizer, custom_instructions=ctx.record.instructions,
+        prompt_override=extra.prompt if extra else None,
+        extra_context=tuple(extra.context) if extra else (), cancel=ctx.control)
+    entry = compaction_entry(
+        summary=outcome.summary, short_summary=outcome.short_summary,
+        first_kept_entry_id=outcome.first_kept_entry_id, tokens_before=outcome.tokens_before,
+        details=outcome.details, preserve_data=extra.preserve_data if extra else None,
+        from_extension=False)
+    return Draft(entry, False, path, outcome.calls)
+
+
+def _tokens_after(ctx: JobContext, path: Sequence[Entry], entry: JsonObject) -> int:
+    """Tokens of the context the compacted path sends to the model (before later appends)."""
+    tree = SessionTree([*path, parse_entry(dict(entry))])
+    context = build_session_context(tree, str(entry["id"]), strict=False)
+    return sum(ctx.rt.tokenizer.count(m.message) for m in context.messages)
+
+
+def _result(ctx: JobContext, progress: Progress, draft: Draft) -> dict[str, Any]:
+    _, _, calls = calls_summary(draft.calls)
+    return {
+        **progress.pruned.to_result(), **calls,
+        "tokensBefore": draft.entry.get("tokensBefore"),
+        "durationMs": ctx.control.elapsed_ms(),
+    }
+
+
+def _round(ctx: JobContext, progress: Progress, round_no: int) -> tuple[Draft | None, CommitOutcome | None] | None:
+    """One snapshot: prune pass (automatic reasons), plan, summarize, commit. None = stale."""
+    snap: Snapshot = ctx.rt.sessions.load(ctx.session_id)
+    if _reason(ctx) is not CompactReason.MANUAL:
+        step = prune_pass(ctx, snap, round_no, own_effect=False)
+        if step.stale:
+            return None
+        if step.pruned_entry_ids:
+            progress.pruned = step
+            snap = ctx.rt.sessions.load(ctx.session_id)
+    path = snap.session.tree().path_to(snap.leaf_id)
+    prep = _plan(ctx, path)
+    if prep is None:
+        return (None, None)
+    draft = _draft(ctx, prep, path)
+    ctx.control.check()
+    outcome = ctx.rt.commits.append_entry(ctx.job_id, snap.leaf_id, draft.entry,
+                                          _result(ctx, progress, draft))
+    return (draft, outcome) if settle(ctx, outcome, "compaction", round_no) else None
+
+
+def run_compact(ctx: JobContext) -> JobSuccess:
+    ctx.publish(EventType.COMPACTION_START)
+    progress = Progress()
+    draft, outcome = with_replans(ctx, "compaction", lambda n: _round(ctx, progress, n))
+    if draft is None or outcome is None:
+        result = {**progress.pruned.to_result(), "durationMs": ctx.control.elapsed_ms()}
+        return JobSuccess(result=result, event={"result": result})
+    entry = outcome.entry or ctx.rt.commits.entry(ctx.session_id, outcome.entry_id or "") or {}
+    tokens_after = _tokens_after(ctx, draft.path, entry) if entry else None
+    ctx.rt.hooks.compact_done(entry, draft.from_extension, session_id=ctx.session_id)
+    ctx.publish(EventType.SESSION_COMPACT, entry=entry, from_extension=draft.from_extension,
+                tokens_before=entry.get("tokensBefore"), tokens_after=tokens_after)
+    model, usage, _ = calls_summary(draft.calls)
+    result = {**_result(ctx, progress, draft), "tokensAfter": tokens_after}
+    return JobSuccess(entry=entry, result=result, model=model, usage=usage, event={
+        "tokens_before": entry.get("tokensBefore"), "tokens_after": tokens_after,
+        "from_extension": draft.from_extension, "result": result,
+    })

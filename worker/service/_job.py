@@ -1,0 +1,151 @@
+"""One delivery of one job, end to end: lease → run → exactly one terminal state and event."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from api_client._jobs import LeaseOutcome
+from api_client._keys import split_job_id
+from api_client._wire import CompactReason, JobEvent, JobKind, JobRecord, JobState, failure_message
+from api_client.errors import CompactorError
+from worker.service._branch import run_branch
+from worker.service._compact import run_compact
+from worker.service._context import JobContext, JobSuccess
+from worker.service._control import JobControl
+from worker.service._errors import (
+    TRANSIENT,
+    JobCancelled,
+    JobStopped,
+    LeaseHeldError,
+    LeaseLostError,
+)
+from worker.service._prune import run_prune
+from worker.service._runtime import Runtime
+
+__all__ = ["JobOutcome", "run_job"]
+
+log = logging.getLogger("worker.service")
+
+HANDLERS: Mapping[JobKind, Callable[[JobContext], JobSuccess]] = {
+    JobKind.COMPACT: run_compact,
+    JobKind.PRUNE: run_prune,
+    JobKind.BRANCH_SUMMARY: run_branch,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class JobOutcome:
+    """What this delivery did. ``state``: a terminal job state, ``duplicate`` (the job had
+    ended already) or ``abandoned`` (another worker took it over)."""
+
+    job_id: str
+    state: str
+    entry_id: str | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"jobId": self.job_id, "state": self.state, "entryId": self.entry_id,
+                "error": self.error}
+
+
+def run_job(rt: Runtime, job_id: str) -> JobOutcome:
+    """Run ``job_id`` if no other worker does. Raises :class:`LeaseHeldError` when one does, and
+    the transient Redis errors (for a Celery retry) after letting go of the lease."""
+    split_job_id(job_id)
+    lease = rt.jobs.acquire_lease(job_id, rt.worker_id, rt.settings.lease_ttl_s)
+    if lease is LeaseOutcome.FINISHED:
+        return JobOutcome(job_id, "duplicate")
+    if lease is LeaseOutcome.HELD:
+        raise LeaseHeldError(job_id)
+    try:
+        return _run_leased(rt, job_id)
+    except TRANSIENT:
+        try:
+            rt.jobs.release_lease(job_id, rt.worker_id)
+        except TRANSIENT as err:  # expires on its own
+            log.debug("job %s: lease not released: %s", job_id, err)
+        raise
+
+
+def _run_leased(rt: Runtime, job_id: str) -> JobOutcome:
+    attempt = rt.jobs.mark_running(job_id)
+    if attempt is None:
+        return JobOutcome(job_id, "duplicate")
+    record = rt.jobs.get(job_id)
+    log.info("job %s (%s) attempt %d started", job_id, record.kind.value, attempt)
+    s = rt.settings
+    with JobControl(rt.jobs, job_id, rt.worker_id, deadline_s=s.job_deadline_s,
+                    lease_ttl_s=s.lease_ttl_s) as control:
+        ctx = JobContext(rt, record, control, rt.new_summarizer())
+        try:
+            success = _earlier_effect(ctx) or HANDLERS[record.kind](ctx)
+        except LeaseLostError:
+            log.warning("job %s: taken over by another worker; this delivery stops", job_id)
+            return JobOutcome(job_id, "abandoned")
+        except JobStopped as stop:
+            return _stopped(ctx, stop)
+        except TRANSIENT:
+            raise
+        except CompactorError as err:
+            # A summarizer stopped by the token raises its own error: report the real reason.
+            return _stopped(ctx, control.stop_reason) if control.stop_reason else _fail(ctx, str(err))
+        except Exception as err:  # a bug must still end the job, or it stays "running"
+            log.exception("job %s: unexpected error", job_id)
+            return _fail(ctx, f"internal error: {type(err).__name__}: {err}")
+    return _succeed(ctx, success)
+
+
+def _earlier_effect(ctx: JobContext) -> JobSuccess | None:
+    """An earlier delivery committed but died before finishing: finish with its result."""
+    effect = ctx.rt.commits.effect(ctx.job_id)
+    if effect is None:
+        return None
+    log.info("job %s: already committed by an earlier delivery (entry %r)", ctx.job_id, effect)
+    result = dict(ctx.record.result or {})
+    entry = ctx.rt.commits.entry(ctx.session_id, effect) if effect else None
+    models = result.get("models") or [None]
+    event = {"result": result, "tokens_before": result.get("tokensBefore"),
+             "tokens_after": result.get("tokensAfter"), "old_leaf_id": result.get("oldLeafId"),
+             "new_leaf_id": result.get("newLeafId")}
+    return JobSuccess(entry=entry, result=result, model=models[0], event=event)
+
+
+def _succeed(ctx: JobContext, success: JobSuccess) -> JobOutcome:
+    fields = {k: v for k, v in success.event.items() if v is not None}
+    event = JobEvent.completion(ctx.record, JobState.SUCCEEDED, entry=success.entry,
+                                model=success.model, duration_ms=ctx.control.elapsed_ms(),
+                                **fields)
+    ctx.rt.jobs.finish(ctx.job_id, JobState.SUCCEEDED, event=event, entry=success.entry,
+                       model=success.model, usage=success.usage, result=success.result)
+    entry_id = success.entry.get("id") if success.entry else None
+    log.info("job %s succeeded in %d ms (entry %s)", ctx.job_id, ctx.control.elapsed_ms(), entry_id)
+    return JobOutcome(ctx.job_id, JobState.SUCCEEDED.value, entry_id)
+
+
+def _error_text(record: JobRecord, message: str) -> str:
+    if record.kind is JobKind.COMPACT:
+        # SPEC §12.4 step 8 for automatic compactions; a manual one reports the error as is.
+        return failure_message(record.reason or CompactReason.MANUAL, message)
+    return message
+
+
+def _fail(ctx: JobContext, message: str) -> JobOutcome:
+    error = _error_text(ctx.record, message)
+    event = JobEvent.completion(ctx.record, JobState.FAILED, error=error,
+                                duration_ms=ctx.control.elapsed_ms())
+    ctx.rt.jobs.finish(ctx.job_id, JobState.FAILED, event=event, error=error)
+    log.info("job %s failed: %s", ctx.job_id, error)
+    return JobOutcome(ctx.job_id, JobState.FAILED.value, error=error)
+
+
+def _stopped(ctx: JobContext, stop: JobStopped) -> JobOutcome:
+    if not isinstance(stop, JobCancelled):
+        return _fail(ctx, str(stop))
+    event = JobEvent.completion(ctx.record, JobState.CANCELLED, error=str(stop), aborted=True,
+                                duration_ms=ctx.control.elapsed_ms())
+    ctx.rt.jobs.finish(ctx.job_id, JobState.CANCELLED, event=event, error=str(stop))
+    log.info("job %s cancelled", ctx.job_id)
+    return JobOutcome(ctx.job_id, JobState.CANCELLED.value, error=str(stop))

@@ -1,0 +1,96 @@
+"""Worker settings: the client's (same Redis, keys, TTLs) plus the runtime, model and hook knobs.
+
+Environment variables use the prefix ``COMPACTOR_`` (``COMPACTOR_JOB_DEADLINE_S=120``); a
+``.env`` file in the working directory is read too. The model layer's settings
+(``COMPACTOR_MODELS``, ``COMPACTOR_LLM_*``) are inherited from :class:`worker.llm.settings.LlmSettings`
+so ``build_summarizer(settings)`` takes these settings as they are; hook settings keep their own
+prefix (``COMPACTOR_HOOKS_*``) and live under ``settings.hooks``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from api_client._settings import ClientSettings
+from api_client.errors import ConfigurationError
+from worker.hooks.settings import HookSettings
+from worker.llm.settings import LlmSettings
+
+__all__ = ["Pool", "WorkerSettings", "check_startup"]
+
+Pool = Literal["threads", "prefork"]
+TokenizerName = Literal["tiktoken", "estimate"]
+
+
+def _hook_settings() -> HookSettings:
+    # HookSettings has its own prefix; read the same .env as the worker.
+    return HookSettings(_env_file=".env")  # type: ignore[call-arg]
+
+
+class WorkerSettings(LlmSettings, ClientSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="COMPACTOR_", env_file=".env", env_file_encoding="utf-8", extra="ignore",
+    )
+
+    # -- deadlines and redelivery ---------------------------------------------------------------
+    # The longest one job may run; checked between steps and through the summarizer's cancel
+    # token (the threads pool ignores Celery time limits).
+    job_deadline_s: float = Field(default=300.0, gt=0)
+    # Redis transport: an unacked message is handed to another worker after this long. It must
+    # exceed the job deadline, or a live worker's job would run twice (refused at start-up).
+    visibility_timeout_s: float = Field(default=420.0, gt=0)
+    # How often live workers look for messages of dead ones (kombu's restore sweep).
+    unacked_restore_interval_s: float = Field(default=1.0, gt=0)
+    # Job lease: renewed every third of it while the job runs; a dead worker's lease ends
+    # after at most this long, so a redelivered job can be taken over.
+    lease_ttl_s: float = Field(default=30.0, gt=0)
+    # A commit refused because the session moved on re-plans on a fresh snapshot this often.
+    stale_replans: int = Field(default=3, ge=0)
+    # Bound of the parent walk inside the commit script (entries); longer walks count as stale.
+    commit_walk_limit: int = Field(default=10_000, ge=1)
+
+    # -- pool -----------------------------------------------------------------------------------
+    pool: Pool = "threads"
+    concurrency: int = Field(default=8, ge=1)
+    # Redis down during a job: Celery retries the task this often, backing off exponentially.
+    task_max_retries: int = Field(default=5, ge=0)
+    task_retry_backoff_s: float = Field(default=1.0, gt=0)
+    worker_name: str | None = None
+
+    # -- planning -------------------------------------------------------------------------------
+    tokenizer: TokenizerName = "tiktoken"
+    # Branch summaries: the model's window when the candidate list does not name one.
+    context_window: int = Field(default=128_000, gt=0)
+    branch_reserve_tokens: int = Field(default=16_384, ge=0)
+
+    # -- observability --------------------------------------------------------------------------
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+
+    hooks: HookSettings = Field(default_factory=_hook_settings)
+
+    @model_validator(mode="after")
+    def _lease_fits(self) -> WorkerSettings:
+        if self.lease_ttl_s > self.visibility_timeout_s:
+            raise ValueError("lease_ttl_s must not exceed visibility_timeout_s")
+        return self
+
+    @property
+    def worker_id(self) -> str:
+        """Lease owner id: unique per process (a restarted worker never inherits a lease)."""
+        return self.worker_name or f"{socket.gethostname()}:{os.getpid()}"
+
+
+def check_startup(settings: WorkerSettings) -> None:
+    """Refuse settings a worker must not run with (raises :class:`ConfigurationError`)."""
+    if settings.visibility_timeout_s <= settings.job_deadline_s:
+        raise ConfigurationError(
+            f"visibility timeout ({settings.visibility_timeout_s:g} s) must be longer than the job "
+            f"deadline ({settings.job_deadline_s:g} s): a job still running when it expires would be "
+            "delivered to a second worker. Raise COMPACTOR_VISIBILITY_TIMEOUT_S or lower "
+            "COMPACTOR_JOB_DEADLINE_S."
+        )

@@ -1,0 +1,41 @@
+-- Branch navigation with an optional branch_summary entry (SPEC §11.4 steps 6-7), atomically.
+-- Applies only if the leaf is still the snapshot's leaf (the summarised branch is exactly the
+-- one being left). With a summary line, the entry is appended under the destination and
+-- becomes the leaf; without one, the leaf moves to the destination ('' = reset).
+-- KEYS: 1 header, 2 entries, 3 order, 4 leaf, 5 rev, 6 effects, 7 job record
+-- ARGV: 1 job id, 2 snapshot leaf id, 3 destination id ('' = none), 4 line head ('' = no entry),
+--       5 line tail, 6 id candidates, 7 job result JSON
+-- Returns {status, entry id ('' = none), revision, stored line}
+local refused = job_guard(KEYS[1], KEYS[7], KEYS[6], ARGV[1])
+if refused then
+  return refused
+end
+local leaf = redis.call('GET', KEYS[4]) or ''
+if leaf ~= ARGV[2] then
+  return {'stale', '', redis.call('GET', KEYS[5]) or '0', ''}
+end
+local dest = ARGV[3]
+if dest ~= '' and redis.call('HEXISTS', KEYS[2], dest) == 0 then
+  return {'stale', '', redis.call('GET', KEYS[5]) or '0', ''}
+end
+local id, line = '', ''
+if ARGV[4] ~= '' then
+  id = free_id(KEYS[2], ARGV[6])
+  if not id then
+    return {'noid', '', '', ''}
+  end
+  local parent = 'null'
+  if dest ~= '' then
+    parent = cjson.encode(dest)
+  end
+  line = ARGV[4] .. cjson.encode(id) .. ',"parentId":' .. parent .. ARGV[5]
+  redis.call('HSET', KEYS[2], id, line)
+  redis.call('RPUSH', KEYS[3], id)
+  redis.call('SET', KEYS[4], id)
+else
+  redis.call('SET', KEYS[4], dest)
+end
+redis.call('HSET', KEYS[6], ARGV[1], id)
+redis.call('HSET', KEYS[7], 'result', ARGV[7])
+local rev = redis.call('INCR', KEYS[5])
+return {'committed', id, tostring(rev), line}

@@ -1,0 +1,34 @@
+-- Conditional append of a compaction entry (ARCHITECTURE "Job lifecycle and invariants").
+-- The entry becomes a child of the CURRENT leaf only if the snapshot's leaf is still on the
+-- current leaf's path and no compaction entry was added on it since; the job's effect is
+-- recorded in the same step, so a job appends at most one entry however often it runs.
+-- KEYS: 1 header, 2 entries, 3 order, 4 leaf, 5 rev, 6 effects, 7 job record
+-- ARGV: 1 job id, 2 snapshot leaf id, 3 walk limit, 4 line head (up to '"id":'),
+--       5 line tail (from ',"timestamp"' on, leading comma included), 6 id candidates,
+--       7 job result JSON (stored on the record)
+-- Returns {status, entry id, revision, stored line}
+--   status: committed | duplicate | stale | cancelled | finished | nosession | noid
+local refused = job_guard(KEYS[1], KEYS[7], KEYS[6], ARGV[1])
+if refused then
+  return refused
+end
+local leaf = redis.call('GET', KEYS[4]) or ''
+if ARGV[2] == '' or not reaches_without_compaction(KEYS[2], leaf, ARGV[2], tonumber(ARGV[3])) then
+  return {'stale', '', redis.call('GET', KEYS[5]) or '0', ''}
+end
+local id = free_id(KEYS[2], ARGV[6])
+if not id then
+  return {'noid', '', '', ''}
+end
+local parent = 'null'
+if leaf ~= '' then
+  parent = cjson.encode(leaf)
+end
+local line = ARGV[4] .. cjson.encode(id) .. ',"parentId":' .. parent .. ARGV[5]
+redis.call('HSET', KEYS[2], id, line)
+redis.call('RPUSH', KEYS[3], id)
+redis.call('SET', KEYS[4], id)
+redis.call('HSET', KEYS[6], ARGV[1], id)
+redis.call('HSET', KEYS[7], 'result', ARGV[7])
+local rev = redis.call('INCR', KEYS[5])
+return {'committed', id, tostring(rev), line}
