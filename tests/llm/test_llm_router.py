@@ -291,3 +291,16 @@ def test_an_already_cancelled_job_makes_no_request(llm_server: FakeLLMServer, ma
     with pytest.raises(E.ModelCancelledError):
         router.summarize(make_request(), flag)
     assert llm_server.seen == []
+
+
+def test_a_single_message_larger_than_the_window_is_clipped(llm_server: FakeLLMServer,
+                                                            make_router: MakeRouter) -> None:
+    router = make_router([openai(llm_server, "small", context_window=2000)])
+    giant = {"role": "user", "content": "HEAD " + "z" * 60_000 + " TAIL", "timestamp": 0}
+    conversation = [*conversation_of(4, 400), giant, *conversation_of(4, 400)]
+    result = router.summarize(make_request(conversation, chunkable=True, max_tokens=200))
+    prompts = [s.body["messages"][1]["content"] for s in llm_server.seen]
+    assert all(len(p) / 4 + 200 <= 2000 * 0.9 for p in prompts)
+    clipped = [p for p in prompts if "chars omitted to fit the summarizer" in p]
+    assert len(clipped) == 1 and "HEAD " in clipped[0] and " TAIL" in clipped[0]  # head and tail kept
+    assert result.chunks == len(prompts) >= 3

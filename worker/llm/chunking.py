@@ -61,7 +61,8 @@ def clip_message(message: Message, max_tokens: int) -> Message:
     long_total = sum(len(s) for s in _strings(message) if len(s) > _KEEP)
     budget = max(_KEEP, max_tokens * 4 - sum(len(s) for s in _strings(message) if len(s) <= _KEEP))
     ratio = min(1.0, budget / long_total) if long_total else 1.0
-    return _clip(message, ratio)  # type: ignore[no-any-return]
+    clipped: Message = _clip(message, ratio)
+    return clipped
 
 
 def _clip(value: Any, ratio: float) -> Any:

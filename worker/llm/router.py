@@ -10,6 +10,7 @@ cooled down for all workers (``cooldown``); a per-job budget caps the HTTP attem
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -34,7 +35,10 @@ from worker.llm.types import CancelToken, SummaryRequest, SummaryResult, Usage
 
 __all__ = ["AttemptBudget", "JobSummarizer", "Router"]
 
+log = logging.getLogger(__name__)
+
 _SLEEP_SLICE_S = 0.05
+_TRAIL_LINE = 400
 _COUNTED = ("transient", "timeout", "permanent")  # failure kinds the circuit breaker counts
 
 
@@ -65,6 +69,11 @@ class _Call:
     usage: Usage = field(default_factory=Usage)
     trail: list[str] = field(default_factory=list)
     errors: list[ModelCallError] = field(default_factory=list)
+
+    def note(self, line: str, level: int = logging.WARNING) -> None:
+        line = line if len(line) <= _TRAIL_LINE else line[: _TRAIL_LINE - 1] + "…"
+        self.trail.append(line)
+        log.log(level, "%s", line)
 
     def check_cancel(self) -> None:
         if self.cancel is not None and self.cancel.is_cancelled():
@@ -105,7 +114,7 @@ class Router:
             refusal = self._refusal(provider, call)
             if refusal is not None:
                 call.errors.append(refusal)
-                call.trail.append(f"{_label(provider)}: skipped ({refusal})")
+                call.note(f"{_label(provider)}: skipped ({refusal})")
                 continue
             try:
                 text = self._on_candidate(index, provider, request, call)
@@ -113,7 +122,7 @@ class Router:
                 raise
             except ModelCallError as err:
                 call.errors.append(err)
-                call.trail.append(f"{_label(provider)}: gave up ({type(err).__name__}: {err})")
+                call.note(f"{_label(provider)}: gave up ({type(err).__name__}: {err})")
                 continue
             candidate = provider.candidate
             return SummaryResult(text=text, model=candidate.model or candidate.provider, provider=candidate.provider,
@@ -192,7 +201,7 @@ class Router:
                 decision = decide(self.policy, Failure(err.kind, attempt, call.budget.used, err.retry_after_ms,
                                                        last, self._rng()))
                 reason = "circuit breaker opened" if tripped else decision.reason
-                call.trail.append(f"{label} attempt {attempt}: {type(err).__name__}: {err} -> {reason}")
+                call.note(f"{label} attempt {attempt}: {type(err).__name__}: {err} -> {reason}")
                 if decision.action != "retry" or tripped:
                     raise
                 self._sleep(decision.delay_ms, call)
@@ -227,8 +236,8 @@ class Router:
             replaced = sum(costs[start:end]) + estimate_text(previous)
             text = self._attempts(index, provider, sub, call)
             call.chunks += 1
-            call.trail.append(f"{label}: chunk {call.chunks} (messages {start}-{end - 1}, "
-                              f"~{estimate_request(sub)} tokens)")
+            call.note(f"{label}: chunk {call.chunks} (messages {start}-{end - 1}, ~{estimate_request(sub)} tokens)",
+                      level=logging.INFO)
             if estimate_text(text) >= replaced:
                 raise SummaryNotSmaller(f"chunk summary (~{estimate_text(text)} tokens) is not smaller than "
                                         f"what it replaces (~{replaced} tokens)", **who)
