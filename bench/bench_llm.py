@@ -9,6 +9,7 @@ fake OpenAI/Anthropic server of the tests. Prints a Markdown table.
 
 from __future__ import annotations
 
+import logging
 import random
 import sys
 import time
@@ -153,6 +154,7 @@ def run_case(case: Case) -> tuple[str, str, str, str, str]:
 
 
 def main() -> None:
+    logging.basicConfig(level=logging.ERROR)  # the router logs every failed attempt as a warning
     random.seed(0)  # the jitter draws: the table is reproducible
     rows = [("case", "outcome", "HTTP attempts", "wall s", "requests (p/s)")]
     rows += [run_case(case) for case in CASES]

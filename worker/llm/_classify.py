@@ -88,7 +88,7 @@ def classify_http_error(status: int, reason: str, headers: httpx.Headers, body: 
     hint = retry_after_from_headers(headers, now_ms)
     if hint is None:
         hint = parse_retry_after_ms(text, now_ms)
-    shown = message or (text if not body.strip() else f"{status} {reason}: {text}")
+    shown = message or (text if not body.strip() else f"{f'{status} {reason}'.strip()}: {text}")
     kwargs: dict[str, Any] = {"status": status, "retry_after_ms": hint, "provider": provider, "model": model}
     if status != 429 and (status == 413 or is_overflow_text(text)):
         return ContextOverflow(shown, **kwargs)
