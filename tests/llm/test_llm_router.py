@@ -24,6 +24,7 @@ from llm.llm_fakes import (
 
 from worker.llm import errors as E
 from worker.llm.router import Router
+from worker.llm.types import Usage
 
 MakeRouter = Callable[..., Router]
 RATE = {"error": {"message": "Rate limit reached", "type": "rate_limit_exceeded"}}
@@ -179,6 +180,7 @@ def test_chunked_path_when_nothing_larger_fits(llm_server: FakeLLMServer, make_r
     prompts = "".join(s.body["messages"][1]["content"] for s in seen)
     assert all(f"message {i}:" in prompts for i in range(40))  # every message went to some chunk, in order
     assert result.text == f"summary from small #{len(seen)}"  # the last chunk's summary
+    assert result.usage == Usage(input=100 * len(seen), output=20 * len(seen))  # summed over the chunks
 
 
 def test_overflow_with_an_unknown_window_shrinks_the_input(llm_server: FakeLLMServer, make_router: MakeRouter) -> None:
