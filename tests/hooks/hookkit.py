@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from api_client.session import Entry, parse_entry
@@ -60,3 +63,15 @@ class Token:
 
     def is_cancelled(self) -> bool:
         return self.cancelled
+
+
+RECEIVER = Path(__file__).resolve().parents[2] / "examples" / "webhook_receiver.py"
+
+
+def load_receiver() -> ModuleType:
+    """``examples/webhook_receiver.py`` (not a package) as a module."""
+    spec = importlib.util.spec_from_file_location("webhook_receiver", RECEIVER)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

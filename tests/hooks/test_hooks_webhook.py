@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from hooks.hookkit import load_receiver
 from pydantic import SecretStr
 
 from api_client.session import Entry
@@ -19,18 +17,7 @@ from worker.hooks import HookLoadError, HookSettings, load_hook_runner
 from worker.hooks.webhook import WebhookError, WebhookPlugin, check_webhook_url, sign
 
 SECRET = "s3cret-for-tests"
-RECEIVER = Path(__file__).resolve().parents[2] / "examples" / "webhook_receiver.py"
-
-
-def _receiver_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("webhook_receiver", RECEIVER)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-receiver = _receiver_module()
+receiver = load_receiver()
 
 
 class Receiver:
