@@ -171,3 +171,18 @@ def test_settings_embedded_in_worker_settings() -> None:
     assert load_hook_runner(WorkerSettings()).timeout_s == 3
     with pytest.raises(TypeError):
         hook_settings(42)
+
+
+@pytest.mark.integration
+def test_worker_refuses_to_start_with_a_missing_hook(redis_url: str, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "COMPACTOR_REDIS_URL": redis_url,
+           "COMPACTOR_HOOKS_PLUGINS": "hk_missing_platform_hooks:plugin"}
+    done = subprocess.run([sys.executable, "-m", "worker", "worker"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert ("hook plugin 'hk_missing_platform_hooks:plugin': cannot import "
+            "hk_missing_platform_hooks") in done.stderr
