@@ -25,7 +25,11 @@ def preparation(path: list[Entry]) -> Preparation:
 @pytest.fixture
 def example_plugin() -> Iterator[Any]:
     """The installed example plugin, reset before and after the test."""
-    import compactor_example_plugin as plugin
+    try:
+        import compactor_example_plugin as plugin
+    except ImportError:
+        pytest.fail("compactor-example-plugin is not installed: `make install` installs it, or "
+                    "run .venv/bin/pip install -e examples/compactor-example-plugin")
 
     plugin.reset()
     yield plugin

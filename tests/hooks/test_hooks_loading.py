@@ -14,7 +14,8 @@ from worker.hooks import EVENTS, HookLoadError, HookSettings, load_hook_runner
 from worker.hooks.loading import ENTRY_POINT_GROUP, hook_settings
 
 
-def test_entry_point_of_installed_plugin_is_loaded(caplog: pytest.LogCaptureFixture) -> None:
+def test_entry_point_of_installed_plugin_is_loaded(caplog: pytest.LogCaptureFixture,
+                                                   example_plugin: Any) -> None:
     caplog.set_level(logging.INFO, logger="worker.hooks")
     runner = load_hook_runner(HookSettings(entry_points=True))
     for event in EVENTS:
