@@ -8,6 +8,8 @@ install:
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	# The example hook plugin is installed so its entry point is exercised by the tests.
+	$(PY) -m pip install -q -e examples/compactor-example-plugin
 
 test:
 	$(PY) -m pytest -q
