@@ -52,7 +52,8 @@ def run_task(task: Any, job_id: object) -> dict[str, Any]:
 def register_tasks(app: CompactorCelery) -> None:
     """One task per job kind, under the client's task names (the record says what to do)."""
     for name in TASK_NAMES.values():
-        app.task(name=name, bind=True, acks_late=True, reject_on_worker_lost=True)(_task_body(name))
+        app.task(name=name, bind=True, shared=False, acks_late=True,
+                 reject_on_worker_lost=True)(_task_body(name))
 
 
 def _task_body(name: str) -> Any:

@@ -1,10 +1,316 @@
-"""Runtime subcommands (worker, flower, session import/export, compact, ...). Filled by the runtime work."""
+"""Runtime commands: worker, flower, session import/export, compact, prune, branch-summary,
+cancel, events, job, demo. They talk to Redis through :class:`api_client.CompactionClient`.
+
+With ``--json`` a command prints one JSON object (``events --json``: one per line). Errors are one
+line on stderr and exit status 2 (the dispatcher prints every ``CompactorError``).
+"""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from api_client.errors import ConfigurationError, JobError
+
+if TYPE_CHECKING:
+    from api_client import CompactionClient, JobHandle, JobRecord
+    from worker.settings import WorkerSettings
+
+__all__ = ["register"]
+
+EXIT_JOB_FAILED = 2
+
+
+def _settings() -> WorkerSettings:
+    from pydantic import ValidationError
+
+    from worker.settings import WorkerSettings
+
+    try:
+        return WorkerSettings()
+    except ValidationError as err:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+        raise ConfigurationError(f"invalid settings: {problems}") from None
+
+
+def _client() -> CompactionClient:
+    from api_client import CompactionClient
+
+    return CompactionClient(_settings())
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, ensure_ascii=False))
+
+
+# -- worker and flower ------------------------------------------------------------------------
+def _has_option(extra: list[str], *names: str) -> bool:
+    return any(arg == n or arg.startswith(n + "=") for arg in extra for n in names)
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from api_client import QUEUES
+    from worker.app import create_app
+    from worker.settings import check_startup
+
+    settings = _settings()
+    check_startup(settings)
+    argv = ["worker", "--pool", settings.pool, "--concurrency", str(settings.concurrency),
+            "--queues", ",".join(QUEUES)]
+    if not _has_option(args.extra, "-l", "--loglevel"):
+        argv += ["--loglevel", "INFO"]
+    create_app(settings).worker_main(argv + list(args.extra))
+    return 0
+
+
+def _option_value(extra: list[str], name: str) -> str | None:
+    for i, arg in enumerate(extra):
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+        if arg == name and i + 1 < len(extra):
+            return extra[i + 1]
+    return None
+
+
+def _flower(args: argparse.Namespace) -> int:
+    import os
+
+    from worker.app import create_app
+
+    extra = list(args.extra)
+    address = _option_value(extra, "--address") or "127.0.0.1"
+    has_auth = bool(os.environ.get("FLOWER_BASIC_AUTH")) or _has_option(extra, "--basic-auth")
+    if address not in ("127.0.0.1", "localhost", "::1") and not has_auth:
+        raise ConfigurationError(
+            f"flower on {address} needs basic auth: set FLOWER_BASIC_AUTH=user:password"
+        )
+    if _option_value(extra, "--address") is None:
+        extra += ["--address", address]
+    code = create_app(_settings()).start(["celery", "flower", *extra])
+    return int(code or 0)
+
+
+# -- sessions ---------------------------------------------------------------------------------
+def _session_import(args: argparse.Namespace) -> int:
+    from api_client.errors import SessionFormatError
+
+    try:
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise SessionFormatError(f"cannot read file ({type(err).__name__}: {err})",
+                                 source=args.file) from err
+    with _client() as client:
+        print(client.sessions.import_jsonl(text, args.session_id, replace=args.replace))
+    return 0
+
+
+def _session_export(args: argparse.Namespace) -> int:
+    with _client() as client:
+        sys.stdout.write(client.sessions.export_jsonl(args.session_id))
+    return 0
+
+
+# -- jobs -------------------------------------------------------------------------------------
+def record_json(record: JobRecord) -> dict[str, Any]:
+    """The ``--wait`` / ``job --json`` shape."""
+    return {
+        "jobId": record.id, "state": record.state.value, "entry": record.entry,
+        "error": record.error, "model": record.model, "attempts": record.attempts,
+        "usage": record.usage.to_wire() if record.usage else None, "result": record.result,
+    }
+
+
+def _describe(record: JobRecord) -> str:
+    lines = [f"job {record.id}: {record.state.value} ({record.kind.value}"
+             + (f", {record.reason.value}" if record.reason else "") + f", attempts {record.attempts})"]
+    if record.error:
+        lines.append(f"error: {record.error}")
+    if record.entry:
+        entry = record.entry
+        lines.append(f"entry: {entry.get('type')} {entry.get('id')} (parent {entry.get('parentId')})")
+        if isinstance(entry.get("summary"), str):
+            lines.append(entry["summary"])
+    if record.result:
+        lines.append("result: " + json.dumps(record.result, ensure_ascii=False))
+    if record.model:
+        usage = record.usage.to_wire() if record.usage else {}
+        lines.append(f"model: {record.model} usage: {json.dumps(usage)}")
+    return "\n".join(lines)
+
+
+def _wait(handle: JobHandle, timeout: float) -> None:
+    """Block until the job ends; on a terminal, show the elapsed time and state meanwhile."""
+    done = threading.Event()
+    failure: list[BaseException] = []
+
+    def waiter() -> None:
+        try:
+            handle.wait(timeout)
+        except JobError:
+            pass  # the record tells
+        except BaseException as err:  # re-raised in the main thread
+            failure.append(err)
+        finally:
+            done.set()
+
+    threading.Thread(target=waiter, daemon=True).start()
+    started, tty = time.monotonic(), sys.stderr.isatty()
+    while not done.wait(0.25 if tty else 1.0):
+        if tty:
+            state = handle.record().state.value
+            sys.stderr.write(f"\r{handle.id}: {state} {time.monotonic() - started:5.1f} s ")
+            sys.stderr.flush()
+    if tty:
+        sys.stderr.write("\r\033[K")
+    if failure:
+        raise failure[0]
+
+
+def _finish(args: argparse.Namespace, client: CompactionClient, handle: JobHandle) -> int:
+    if not args.wait:
+        state = handle.record().state.value
+        if args.json:
+            _print_json({"jobId": handle.id, "state": state})
+        else:
+            print(f"{handle.id} {state}" + (" (coalesced)" if handle.coalesced else ""))
+        return 0
+    _wait(handle, args.timeout)
+    record = handle.record()
+    if args.json:
+        _print_json(record_json(record))
+    else:
+        print(_describe(record))
+    if record.state.value in ("queued", "running"):
+        print(f"compactor: error: job {record.id} did not finish within {args.timeout:g} s",
+              file=sys.stderr)
+        return EXIT_JOB_FAILED
+    return 0 if record.state.value == "succeeded" else EXIT_JOB_FAILED
+
+
+def _compact(args: argparse.Namespace) -> int:
+    with _client() as client:
+        handle = client.compact(args.session_id, reason=args.reason, instructions=args.instructions)
+        return _finish(args, client, handle)
+
+
+def _prune(args: argparse.Namespace) -> int:
+    with _client() as client:
+        return _finish(args, client, client.prune(args.session_id))
+
+
+def _branch_summary(args: argparse.Namespace) -> int:
+    with _client() as client:
+        handle = client.branch_summary(args.session_id, args.to, instructions=args.instructions)
+        return _finish(args, client, handle)
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    with _client() as client:
+        state = client.jobs.request_cancel(args.job_id).value
+    if args.json:
+        _print_json({"jobId": args.job_id, "state": state})
+    else:
+        print(f"{args.job_id} {state}")
+    return 0
+
+
+def _job(args: argparse.Namespace) -> int:
+    with _client() as client:
+        record = client.jobs.get(args.job_id)
+    if args.json:
+        _print_json(record_json(record))
+    else:
+        print(_describe(record))
+    return 0
+
+
+def _events(args: argparse.Namespace) -> int:
+    with _client() as client:
+        reader = client.events(args.session, follow=args.follow)
+        try:
+            for event in reader:
+                if args.json:
+                    print(event.to_json(), flush=True)
+                else:
+                    what = event.state.value if event.state else ""
+                    error = f" {event.error}" if event.error else ""
+                    print(f"{event.timestamp} {event.type.value:<16} {event.job_id} {what}{error}",
+                          flush=True)
+        finally:
+            reader.close()
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from worker.demo import run_demo
+
+    return run_demo()
+
+
+# -- registration -----------------------------------------------------------------------------
+def _job_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--wait", action="store_true", help="wait for the job to end")
+    parser.add_argument("--timeout", type=float, default=600.0, help="--wait limit (s)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def register(commands: Any) -> None:
-    _ = argparse  # placeholder until the runtime commands land
+    from worker.cli._files import session_subparsers
+
+    worker = commands.add_parser("worker", help="run a Celery worker (extra args go to Celery)")
+    worker.set_defaults(handler=_worker, accepts_extra=True)
+    flower = commands.add_parser("flower", help="run Flower (extra args go to Flower)")
+    flower.set_defaults(handler=_flower, accepts_extra=True)
+
+    sessions = session_subparsers(commands)
+    imp = sessions.add_parser("import", help="store a pi JSONL session in Redis; prints its id")
+    imp.add_argument("file", metavar="FILE", help="JSONL file ('-': stdin)")
+    imp.add_argument("--session-id", help="store under this id (default: the header's)")
+    imp.add_argument("--replace", action="store_true", help="replace a stored session")
+    imp.set_defaults(handler=_session_import)
+    exp = sessions.add_parser("export", help="print a stored session as JSONL")
+    exp.add_argument("session_id", metavar="ID")
+    exp.set_defaults(handler=_session_export)
+
+    compact = commands.add_parser("compact", help="enqueue a compaction")
+    compact.add_argument("session_id", metavar="ID")
+    compact.add_argument("--reason", choices=("manual", "threshold", "overflow"), default="manual")
+    compact.add_argument("--instructions", help="custom summary instructions")
+    _job_options(compact)
+    compact.set_defaults(handler=_compact)
+
+    prune = commands.add_parser("prune", help="enqueue a tool-output prune pass")
+    prune.add_argument("session_id", metavar="ID")
+    _job_options(prune)
+    prune.set_defaults(handler=_prune)
+
+    branch = commands.add_parser("branch-summary", help="summarise the branch left for ENTRY")
+    branch.add_argument("session_id", metavar="ID")
+    branch.add_argument("--to", required=True, metavar="ENTRY", help="target entry id")
+    branch.add_argument("--instructions", help="replaces the branch-summary prompt")
+    _job_options(branch)
+    branch.set_defaults(handler=_branch_summary)
+
+    cancel = commands.add_parser("cancel", help="cancel a job")
+    cancel.add_argument("job_id", metavar="JOB")
+    cancel.add_argument("--json", action="store_true")
+    cancel.set_defaults(handler=_cancel)
+
+    events = commands.add_parser("events", help="print job events")
+    events.add_argument("--session", metavar="ID", help="one session's events (default: all)")
+    events.add_argument("--follow", action="store_true", help="wait for new events")
+    events.add_argument("--json", action="store_true", help="one JSON object per line")
+    events.set_defaults(handler=_events)
+
+    job = commands.add_parser("job", help="show a job record")
+    job.add_argument("job_id", metavar="ID")
+    job.add_argument("--json", action="store_true")
+    job.set_defaults(handler=_job)
+
+    demo = commands.add_parser("demo", help="run the whole pipeline on a sample session")
+    demo.set_defaults(handler=_demo)
