@@ -90,8 +90,8 @@ def _flower(args: argparse.Namespace) -> int:
             f"flower on {address} needs basic auth: set FLOWER_BASIC_AUTH=user:password"
         )
     if _option_value(extra, "--address") is None:
-        extra += ["--address", address]
-    code = create_app(_settings()).start(["celery", "flower", *extra])
+        extra.append(f"--address={address}")  # tornado options need the = form
+    code = create_app(_settings()).start(["flower", *extra])
     return int(code or 0)
 
 
@@ -233,17 +233,25 @@ def _events(args: argparse.Namespace) -> int:
     with _client() as client:
         reader = client.events(args.session, follow=args.follow)
         try:
-            for event in reader:
-                if args.json:
-                    print(event.to_json(), flush=True)
-                else:
-                    what = event.state.value if event.state else ""
-                    error = f" {event.error}" if event.error else ""
-                    print(f"{event.timestamp} {event.type.value:<16} {event.job_id} {what}{error}",
-                          flush=True)
+            _print_events(args, reader)
+        except BrokenPipeError:  # e.g. piped into head: stop quietly
+            import os
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         finally:
             reader.close()
     return 0
+
+
+def _print_events(args: argparse.Namespace, reader: Any) -> None:
+    for event in reader:
+        if args.json:
+            print(event.to_json(), flush=True)
+        else:
+            what = event.state.value if event.state else ""
+            error = f" {event.error}" if event.error else ""
+            print(f"{event.timestamp} {event.type.value:<16} {event.job_id} {what}{error}",
+                  flush=True)
 
 
 def _demo(args: argparse.Namespace) -> int:
