@@ -1,0 +1,57 @@
+"""Helpers of the runtime tests (importable by the test modules; fixtures are in conftest)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from celery.contrib.testing.worker import start_worker
+
+from api_client import CompactionClient, JobEvent
+from api_client._events import decode_event
+from worker.app import CompactorCelery, create_app
+from worker.hooks import HookSettings
+from worker.settings import WorkerSettings
+
+
+def runtime_settings(url: str, **overrides: Any) -> WorkerSettings:
+    """Test settings: only the hooks a test names (never the environment's entry points)."""
+    values: dict[str, Any] = {
+        "redis_url": url, "pool": "threads", "concurrency": 2, "job_deadline_s": 20.0,
+        "visibility_timeout_s": 60.0, "lease_ttl_s": 3.0,
+        "hooks": HookSettings(entry_points=False, plugins=[]),
+    }
+    values.update(overrides)
+    return WorkerSettings(**values)
+
+
+@contextmanager
+def running_worker(settings: WorkerSettings) -> Iterator[CompactorCelery]:
+    app = create_app(settings)
+    try:
+        with start_worker(app, pool="threads", concurrency=settings.concurrency,
+                          perform_ping_check=False, loglevel="WARNING", shutdown_timeout=30):
+            yield app
+    finally:
+        app.close_runtime()
+
+
+def new_session(client: CompactionClient, text: str) -> str:
+    return client.sessions.import_jsonl(text, f"s-{uuid.uuid4().hex[:10]}")
+
+
+def session_events(client: CompactionClient, session_id: str) -> list[JobEvent]:
+    stream = client.layout.session(session_id).events
+    return [decode_event(i, f) for i, f in client.redis.xrange(stream)]
+
+
+def completions(client: CompactionClient, session_id: str, job_id: str) -> list[JobEvent]:
+    return [e for e in session_events(client, session_id) if e.job_id == job_id and e.terminal]
+
+
+def entries_of_type(client: CompactionClient, session_id: str, kind: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in client.sessions.export_jsonl(session_id).splitlines()[1:]
+            if json.loads(line).get("type") == kind]

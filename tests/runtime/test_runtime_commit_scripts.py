@@ -1,0 +1,166 @@
+"""The worker's conditional commits (Lua) against a real Redis, table-driven."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from api_client import CompactionClient, JobState
+from api_client._jobs import JobStore
+from worker.store import CommitStatus, CommitStore, line_digest
+
+Mutation = Callable[[CompactionClient, str, list[str]], None]
+
+
+def msg(text: str, role: str = "user") -> dict[str, object]:
+    return {"role": role, "content": [{"type": "text", "text": text}], "timestamp": 1}
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[CompactionClient]:
+    with CompactionClient(redis_url) as c:
+        yield c
+
+
+@pytest.fixture
+def setup(client: CompactionClient) -> tuple[str, list[str], str, CommitStore]:
+    """A session of four messages and a running compaction job on it."""
+    sid = client.sessions.create("s1")
+    ids = [client.sessions.append(sid, msg(f"m{i}")) for i in range(4)]
+    job = client.jobs.enqueue(sid, "compact", reason="manual").job_id
+    assert JobStore.mark_running(client.jobs, job) == 1
+    return sid, ids, job, CommitStore(client.redis, client.layout)
+
+
+def _nothing(c: CompactionClient, sid: str, ids: list[str]) -> None:
+    return None
+
+
+def _append_two(c: CompactionClient, sid: str, ids: list[str]) -> None:
+    c.sessions.append(sid, msg("agent 1"))
+    c.sessions.append(sid, msg("agent 2", "assistant"))
+
+
+def _append_compaction(c: CompactionClient, sid: str, ids: list[str]) -> None:
+    c.sessions.append(sid, {"type": "compaction", "summary": "x", "firstKeptEntryId": ids[2],
+                            "tokensBefore": 1})
+
+
+def _other_branch(c: CompactionClient, sid: str, ids: list[str]) -> None:
+    c.sessions.navigate(sid, ids[1])
+    c.sessions.append(sid, msg("edited question"))
+
+
+def _reset(c: CompactionClient, sid: str, ids: list[str]) -> None:
+    c.sessions.navigate(sid, None)
+
+
+def _cancel(c: CompactionClient, sid: str, ids: list[str]) -> None:
+    job = c.redis.get(c.layout.session(sid).inflight("compact"))
+    assert c.jobs.request_cancel(str(job)) is JobState.RUNNING
+
+
+def _finished(c: CompactionClient, sid: str, ids: list[str]) -> None:
+    job = c.redis.get(c.layout.session(sid).inflight("compact"))
+    assert c.jobs.finish(str(job), "failed", error="elsewhere")
+
+
+def _descendant(c: CompactionClient, sid: str, ids: list[str]) -> None:
+    # The snapshot leaf had a child already (the agent had navigated back); going there is fine.
+    c.sessions.navigate(sid, ids[3])
+
+
+@pytest.mark.parametrize(("mutate", "snapshot_at", "expected", "parent_is_new_leaf"), [
+    (_nothing, 3, CommitStatus.COMMITTED, True),
+    (_append_two, 3, CommitStatus.COMMITTED, True),
+    (_descendant, 2, CommitStatus.COMMITTED, True),
+    (_append_compaction, 3, CommitStatus.STALE, False),
+    (_other_branch, 3, CommitStatus.STALE, False),
+    (_reset, 3, CommitStatus.STALE, False),
+    (_cancel, 3, CommitStatus.CANCELLED, False),
+    (_finished, 3, CommitStatus.FINISHED, False),
+])
+def test_append_entry_is_conditional(client: CompactionClient, setup: tuple[str, list[str], str, CommitStore],
+                                     mutate: Mutation, snapshot_at: int, expected: CommitStatus,
+                                     parent_is_new_leaf: bool) -> None:
+    sid, ids, job, commits = setup
+    mutate(client, sid, ids)
+    before_rev, before_text = client.sessions.revision(sid), client.sessions.export_jsonl(sid)
+    leaf_before = client.sessions.load(sid).leaf_id
+    entry = {"type": "compaction", "timestamp": "2025-01-01T00:00:00.000Z", "summary": "S",
+             "firstKeptEntryId": ids[2], "tokensBefore": 5, "fromExtension": False}
+    outcome = commits.append_entry(job, ids[snapshot_at], entry, {"k": 1})
+    assert outcome.status is expected
+    after = client.sessions.load(sid)
+    if expected is CommitStatus.COMMITTED:
+        assert outcome.entry is not None and outcome.entry["parentId"] == leaf_before
+        assert after.leaf_id == outcome.entry_id and after.revision == before_rev + 1
+        assert client.sessions.export_jsonl(sid).startswith(before_text)  # nothing lost
+        assert commits.effect(job) == outcome.entry_id
+        assert parent_is_new_leaf
+    else:
+        assert after.revision == before_rev
+        assert client.sessions.export_jsonl(sid) == before_text
+        assert commits.effect(job) is None
+
+
+def test_second_commit_of_a_job_returns_the_first_entry(setup: tuple[str, list[str], str, CommitStore],
+                                                        client: CompactionClient) -> None:
+    sid, ids, job, commits = setup
+    entry = {"type": "compaction", "timestamp": "t", "summary": "S", "firstKeptEntryId": ids[1],
+             "tokensBefore": 5}
+    first = commits.append_entry(job, ids[3], entry, {})
+    text = client.sessions.export_jsonl(sid)
+    second = commits.append_entry(job, first.entry_id, {**entry, "summary": "other"}, {})
+    assert (first.status, second.status) == (CommitStatus.COMMITTED, CommitStatus.DUPLICATE)
+    assert second.entry_id == first.entry_id
+    assert client.sessions.export_jsonl(sid) == text
+
+
+def test_walk_limit_makes_a_long_walk_stale(client: CompactionClient,
+                                            setup: tuple[str, list[str], str, CommitStore]) -> None:
+    sid, ids, job, _ = setup
+    _append_two(client, sid, ids)
+    short = CommitStore(client.redis, client.layout, walk_limit=1)
+    entry = {"type": "compaction", "timestamp": "t", "summary": "S", "firstKeptEntryId": ids[1],
+             "tokensBefore": 5}
+    assert short.append_entry(job, ids[3], entry, {}).status is CommitStatus.STALE
+
+
+@pytest.mark.parametrize("tamper", [None, 0, 1])
+def test_rewrite_is_all_or_nothing(client: CompactionClient,
+                                   setup: tuple[str, list[str], str, CommitStore],
+                                   tamper: int | None) -> None:
+    sid, ids, job, commits = setup
+    targets = ids[:2]
+    lines = commits.lines(sid, targets)
+    rewrites = [(i, line_digest(str(line)), str(line).replace('"text":"m', '"text":"pruned m'))
+                for i, line in zip(targets, lines, strict=True)]
+    if tamper is not None:  # the agent changed that entry after the plan
+        key = client.layout.session(sid).entries
+        client.redis.hset(key, targets[tamper], str(lines[tamper]).replace('"text":"m', '"text":"edited m'))
+    before = client.sessions.export_jsonl(sid)
+    outcome = commits.rewrite(job, rewrites, {"prunedEntryIds": targets, "tokensSaved": 1})
+    after = client.sessions.export_jsonl(sid)
+    if tamper is None:
+        assert outcome.status is CommitStatus.COMMITTED
+        assert after.count('"pruned m') == 2 and commits.effect(job) == ""
+    else:
+        assert outcome.status is CommitStatus.STALE and after == before
+        assert commits.effect(job) is None
+
+
+def test_branch_commit_requires_the_snapshot_leaf(client: CompactionClient,
+                                                  setup: tuple[str, list[str], str, CommitStore]) -> None:
+    sid, ids, job, commits = setup
+    entry = {"type": "branch_summary", "timestamp": "t", "fromId": ids[1], "summary": "B"}
+    client.sessions.append(sid, msg("late"))
+    text = client.sessions.export_jsonl(sid)
+    assert commits.branch(job, ids[3], ids[1], entry, {}).status is CommitStatus.STALE
+    assert client.sessions.export_jsonl(sid) == text
+    leaf = client.sessions.load(sid).leaf_id
+    done = commits.branch(job, leaf, ids[1], entry, {})
+    assert done.status is CommitStatus.COMMITTED and done.entry is not None
+    assert done.entry["parentId"] == ids[1]
+    assert client.sessions.load(sid).leaf_id == done.entry_id
