@@ -13,7 +13,7 @@ import os
 import socket
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from api_client._settings import ClientSettings
@@ -47,7 +47,8 @@ class WorkerSettings(LlmSettings, ClientSettings):
     # How often live workers look for messages of dead ones (kombu's restore sweep).
     unacked_restore_interval_s: float = Field(default=1.0, gt=0)
     # Job lease: renewed every third of it while the job runs; a dead worker's lease ends
-    # after at most this long, so a redelivered job can be taken over.
+    # after at most this long, so a redelivered job can be taken over (a delivery that finds
+    # the lease still held looks again this much later).
     lease_ttl_s: float = Field(default=30.0, gt=0)
     # A commit refused because the session moved on re-plans on a fresh snapshot this often.
     stale_replans: int = Field(default=3, ge=0)
@@ -72,12 +73,6 @@ class WorkerSettings(LlmSettings, ClientSettings):
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
 
     hooks: HookSettings = Field(default_factory=_hook_settings)
-
-    @model_validator(mode="after")
-    def _lease_fits(self) -> WorkerSettings:
-        if self.lease_ttl_s > self.visibility_timeout_s:
-            raise ValueError("lease_ttl_s must not exceed visibility_timeout_s")
-        return self
 
     @property
     def worker_id(self) -> str:

@@ -8,8 +8,6 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from pydantic import SecretStr
-
-from api_client import CompactionClient, JobCancelledError, JobFailedError
 from runtime import runtime_hooks
 from runtime.runtime_model_server import ModelServer
 from runtime.runtime_support import (
@@ -20,6 +18,8 @@ from runtime.runtime_support import (
     runtime_settings,
     session_events,
 )
+
+from api_client import CompactionClient, JobCancelledError, JobFailedError
 from worker.app import CompactorCelery
 from worker.hooks import HookSettings
 from worker.llm import ModelCandidate

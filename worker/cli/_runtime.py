@@ -34,7 +34,8 @@ def _settings() -> WorkerSettings:
     try:
         return WorkerSettings()
     except ValidationError as err:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+        problems = "; ".join(
+            ": ".join(filter(None, (".".join(map(str, e["loc"])), e["msg"]))) for e in err.errors())
         raise ConfigurationError(f"invalid settings: {problems}") from None
 
 
