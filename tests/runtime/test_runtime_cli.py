@@ -1,0 +1,105 @@
+"""The runtime commands of ``compactor`` against a real Redis and worker (in this process)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from runtime.runtime_support import running_worker, runtime_settings
+
+from worker.app import CompactorCelery
+from worker.cli import main
+
+DEMO = Path(__file__).resolve().parents[2] / "worker" / "data" / "demo-session.jsonl"
+RECORD_KEYS = {"jobId", "state", "entry", "error", "model", "attempts", "usage", "result"}
+
+
+@pytest.fixture(scope="module")
+def app(module_redis: str) -> Iterator[CompactorCelery]:
+    with running_worker(runtime_settings(module_redis)) as worker_app:
+        yield worker_app
+
+
+@pytest.fixture
+def cli(app: CompactorCelery, module_redis: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> Iterator[object]:
+    for name in ("COMPACTOR_BROKER_URL", "COMPACTOR_RESULT_BACKEND", "COMPACTOR_KEY_PREFIX"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("COMPACTOR_REDIS_URL", module_redis)
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        code = main(list(argv))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    yield run
+
+
+def _import(cli: object, session_id: str) -> str:
+    code, out, _ = cli("session", "import", str(DEMO), "--session-id", session_id)  # type: ignore[operator]
+    assert code == 0
+    return str(out)
+
+
+def test_import_prints_the_bare_id_and_export_round_trips(cli: object) -> None:
+    assert _import(cli, "cli-roundtrip") == "cli-roundtrip\n"
+    code, out, _ = cli("session", "export", "cli-roundtrip")  # type: ignore[operator]
+    original = DEMO.read_text(encoding="utf-8").splitlines()
+    exported = out.splitlines()
+    assert code == 0 and exported[1:] == original[1:]
+    assert json.loads(exported[0])["id"] == "cli-roundtrip"
+
+
+def test_compact_without_wait_prints_id_and_state(cli: object) -> None:
+    _import(cli, "cli-nowait")
+    code, out, _ = cli("compact", "cli-nowait", "--json")  # type: ignore[operator]
+    payload = json.loads(out)
+    assert code == 0 and set(payload) == {"jobId", "state"}
+    assert payload["jobId"].startswith("cli-nowait:") and payload["state"] in ("queued", "running", "succeeded")
+
+
+def test_compact_wait_json_then_job_and_events(cli: object) -> None:
+    _import(cli, "cli-wait")
+    code, out, _ = cli("compact", "cli-wait", "--reason", "threshold", "--wait", "--json")  # type: ignore[operator]
+    payload = json.loads(out)
+    assert code == 0 and set(payload) == RECORD_KEYS
+    assert payload["state"] == "succeeded" and payload["entry"]["type"] == "compaction"
+    assert payload["attempts"] == 1 and payload["model"] == "extractive" and payload["error"] is None
+    code, out, _ = cli("job", payload["jobId"], "--json")  # type: ignore[operator]
+    assert code == 0 and json.loads(out) == payload
+    code, out, _ = cli("events", "--session", "cli-wait", "--json")  # type: ignore[operator]
+    events = [json.loads(line) for line in out.splitlines()]
+    assert [e["type"] for e in events] == ["compaction_start", "session_compact", "compaction_end"]
+    assert events[-1]["state"] == "succeeded" and events[-1]["jobId"] == payload["jobId"]
+    code, out, _ = cli("cancel", payload["jobId"])  # type: ignore[operator]
+    assert code == 0 and out.split() == [payload["jobId"], "succeeded"]
+
+
+def test_prune_and_branch_summary(cli: object) -> None:
+    _import(cli, "cli-branch")
+    code, out, _ = cli("prune", "cli-branch", "--wait", "--json")  # type: ignore[operator]
+    assert code == 0 and len(json.loads(out)["result"]["prunedEntryIds"]) == 2
+    lines = [json.loads(x) for x in DEMO.read_text(encoding="utf-8").splitlines()[1:]]
+    pandas_leaf = next(e["id"] for e in reversed(lines) if "importer_pandas" in json.dumps(e))
+    code, out, _ = cli("branch-summary", "cli-branch", "--to", pandas_leaf, "--wait", "--json")  # type: ignore[operator]
+    payload = json.loads(out)
+    assert code == 0 and payload["entry"]["type"] == "branch_summary"
+    assert payload["entry"]["parentId"] == pandas_leaf
+
+
+def test_failed_job_exits_2_with_the_record(cli: object) -> None:
+    _import(cli, "cli-fail")
+    code, out, _ = cli("branch-summary", "cli-fail", "--to", "nope0000", "--wait", "--json")  # type: ignore[operator]
+    payload = json.loads(out)
+    assert code == 2 and payload["state"] == "failed" and payload["error"] == "Entry nope0000 not found"
+
+
+def test_errors_are_one_line_and_exit_2(cli: object) -> None:
+    code, out, err = cli("job", "cli-fail:0123456789abcdef")  # type: ignore[operator]
+    assert (code, out) == (2, "") and err.count("\n") == 1 and err.startswith("compactor: error: ")
+    code, _, err = cli("session", "import", "/does/not/exist.jsonl")  # type: ignore[operator]
+    assert code == 2 and err.startswith("compactor: error: /does/not/exist.jsonl: cannot read file")
+    code, _, err = cli("compact", "bad id with spaces")  # type: ignore[operator]
+    assert code == 2 and "invalid session id" in err
