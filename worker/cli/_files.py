@@ -17,16 +17,15 @@ from api_client.session import Entry, Session, load_session
 
 __all__ = ["load_file", "register", "session_subparsers"]
 
-_SESSION_GROUPS: dict[int, Any] = {}
-
-
 def session_subparsers(commands: Any) -> Any:
     """The shared ``session`` command group (runtime commands add import/export to it)."""
-    key = id(commands)
-    if key not in _SESSION_GROUPS:
+    # Kept on the parser object itself: a registry keyed by id() breaks when ids are reused.
+    group = getattr(commands, "_compactor_session_group", None)
+    if group is None:
         parser = commands.add_parser("session", help="session files and stored sessions")
-        _SESSION_GROUPS[key] = parser.add_subparsers(dest="session_command", required=True, metavar="ACTION")
-    return _SESSION_GROUPS[key]
+        group = parser.add_subparsers(dest="session_command", required=True, metavar="ACTION")
+        commands._compactor_session_group = group
+    return group
 
 
 def load_file(path: str) -> Session:
