@@ -17,6 +17,7 @@ from celery import Celery, bootsteps
 from kombu.entity import Queue
 
 from api_client._wire import BROKER_TRANSPORT_OPTIONS, QUEUE_COMPACT, QUEUES
+from worker import metrics
 from worker.llm import Summarizer
 from worker.service import Runtime, build_runtime
 from worker.settings import WorkerSettings, check_startup
@@ -105,10 +106,16 @@ class StartupCheck(bootsteps.Step):  # type: ignore[misc]
 
     def __init__(self, worker: Any, **kwargs: Any) -> None:
         app: CompactorCelery = worker.app
-        check_startup(app.compactor_settings)
-        if app.compactor_settings.pool == "prefork":
+        settings: WorkerSettings = app.compactor_settings
+        check_startup(settings)
+        if settings.metrics_port is not None:
+            if settings.pool == "threads":
+                metrics.start(settings.metrics_port)
+            else:
+                log.warning("metrics are served by threads-pool workers only; not started")
+        if settings.pool == "prefork":
             # Children build their own runtime after the fork; load it once here to fail early.
-            build_runtime(app.compactor_settings, summarizer=app._summarizer).close()
+            build_runtime(settings, summarizer=app._summarizer).close()
         else:
             app.runtime()
         super().__init__(worker, **kwargs)

@@ -204,3 +204,19 @@ def test_redelivery_after_commit_finishes_with_the_committed_entry(
     assert record.entry["summary"] == "from the dead"
     assert len(entries_of_type(client, sid, "compaction")) == 1
     assert len(completions(client, sid, job)) == 1
+
+
+def test_metrics_count_jobs(client: CompactionClient, demo_text: str) -> None:
+    import socket
+    import urllib.request
+
+    from worker import metrics
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    assert metrics.start(port, address="127.0.0.1")
+    sid = new_session(client, demo_text)
+    client.prune(sid).wait(30)
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    assert 'compactor_jobs_total{kind="prune",state="succeeded"}' in text

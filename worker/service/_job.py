@@ -11,6 +11,7 @@ from api_client._jobs import LeaseOutcome
 from api_client._keys import split_job_id
 from api_client._wire import CompactReason, JobEvent, JobKind, JobRecord, JobState, failure_message
 from api_client.errors import CompactorError
+from worker import metrics
 from worker.service._branch import run_branch
 from worker.service._compact import run_compact
 from worker.service._context import JobContext, JobSuccess
@@ -98,6 +99,11 @@ def _run_leased(rt: Runtime, job_id: str) -> JobOutcome:
     return _succeed(ctx, success)
 
 
+def _observed(ctx: JobContext, outcome: JobOutcome) -> JobOutcome:
+    metrics.observe_job(ctx.record.kind.value, outcome.state, ctx.control.elapsed_ms() / 1000)
+    return outcome
+
+
 def _earlier_effect(ctx: JobContext) -> JobSuccess | None:
     """An earlier delivery committed but died before finishing: finish with its result."""
     effect = ctx.rt.commits.effect(ctx.job_id)
@@ -122,7 +128,7 @@ def _succeed(ctx: JobContext, success: JobSuccess) -> JobOutcome:
                        model=success.model, usage=success.usage, result=success.result)
     entry_id = success.entry.get("id") if success.entry else None
     log.info("job %s succeeded in %d ms (entry %s)", ctx.job_id, ctx.control.elapsed_ms(), entry_id)
-    return JobOutcome(ctx.job_id, JobState.SUCCEEDED.value, entry_id)
+    return _observed(ctx, JobOutcome(ctx.job_id, JobState.SUCCEEDED.value, entry_id))
 
 
 def _error_text(record: JobRecord, message: str) -> str:
@@ -138,7 +144,7 @@ def _fail(ctx: JobContext, message: str) -> JobOutcome:
                                 duration_ms=ctx.control.elapsed_ms())
     ctx.rt.jobs.finish(ctx.job_id, JobState.FAILED, event=event, error=error)
     log.info("job %s failed: %s", ctx.job_id, error)
-    return JobOutcome(ctx.job_id, JobState.FAILED.value, error=error)
+    return _observed(ctx, JobOutcome(ctx.job_id, JobState.FAILED.value, error=error))
 
 
 def _stopped(ctx: JobContext, stop: JobStopped) -> JobOutcome:
@@ -148,4 +154,4 @@ def _stopped(ctx: JobContext, stop: JobStopped) -> JobOutcome:
                                 duration_ms=ctx.control.elapsed_ms())
     ctx.rt.jobs.finish(ctx.job_id, JobState.CANCELLED, event=event, error=str(stop))
     log.info("job %s cancelled", ctx.job_id)
-    return JobOutcome(ctx.job_id, JobState.CANCELLED.value, error=str(stop))
+    return _observed(ctx, JobOutcome(ctx.job_id, JobState.CANCELLED.value, error=str(stop)))

@@ -7,6 +7,7 @@ from typing import TypeVar
 
 from api_client._wire import EventType
 from api_client.errors import StaleSnapshotError
+from worker import metrics
 from worker.service._context import JobContext
 from worker.service._errors import JobCancelled, LeaseLostError
 from worker.store import CommitOutcome, CommitStatus
@@ -27,6 +28,7 @@ def settle(ctx: JobContext, outcome: CommitOutcome, what: str, round_no: int) ->
         raise JobCancelled()
     if outcome.status is CommitStatus.FINISHED:
         raise LeaseLostError()
+    metrics.observe_stale(ctx.record.kind.value)
     ctx.publish(EventType.STALE, result={
         "step": what, "replan": round_no + 1, "maxReplans": ctx.rt.settings.stale_replans,
         "revision": outcome.revision,
