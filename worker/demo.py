@@ -140,14 +140,15 @@ class _Report:
             self.say(f"{indent}... ({len(lines) - _MAX_LINES} more lines)")
 
 
-def _run_job(report: _Report, label: str, enqueue: Any) -> Any:
+def _run_job(report: _Report, label: str, enqueue: Any) -> tuple[Any, Any]:
+    """(handle, result) of a job, timed from the enqueue call to the completion event."""
     started = time.perf_counter()
     handle = enqueue()
     enqueue_ms = report.time(f"{label}: enqueue", started)
     result = handle.wait(timeout=60)
     total = report.time(f"{label}: round trip", started)
     report.say(f"  job {handle.id} done (enqueue {enqueue_ms:.1f} ms, round trip {total:.0f} ms)")
-    return result
+    return handle, result
 
 
 def _steps(report: _Report, url: str, session_text: str) -> None:
@@ -175,37 +176,32 @@ def _steps(report: _Report, url: str, session_text: str) -> None:
 
 
 def _pipeline(report: _Report, client: Any, sid: str) -> None:
-    report.say("\n1. prune (SPEC §8): old tool outputs replaced by a notice")
-    pruned = _run_job(report, "prune", lambda: client.prune(sid))
-    report.say(f"  pruned {len(pruned.pruned_entry_ids)} tool results "
-               f"({', '.join(pruned.pruned_entry_ids)}), {pruned.tokens_saved} tokens saved")
-
-    report.say("\n2. threshold compaction (extractive summarizer: no model configured)")
-    entry = _run_job(report, "compaction", lambda: client.compact(sid, reason="threshold"))
-    record = client.jobs.get(next(iter(_last_jobs(client, sid, "compaction_end"))))
-    result = record.result or {}
+    report.say("\n1. threshold compaction: prune pass (SPEC §8), then the summary "
+               "(extractive summarizer: no model configured)")
+    handle, entry = _run_job(report, "compaction", lambda: client.compact(sid, reason="threshold"))
+    result = handle.record().result or {}
+    pruned = result.get("prunedEntryIds", [])
+    report.say(f"  prune pass: pruned {len(pruned)} tool results ({', '.join(pruned)}), "
+               f"{result.get('tokensSaved', 0)} tokens saved")
     report.say(f"  compaction entry {entry['id']} (parent {entry['parentId']}), first kept entry "
                f"{entry['firstKeptEntryId']}, tokens {entry['tokensBefore']} -> "
                f"{result.get('tokensAfter')}")
     report.say(f"  shortSummary: {entry.get('shortSummary')}")
     report.block(entry["summary"])
 
+    report.say("\n2. prune job on its own")
+    _, again = _run_job(report, "prune", lambda: client.prune(sid))
+    report.say(f"  pruned {len(again.pruned_entry_ids)} more tool results "
+               "(the compaction's prune pass left nothing above the thresholds)")
+
     target = _other_branch_leaf(client, sid)
     report.say(f"\n3. branch summary: move from the current leaf to {target} (the abandoned "
                "pandas experiment), summarising the branch being left")
-    summary = _run_job(report, "branch summary", lambda: client.branch_summary(sid, target))
+    _, summary = _run_job(report, "branch summary", lambda: client.branch_summary(sid, target))
     snap = client.sessions.load(sid)
     report.say(f"  branch_summary entry {summary['id']} under {summary['parentId']}; "
                f"leaf is now {snap.leaf_id}")
     report.block(summary["summary"])
-
-
-def _last_jobs(client: Any, sid: str, event_type: str) -> list[str]:
-    reader = client.events(sid, follow=False)
-    try:
-        return [e.job_id for e in reader if e.type.value == event_type][-1:]
-    finally:
-        reader.close()
 
 
 def _other_branch_leaf(client: Any, sid: str) -> str:

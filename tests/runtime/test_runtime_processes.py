@@ -114,5 +114,6 @@ def test_demo_runs_with_nothing_but_the_install(tmp_path: Path) -> None:
     assert time.monotonic() - started < 60
     out = proc.stdout
     assert "redis: embedded redis-server" in out
-    for needle in ("pruned 2 tool results", "compaction entry", "branch_summary entry", "timings (ms):"):
+    for needle in ("prune pass: pruned 2 tool results", "compaction entry", "pruned 0 more",
+                   "branch_summary entry", "timings (ms):"):
         assert needle in out
