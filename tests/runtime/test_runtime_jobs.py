@@ -220,3 +220,16 @@ def test_metrics_count_jobs(client: CompactionClient, demo_text: str) -> None:
     client.prune(sid).wait(30)
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     assert 'compactor_jobs_total{kind="prune",state="succeeded"}' in text
+
+
+def test_automatic_compaction_with_nothing_to_do_ends_quietly(client: CompactionClient,
+                                                             demo_text: str) -> None:
+    sid = new_session(client, demo_text)
+    client.compact(sid, reason="manual").wait(30)
+    client.prune(sid).wait(30)
+    rev = client.sessions.revision(sid)
+    handle = client.compact(sid, reason="overflow")
+    assert handle.wait(30) is None  # already compacted: no entry, no error (SPEC §12.4 step 2)
+    [end] = completions(client, sid, handle.id)
+    assert (end.state.value if end.state else None, end.will_retry, end.error) == ("succeeded", False, None)
+    assert client.sessions.revision(sid) == rev

@@ -127,8 +127,9 @@ def run_compact(ctx: JobContext) -> JobSuccess:
     progress = Progress()
     draft, outcome = with_replans(ctx, "compaction", lambda n: _round(ctx, progress, n))
     if draft is None or outcome is None:
+        # Nothing to compact: the reference ends with no result and no retry (§12.4 step 2).
         result = {**progress.pruned.to_result(), "durationMs": ctx.control.elapsed_ms()}
-        return JobSuccess(result=result, event={"result": result})
+        return JobSuccess(result=result, event={"result": result, "will_retry": False})
     entry = outcome.entry or ctx.rt.commits.entry(ctx.session_id, outcome.entry_id or "") or {}
     tokens_after = _tokens_after(ctx, draft.path, entry) if entry else None
     ctx.rt.hooks.compact_done(entry, draft.from_extension, session_id=ctx.session_id)
