@@ -33,8 +33,10 @@ def _hook_settings() -> HookSettings:
 
 
 class WorkerSettings(LlmSettings, ClientSettings):
+    # Empty variables count as unset (docker compose passes ``${VAR:-}`` through as "").
     model_config = SettingsConfigDict(
         env_prefix="COMPACTOR_", env_file=".env", env_file_encoding="utf-8", extra="ignore",
+        env_ignore_empty=True,
     )
 
     # -- deadlines and redelivery ---------------------------------------------------------------

@@ -28,11 +28,14 @@ EXIT_JOB_FAILED = 2
 
 def _settings() -> WorkerSettings:
     from pydantic import ValidationError
+    from pydantic_settings import SettingsError
 
     from worker.settings import WorkerSettings
 
     try:
         return WorkerSettings()
+    except SettingsError as err:  # a variable that is not valid JSON where JSON is expected
+        raise ConfigurationError(f"invalid settings: {err}") from None
     except ValidationError as err:
         problems = "; ".join(
             ": ".join(filter(None, (".".join(map(str, e["loc"])), e["msg"]))) for e in err.errors())
