@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 import redis
-from helpers.sessions import user
 
 from api_client import (
     AsyncCompactionClient,
@@ -30,6 +29,7 @@ from api_client import (
     JobTimeoutError,
     PruneResult,
 )
+from helpers.sessions import user
 
 
 def free_port() -> int:

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 import redis
-from helpers.sessions import assistant, user
 
 from api_client import (
     AsyncCompactionClient,
@@ -22,6 +21,7 @@ from api_client import (
     SessionNotFoundError,
 )
 from api_client.session import load_session
+from helpers.sessions import assistant, user
 
 
 def counter_ids(used: set[str]) -> str:
