@@ -94,3 +94,19 @@ def test_branch_summary_has_preamble_blank_line_and_tags() -> None:
     assert out.summary == f"{branch_preamble()}\n\n<branch>\n\n<modified-files>\n/n.py\n</modified-files>"
     assert rec.requests[0].max_tokens == BRANCH_MAX_TOKENS and not rec.requests[0].reasoning
     assert summarize_branch([], rec, tokenizer=EST).summary is None
+
+
+def test_turn_prefix_and_short_requests_can_be_split_for_small_windows() -> None:
+    prep = plan([user(chars(400)), assistant(chars(40)), user(chars(400)), assistant(chars(400)), assistant(chars(400))], 150)
+    rec = Recorder()
+    compact(prep, rec)
+    prefix = next(r for r in rec.requests if r.purpose == "turn_prefix")
+    assert prefix.rechunk is not None
+    part = prefix.rechunk(prefix.conversation[:1], "earlier part")
+    assert part.purpose == "turn_prefix" and "<previous-summary>\nearlier part\n</previous-summary>" in part.prompt
+    short = next(r for r in rec.requests if r.purpose == "short")
+    assert short.rechunk is not None
+    merged = short.previous_summary or ""
+    assert short.rechunk(short.conversation[:1], merged).prompt.count(merged) == 1
+    later = short.rechunk(short.conversation[1:], "what the first part did")
+    assert f"{merged}\n\nwhat the first part did" in later.prompt

@@ -170,9 +170,14 @@ def build_history_prompt(
     return text + _additional_context(extra_context) + base
 
 
-def build_turn_prefix_prompt(conversation: str) -> str:
-    """The user message of the split-turn prefix summary; takes no options by design (§10.2)."""
-    return _conversation(conversation) + render("turn-prefix")
+def build_turn_prefix_prompt(conversation: str, *, previous_summary: str | None = None) -> str:
+    """The user message of the split-turn prefix summary; takes no options by design (§10.2).
+
+    ``previous_summary`` is only set on the chunked path, when a prefix too large for the
+    summarizer's window is summarised part by part.
+    """
+    previous = _previous_summary(previous_summary) if previous_summary else ""
+    return _conversation(conversation) + previous + render("turn-prefix")
 
 
 def build_short_prompt(

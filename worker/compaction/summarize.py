@@ -115,14 +115,25 @@ def history_request(llm: Sequence[Message], previous: str | None, opts: RequestO
                     previous_summary=previous, rechunk=rechunk)
 
 
-def turn_prefix_request(llm: Sequence[Message], opts: RequestOptions) -> SummaryRequest:
-    prompt = prompts.build_turn_prefix_prompt(serialize_conversation(llm))
-    return _request("turn_prefix", llm, prompt, prompts.turn_prefix_max_tokens(opts.reserve), opts)
+def turn_prefix_request(llm: Sequence[Message], opts: RequestOptions, previous: str | None = None) -> SummaryRequest:
+    prompt = prompts.build_turn_prefix_prompt(serialize_conversation(llm), previous_summary=previous)
+    # A prefix larger than the summarizer's window is summarised part by part (router's chunked path).
+    rechunk: Callable[[Sequence[Message], str | None], SummaryRequest] = lambda chunk, prev: turn_prefix_request(chunk, opts, prev)  # noqa: E731
+    return _request("turn_prefix", llm, prompt, prompts.turn_prefix_max_tokens(opts.reserve), opts,
+                    previous_summary=previous, rechunk=rechunk)
 
 
 def short_request(llm: Sequence[Message], merged: str, opts: RequestOptions) -> SummaryRequest:
     prompt = prompts.build_short_prompt(serialize_conversation(llm), merged_summary=merged, extra_context=opts.extra_context)
-    return _request("short", llm, prompt, prompts.short_max_tokens(opts.reserve), opts, previous_summary=merged or None)
+
+    def rechunk(chunk: Sequence[Message], prev: str | None) -> SummaryRequest:
+        # Recent messages too large for the window: each part sees the merged summary plus the
+        # description of the parts before it; the last part's description is the short summary.
+        context = merged if not prev or prev == merged else f"{merged}\n\n{prev}".strip()
+        return short_request(chunk, context, opts)
+
+    return _request("short", llm, prompt, prompts.short_max_tokens(opts.reserve), opts,
+                    previous_summary=merged or None, rechunk=rechunk)
 
 
 def branch_request(llm: Sequence[Message], opts: RequestOptions) -> SummaryRequest:
