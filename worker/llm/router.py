@@ -2,10 +2,12 @@
 
 For one ``SummaryRequest`` it walks the candidates in order (primary first) and, per attempt,
 asks ``retry_policy.decide`` what to do with a failure: back off and retry, move to the next
-candidate, or stop. Context overflow is never retried on the same model: a later candidate with
-a larger window gets the request, else the conversation is summarized in chunks that fit
-(SPEC §10.2 update prompt per chunk, via ``request.rechunk``). Candidates that keep failing are
-cooled down for all workers (``cooldown``); a per-job budget caps the HTTP attempts.
+candidate, or stop. Context overflow is never retried unchanged on the same model: a later
+candidate with a larger window gets the request, else the conversation is summarized in chunks
+that fit (SPEC §10.2 update prompt per chunk, via ``request.rechunk``). A server that still
+refuses a chunk (its tokenizer counts more than ours) gets the chunks re-planned smaller, at
+most ``max_shrinks`` times per candidate. Candidates that keep failing are cooled down for all
+workers (``cooldown``); a per-job budget caps the HTTP attempts, the re-planned ones included.
 """
 
 from __future__ import annotations
@@ -17,7 +19,16 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from worker.llm.chunking import SAFETY, estimate_request, estimate_text, message_cost, next_chunk
+from worker.llm.chunking import (
+    SAFETY,
+    estimate_request,
+    estimate_text,
+    message_cost,
+    next_chunk,
+    parse_overflow,
+    request_fits,
+    shrink_limit,
+)
 from worker.llm.cooldown import CooldownStore, MemoryCooldownStore
 from worker.llm.errors import (
     AllCandidatesFailedError,
@@ -33,13 +44,15 @@ from worker.llm.providers.base import Provider
 from worker.llm.retry_policy import Failure, RetryPolicy, decide
 from worker.llm.types import CancelToken, SummaryRequest, SummaryResult, Usage
 
-__all__ = ["AttemptBudget", "JobSummarizer", "Router"]
+__all__ = ["MAX_SHRINKS", "MIN_CHUNK_OUTPUT", "AttemptBudget", "JobSummarizer", "Router"]
 
 log = logging.getLogger(__name__)
 
 _SLEEP_SLICE_S = 0.05
 _TRAIL_LINE = 400
 _COUNTED = ("transient", "timeout", "permanent")  # failure kinds the circuit breaker counts
+MAX_SHRINKS = 3  # re-plans after a server refused a chunk as too long, per candidate
+MIN_CHUNK_OUTPUT = 256  # output tokens a chunk call gets at least
 
 
 class AttemptBudget:
@@ -80,14 +93,37 @@ class _Call:
             raise ModelCancelledError()
 
 
+@dataclass
+class _Plan:
+    """The chunked path on one candidate: where it is, and the chunk size it plans for."""
+
+    limit: int  # prompt tokens (our count) per chunk request
+    window: int | None  # the window planned for: configured, or learned from an overflow error
+    previous: str | None  # the summary so far
+    start: int = 0  # first message not summarized yet
+    shrinks: int = 0
+
+
+class _Refused(Exception):  # an internal signal: never leaves the router
+    """A server refused a request as too long; what we sent, in our count."""
+
+    def __init__(self, error: ContextOverflow, prompt: int, completion: int) -> None:
+        super().__init__(str(error))
+        self.error, self.prompt, self.completion = error, prompt, completion
+
+
 def _label(provider: Provider) -> str:
     return provider.candidate.label
+
+
+def _chunkable(request: SummaryRequest) -> bool:
+    return request.rechunk is not None and bool(request.conversation)
 
 
 class Router:
     def __init__(self, providers: Sequence[Provider], *, policy: RetryPolicy | None = None,
                  cooldown: CooldownStore | None = None, rng: Callable[[], float] = random.random,
-                 on_close: Callable[[], None] | None = None) -> None:
+                 on_close: Callable[[], None] | None = None, max_shrinks: int = MAX_SHRINKS) -> None:
         if not providers:
             raise ValueError("the router needs at least one candidate")
         self.providers = list(providers)
@@ -95,6 +131,7 @@ class Router:
         self.cooldown: CooldownStore = cooldown or MemoryCooldownStore()
         self._rng = rng
         self._on_close = on_close
+        self.max_shrinks = max_shrinks
 
     def summarize(self, request: SummaryRequest, cancel: CancelToken | None = None) -> SummaryResult:
         """One request with its own attempt budget; use ``for_job()`` to share one per job."""
@@ -139,17 +176,19 @@ class Router:
         return provider.problem()
 
     # --- one candidate ------------------------------------------------------------------------
-    def _max_tokens(self, provider: Provider, request: SummaryRequest) -> int:
+    def _max_tokens(self, provider: Provider, request: SummaryRequest, window: int | None) -> int:
         candidate = provider.candidate
         out = min(request.max_tokens, candidate.max_output_tokens or request.max_tokens)
         # A small window cannot give a 13k-token answer room; a summary rarely needs a quarter.
-        return max(1, min(out, candidate.context_window // 4)) if candidate.context_window else out
+        return max(1, min(out, window // 4)) if window else out
+
+    def _budget(self, provider: Provider, request: SummaryRequest, window: int) -> int:
+        """Prompt tokens (our count) a request may have on ``window``."""
+        reserve = provider.output_reserve(self._max_tokens(provider, request, window), request)
+        return int(window * SAFETY) - reserve
 
     def _fits(self, provider: Provider, request: SummaryRequest, window: int | None) -> bool:
-        if not window:
-            return True
-        reserve = provider.output_reserve(self._max_tokens(provider, request), request)
-        return estimate_request(request) + reserve <= window * SAFETY
+        return not window or request_fits(request, self._budget(provider, request, window))
 
     def _larger_later(self, index: int, request: SummaryRequest, window: int | None) -> bool:
         """Is there a later usable candidate with a larger known window that fits the request?"""
@@ -169,18 +208,25 @@ class Router:
             if self._larger_later(index, request, window):
                 raise ContextOverflow(f"input does not fit the window of {window} tokens; "
                                       "a later candidate has a larger one", **who)
-            return self._chunked(index, provider, request, int(window * SAFETY) if window else 0, call)
+            if not _chunkable(request):
+                raise ContextOverflow(f"input of ~{estimate_request(request)} tokens does not fit "
+                                      f"{_label(provider)} and this request cannot be split", **who)
+            assert window is not None
+            plan = _Plan(self._budget(provider, request, window), window, request.previous_summary)
+            return self._shrinking(index, provider, request, plan, call)
+        max_tokens = self._max_tokens(provider, request, window)
         try:
-            return self._attempts(index, provider, request, call)
-        except ContextOverflow:
-            if self._larger_later(index, request, window):
+            return self._attempts(index, provider, request, call, max_tokens)
+        except ContextOverflow as err:
+            if self._larger_later(index, request, window) or not _chunkable(request):
                 raise
-            estimate = estimate_request(request)
-            # The provider saw more tokens than we estimated: aim well below what it refused.
-            return self._chunked(index, provider, request, int(min(window or estimate, estimate) * 0.75), call)
+            refused = _Refused(err, estimate_request(request), provider.output_reserve(max_tokens, request))
+        plan = _Plan(0, window, request.previous_summary)
+        self._shrink(provider, request, plan, refused, call)
+        return self._shrinking(index, provider, request, plan, call)
 
-    def _attempts(self, index: int, provider: Provider, request: SummaryRequest, call: _Call) -> str:
-        max_tokens = self._max_tokens(provider, request)
+    def _attempts(self, index: int, provider: Provider, request: SummaryRequest, call: _Call,
+                  max_tokens: int) -> str:
         key, label = provider.candidate.cooldown_key, _label(provider)
         last = index == len(self.providers) - 1
         attempt = 0
@@ -221,29 +267,56 @@ class Router:
             time.sleep(min(_SLEEP_SLICE_S, left))
 
     # --- the chunked path ---------------------------------------------------------------------
-    def _chunked(self, index: int, provider: Provider, request: SummaryRequest, window: int, call: _Call) -> str:
+    def _shrinking(self, index: int, provider: Provider, request: SummaryRequest, plan: _Plan,
+                   call: _Call) -> str:
+        """The chunked path, re-planned smaller each time the server refuses a chunk as too long."""
+        while True:
+            try:
+                return self._chunked(index, provider, request, plan, call)
+            except _Refused as refused:
+                self._shrink(provider, request, plan, refused, call)
+
+    def _shrink(self, provider: Provider, request: SummaryRequest, plan: _Plan, refused: _Refused,
+                call: _Call) -> None:
+        """Lower ``plan.limit`` after ``refused``; re-raises its error when no shrink is left."""
+        label = _label(provider)
+        if plan.shrinks >= self.max_shrinks:
+            call.note(f"{label}: still too long after {plan.shrinks} smaller re-plans")
+            raise refused.error
+        numbers = parse_overflow(str(refused.error))
+        if numbers is not None and (plan.window is None or numbers.window < plan.window):
+            plan.window = numbers.window  # the server told us its window: plan the output for it
+        next_completion = provider.output_reserve(self._max_tokens(provider, request, plan.window), request)
+        plan.limit = shrink_limit(numbers, refused.prompt, refused.completion, next_completion)
+        plan.shrinks += 1
+        how = (f"the server counted {numbers.counted} of its {numbers.window} tokens" if numbers
+               else "no numbers in the error: halving")
+        call.note(f"{label}: shrink {plan.shrinks}/{self.max_shrinks}: ~{refused.prompt} tokens refused "
+                  f"({how}); re-planning chunks of ≤ ~{plan.limit} tokens")
+
+    def _chunked(self, index: int, provider: Provider, request: SummaryRequest, plan: _Plan, call: _Call) -> str:
         label = _label(provider)
         who: Who = {"provider": provider.candidate.provider, "model": provider.candidate.model}
-        if request.rechunk is None or not request.conversation or window <= 0:
-            raise ContextOverflow(f"input of ~{estimate_request(request)} tokens does not fit {label} "
-                                  "and this request cannot be split", **who)
-        limit = window - provider.output_reserve(self._max_tokens(provider, request), request)
         messages = list(request.conversation)
         costs = [message_cost(m) for m in messages]
-        previous, start = request.previous_summary, 0
-        while start < len(messages):
-            sub, end = next_chunk(request, messages, costs, start, previous, limit)
-            replaced = sum(costs[start:end]) + estimate_text(previous)
-            text = self._attempts(index, provider, sub, call)
+        while plan.start < len(messages):
+            sub, end = next_chunk(request, messages, costs, plan.start, plan.previous, plan.limit)
+            replaced = sum(costs[plan.start:end]) + estimate_text(plan.previous)
+            # An answer that merely fits the output budget must still be smaller than its input.
+            max_tokens = min(self._max_tokens(provider, request, plan.window), max(MIN_CHUNK_OUTPUT, replaced // 2))
+            try:
+                text = self._attempts(index, provider, sub, call, max_tokens)
+            except ContextOverflow as err:
+                raise _Refused(err, estimate_request(sub), provider.output_reserve(max_tokens, sub)) from err
             call.chunks += 1
-            call.note(f"{label}: chunk {call.chunks} (messages {start}-{end - 1}, ~{estimate_request(sub)} tokens)",
-                      level=logging.INFO)
+            call.note(f"{label}: chunk {call.chunks} (messages {plan.start}-{end - 1}, ~{estimate_request(sub)} "
+                      f"tokens, max_tokens {max_tokens})", level=logging.INFO)
             if estimate_text(text) >= replaced:
                 raise SummaryNotSmaller(f"chunk summary (~{estimate_text(text)} tokens) is not smaller than "
                                         f"what it replaces (~{replaced} tokens)", **who)
-            previous, start = text, end
-        assert previous is not None
-        return previous
+            plan.previous, plan.start = text, end
+        assert plan.previous is not None
+        return plan.previous
 
 
 class JobSummarizer:
