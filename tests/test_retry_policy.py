@@ -38,7 +38,7 @@ SMALL = RetryPolicy(base_delay_ms=10, factor=3, max_backoff_ms=50, jitter=0.5, m
         (P, Failure("permanent", attempt=1), Decision("next_candidate", 0, "permanent error")),
         (P, Failure("permanent", attempt=1, last_candidate=True), Decision("next_candidate", 0, "permanent error")),
         (P, Failure("overflow", attempt=1),
-         Decision("next_candidate", 0, "context overflow (never retried on the same model)")),
+         Decision("next_candidate", 0, "context overflow (never retried unchanged)")),
         (P, Failure("cancelled", attempt=1), Decision("stop", 0, "cancelled")),
         (P, Failure("cancelled", attempt=1, job_attempts=99), Decision("stop", 0, "cancelled")),
         # the per-job budget

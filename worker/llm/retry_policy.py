@@ -68,7 +68,7 @@ def decide(policy: RetryPolicy, failure: Failure) -> Decision:
     if failure.kind == "permanent":
         return Decision("next_candidate", reason="permanent error")
     if failure.kind == "overflow":
-        return Decision("next_candidate", reason="context overflow (never retried on the same model)")
+        return Decision("next_candidate", reason="context overflow (never retried unchanged)")
     if failure.job_attempts >= policy.job_attempt_budget:
         return Decision("next_candidate", reason="job attempt budget spent")
     if failure.kind == "timeout" and not failure.last_candidate:
