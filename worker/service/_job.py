@@ -148,6 +148,11 @@ def _fail(ctx: JobContext, message: str) -> JobOutcome:
 
 
 def _stopped(ctx: JobContext, stop: JobStopped) -> JobOutcome:
+    if isinstance(stop, LeaseLostError):
+        # The summarizer saw the token turn (it raises its own error): the job now belongs to
+        # the worker holding the lease; ending it here would fail that worker's run.
+        log.warning("job %s: taken over by another worker; this delivery stops", ctx.job_id)
+        return JobOutcome(ctx.job_id, "abandoned")
     if not isinstance(stop, JobCancelled):
         return _fail(ctx, str(stop))
     event = JobEvent.completion(ctx.record, JobState.CANCELLED, error=str(stop), aborted=True,
