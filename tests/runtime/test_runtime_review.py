@@ -14,11 +14,14 @@ from runtime.runtime_support import (
     new_session,
     running_worker,
     runtime_settings,
+    session_events,
 )
 
-from api_client import CompactionClient
+from api_client import CompactionClient, PruneResult
 from worker.app import CompactorCelery
+from worker.compaction import get_tokenizer, plan_prune
 from worker.llm import ModelCandidate
+from worker.store import CommitStatus, CommitStore, line_digest
 
 
 @pytest.fixture(scope="module")
@@ -67,3 +70,77 @@ def test_a_delivery_that_lost_its_lease_leaves_the_job_to_the_new_holder(
     assert (record.state.value, record.error) == ("running", None)
     assert completions(client, sid, handle.id) == []
     assert client.sessions.export_jsonl(sid) == text
+
+
+def test_prune_planned_before_the_agent_rewound_is_replanned(
+        app: CompactorCelery, client: CompactionClient, demo_text: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent navigates back between the prune plan and its commit: the planned results are
+    now the newest on the path (protected by SPEC §8), so the plan must not be applied."""
+    sid = new_session(client, demo_text)
+    snap = client.sessions.load(sid)
+    path = snap.session.tree().path_to(snap.leaf_id)
+    tokenizer = get_tokenizer("tiktoken")
+    planned = plan_prune(path, tokenizer).pruned_entry_ids
+    rewind = max(i for i, e in enumerate(path) if e.id in planned) + 1
+    while path[rewind].raw.get("message", {}).get("role") != "user":
+        rewind += 1
+    assert planned and plan_prune(path[:rewind], tokenizer).pruned_entry_ids == ()
+
+    commits = app.runtime().commits
+    read_lines = commits.lines
+
+    def agent_rewinds_then_read(session_id: str, entry_ids: Any) -> list[str | None]:
+        if session_id == sid and client.sessions.load(sid).leaf_id == snap.leaf_id:
+            client.sessions.navigate(sid, path[rewind].parent_id)  # SPEC §11.4: back to a user turn
+        return read_lines(session_id, entry_ids)
+
+    monkeypatch.setattr(commits, "lines", agent_rewinds_then_read)
+    handle = client.prune(sid)
+    result = handle.wait(30)
+    assert isinstance(result, PruneResult) and result.pruned_entry_ids == []
+    assert '"prunedAt"' not in client.sessions.export_jsonl(sid)
+    events = [e.type.value for e in session_events(client, sid) if e.job_id == handle.id]
+    assert events.count("stale") == 1
+
+
+def _msg(text: str, role: str = "user") -> dict[str, object]:
+    return {"role": role, "content": [{"type": "text", "text": text}], "timestamp": 1}
+
+
+@pytest.mark.parametrize(("agent", "expected"), [
+    ("appends", CommitStatus.COMMITTED),       # newer results only: the plan still holds
+    ("compacts", CommitStatus.COMMITTED),      # a compaction on the path changes no protection
+    ("rewinds", CommitStatus.STALE),           # the planned results are now the newest
+    ("other branch", CommitStatus.STALE),
+    ("resets", CommitStatus.STALE),
+])
+def test_prune_commit_needs_the_snapshot_leaf_on_the_path(redis_url: str, agent: str,
+                                                          expected: CommitStatus) -> None:
+    with CompactionClient(redis_url) as c:
+        sid = c.sessions.create("s1")
+        ids = [c.sessions.append(sid, _msg(f"m{i}")) for i in range(4)]
+        job = c.jobs.enqueue(sid, "prune").job_id
+        assert c.jobs.mark_running(job) == 1
+        commits = CommitStore(c.redis, c.layout)
+        lines = commits.lines(sid, ids[:1])
+        rewrites = [(ids[0], line_digest(str(lines[0])), str(lines[0]).replace("m0", "pruned"))]
+        if agent == "appends":
+            c.sessions.append(sid, _msg("later"))
+        elif agent == "compacts":
+            c.sessions.append(sid, {"type": "compaction", "summary": "x", "firstKeptEntryId": ids[2],
+                                    "tokensBefore": 1})
+        elif agent == "rewinds":
+            c.sessions.navigate(sid, ids[1])
+        elif agent == "other branch":
+            c.sessions.navigate(sid, ids[1])
+            c.sessions.append(sid, _msg("edited"))
+        else:
+            c.sessions.navigate(sid, None)
+        before = c.sessions.export_jsonl(sid)
+        outcome = commits.rewrite(job, rewrites, {"prunedEntryIds": ids[:1], "tokensSaved": 1},
+                                  snapshot_leaf=ids[3])
+        assert outcome.status is expected
+        after = c.sessions.export_jsonl(sid)
+        assert (after != before) is (expected is CommitStatus.COMMITTED)
+        assert commits.effect(job) == ("" if expected is CommitStatus.COMMITTED else None)

@@ -57,7 +57,7 @@ def prune_pass(ctx: JobContext, snap: Snapshot, round_no: int, *, own_effect: bo
         return PruneStep(stale=True)
     ctx.control.check()
     result = {**step.to_result(), "durationMs": ctx.control.elapsed_ms()} if own_effect else None
-    outcome = ctx.rt.commits.rewrite(ctx.job_id, rewrites, result)
+    outcome = ctx.rt.commits.rewrite(ctx.job_id, rewrites, result, snapshot_leaf=snap.leaf_id)
     if not settle(ctx, outcome, "prune", round_no):
         return PruneStep(stale=True)
     if outcome.status is CommitStatus.DUPLICATE:

@@ -122,11 +122,14 @@ class CommitStore:
         return self._until_id(self._branch, job_id, args, result)
 
     def rewrite(self, job_id: str, rewrites: Sequence[tuple[str, str, str]],
-                result: Mapping[str, Any] | None) -> CommitOutcome:
-        """Replace stored lines: (entry id, SHA-1 of the line planned on, new line), all or none.
+                result: Mapping[str, Any] | None, *,
+                snapshot_leaf: str | None = None) -> CommitOutcome:
+        """Replace stored lines: (entry id, SHA-1 of the line planned on, new line), all or none,
+        and (given ``snapshot_leaf``) only while that leaf is on the current leaf's path.
 
         ``result`` None: a step inside another job (no effect recorded for it)."""
-        args = [job_id, "0" if result is None else "1", _json(result or {}), str(len(rewrites))]
+        args = [job_id, "0" if result is None else "1", _json(result or {}), str(len(rewrites)),
+                snapshot_leaf or "", str(self.walk_limit)]
         for entry_id, digest, line in rewrites:
             args += [entry_id, digest, line]
         return self._run(self._prune, job_id, args)

@@ -26,9 +26,9 @@ local function entry_info(line)
 end
 
 -- Is `target` on the path of `leaf` with no compaction entry between them (both exclusive of
--- `target`)? Walks at most `limit` parent links; a longer walk, a cycle or a missing entry
--- answers false (the caller re-plans, which is always safe).
-local function reaches_without_compaction(entries_key, leaf, target, limit)
+-- `target`; `through_compaction` lifts that condition)? Walks at most `limit` parent links; a
+-- longer walk, a cycle or a missing entry answers false (the caller re-plans, always safe).
+local function reaches_without_compaction(entries_key, leaf, target, limit, through_compaction)
   local id = leaf
   local seen = {}
   for _ = 0, limit do
@@ -44,7 +44,7 @@ local function reaches_without_compaction(entries_key, leaf, target, limit)
       return false
     end
     local kind, parent = entry_info(line)
-    if kind == 'compaction' then
+    if kind == 'compaction' and not through_compaction then
       return false
     end
     id = parent

@@ -1,8 +1,11 @@
 -- Rewrite pruned tool results in place (SPEC §8), all or nothing. Each entry is rewritten only
 -- if its stored line still has the SHA-1 the plan was made from, so a concurrent change to any
--- of them makes the whole step stale instead of overwriting it.
--- KEYS: 1 header, 2 entries, 3 order (unused), 4 leaf (unused), 5 rev, 6 effects, 7 job record
+-- of them makes the whole step stale instead of overwriting it. The plan protects the newest
+-- results of the snapshot's path, so it also needs the snapshot leaf on the current leaf's path
+-- (appends only add newer results; a move back would expose pruned results as the newest).
+-- KEYS: 1 header, 2 entries, 3 order (unused), 4 leaf, 5 rev, 6 effects, 7 job record
 -- ARGV: 1 job id, 2 record the effect ('1' | '0'), 3 job result JSON, 4 n,
+--       5 snapshot leaf id ('' = not checked), 6 walk limit,
 --       then per entry: id, SHA-1 of the planned line, new line
 -- Returns {status, '', revision, ''}
 if ARGV[2] == '1' then
@@ -23,16 +26,22 @@ else
     return {'cancelled', '', '', ''}
   end
 end
+if ARGV[5] ~= '' then
+  local leaf = redis.call('GET', KEYS[4]) or ''
+  if not reaches_without_compaction(KEYS[2], leaf, ARGV[5], tonumber(ARGV[6]), true) then
+    return {'stale', '', redis.call('GET', KEYS[5]) or '0', ''}
+  end
+end
 local n = tonumber(ARGV[4])
 for i = 0, n - 1 do
-  local id, digest = ARGV[5 + 3 * i], ARGV[6 + 3 * i]
+  local id, digest = ARGV[7 + 3 * i], ARGV[8 + 3 * i]
   local line = redis.call('HGET', KEYS[2], id)
   if not line or redis.sha1hex(line) ~= digest then
     return {'stale', id, redis.call('GET', KEYS[5]) or '0', ''}
   end
 end
 for i = 0, n - 1 do
-  redis.call('HSET', KEYS[2], ARGV[5 + 3 * i], ARGV[7 + 3 * i])
+  redis.call('HSET', KEYS[2], ARGV[7 + 3 * i], ARGV[9 + 3 * i])
 end
 if ARGV[2] == '1' then
   redis.call('HSET', KEYS[6], ARGV[1], '')
