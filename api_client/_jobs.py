@@ -247,8 +247,9 @@ class JobStore:
         return bool(self._run(self._release, [self.layout.job(job_id).lease], [worker_id], job_id))
 
     def mark_running(self, job_id: str, attempt: int | None = None) -> int | None:
-        """Set ``running`` and count the attempt; None when the job already finished."""
-        args = [now_iso(), "" if attempt is None else str(attempt)]
+        """Set ``running`` and count the attempt; None when the job already finished. The
+        record then lives ``job_ttl_s`` (its pending TTL only bounds the wait in the queue)."""
+        args = [now_iso(), "" if attempt is None else str(attempt), str(self.settings.job_ttl_s)]
         value = int(self._run(self._running, [self.layout.job(job_id).record], args, job_id))
         return None if value < 0 else value
 

@@ -1,5 +1,6 @@
 -- Mark a job running for one more attempt (first start time kept).
--- KEYS: record   ARGV: 1 startedAt, 2 attempt number ('' = previous + 1)
+-- KEYS: record   ARGV: 1 startedAt, 2 attempt number ('' = previous + 1),
+--                      3 record TTL s while it runs ('' = keep the pending TTL)
 -- Returns the attempt number, or -1 when the job is already finished.
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then
@@ -17,4 +18,8 @@ else
 end
 redis.call('HSET', KEYS[1], 'state', 'running')
 redis.call('HSETNX', KEYS[1], 'startedAt', ARGV[1])
+if ARGV[3] and ARGV[3] ~= '' then
+  -- The pending TTL bounds the wait in the queue, not the run: a started job keeps its record.
+  redis.call('EXPIRE', KEYS[1], ARGV[3])
+end
 return attempt

@@ -3,6 +3,7 @@ real in-process worker, loopback model over HTTP)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -17,7 +18,7 @@ from runtime.runtime_support import (
     session_events,
 )
 
-from api_client import CompactionClient, PruneResult
+from api_client import ClientSettings, CompactionClient, PruneResult
 from worker.app import CompactorCelery
 from worker.compaction import get_tokenizer, plan_prune
 from worker.llm import ModelCandidate
@@ -144,3 +145,21 @@ def test_prune_commit_needs_the_snapshot_leaf_on_the_path(redis_url: str, agent:
         after = c.sessions.export_jsonl(sid)
         assert (after != before) is (expected is CommitStatus.COMMITTED)
         assert commits.effect(job) == ("" if expected is CommitStatus.COMMITTED else None)
+
+
+def test_a_job_that_waited_past_the_pending_ttl_keeps_its_record_while_it_runs(
+        app: CompactorCelery, module_redis: str, model: ModelServer, demo_text: str) -> None:
+    """The pending TTL bounds how long a job may wait in the queue; a started job used to lose
+    its record mid-run (no commit, no completion event, waiters blocked for ever)."""
+    settings = ClientSettings(redis_url=module_redis, job_pending_ttl_s=1)
+    with CompactionClient(settings) as client:
+        sid = new_session(client, demo_text)
+        model.stall_next(1)
+        handle = client.compact(sid, reason="manual")
+        assert model.in_flight.wait(10)
+        time.sleep(1.5)  # past the pending TTL while the model call runs
+        model.release()
+        entry = handle.wait(20)
+        assert isinstance(entry, dict) and entry["type"] == "compaction"
+        assert client.jobs.get(handle.id).state.value == "succeeded"
+        assert len(completions(client, sid, handle.id)) == 1
