@@ -236,7 +236,7 @@ def test_before_tree_cancel(stack: CompactionClient, sid: str, plugin: Any,
                             model_server: FakeLLMServer) -> None:
     plugin.configure(before_tree="cancel")
     before = stack.sessions.export_jsonl(sid)
-    with pytest.raises(JobCancelledError):
+    with pytest.raises(JobCancelledError, match="Branch summary cancelled"):
         stack.branch_summary(sid, "a1").wait(timeout=20)
     assert stack.sessions.export_jsonl(sid) == before
     assert _model_requests(model_server) == []

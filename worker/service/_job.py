@@ -157,8 +157,10 @@ def _stopped(ctx: JobContext, stop: JobStopped) -> JobOutcome:
         return JobOutcome(ctx.job_id, "abandoned")
     if not isinstance(stop, JobCancelled):
         return _fail(ctx, str(stop))
-    event = JobEvent.completion(ctx.record, JobState.CANCELLED, error=str(stop), aborted=True,
+    # SPEC §12.2 names a cancelled compaction "Compaction cancelled"; a navigation is no compaction.
+    text = "Branch summary cancelled" if ctx.record.kind == JobKind.BRANCH_SUMMARY else str(stop)
+    event = JobEvent.completion(ctx.record, JobState.CANCELLED, error=text, aborted=True,
                                 duration_ms=ctx.control.elapsed_ms())
-    ctx.rt.jobs.finish(ctx.job_id, JobState.CANCELLED, event=event, error=str(stop))
+    ctx.rt.jobs.finish(ctx.job_id, JobState.CANCELLED, event=event, error=text)
     log.info("job %s cancelled", ctx.job_id)
-    return _observed(ctx, JobOutcome(ctx.job_id, JobState.CANCELLED.value, error=str(stop)))
+    return _observed(ctx, JobOutcome(ctx.job_id, JobState.CANCELLED.value, error=text))
