@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from runtime.runtime_model_server import ModelServer
 
 from api_client import CompactionClient
 from worker.demo import embedded_redis
@@ -40,3 +41,11 @@ def client_for() -> Iterator[Callable[[str], CompactionClient]]:
         c.close()
 
 
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[ModelServer]:
+    """A loopback OpenAI-compatible model server, shared by a module's tests."""
+    server = ModelServer()
+    yield server
+    server.close()

@@ -40,6 +40,15 @@ class ModelServer:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
 
+    def candidate(self) -> Any:
+        """The model-layer candidate pointing at this server."""
+        from pydantic import SecretStr
+
+        from worker.llm import ModelCandidate
+
+        return ModelCandidate(provider="openai", model="loop", base_url=self.base_url,
+                              api_key=SecretStr("test-key"), context_window=200_000)
+
     def stall_next(self, n: int = 1) -> None:
         with self._lock:
             self._to_hold = n

@@ -7,7 +7,6 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from pydantic import SecretStr
 from runtime import runtime_hooks
 from runtime.runtime_model_server import ModelServer
 from runtime.runtime_support import (
@@ -22,22 +21,13 @@ from runtime.runtime_support import (
 from api_client import CompactionClient, JobCancelledError, JobFailedError
 from worker.app import CompactorCelery
 from worker.hooks import HookSettings
-from worker.llm import ModelCandidate
 
 DEADLINE_S = 3.0
 
 
 @pytest.fixture(scope="module")
-def model() -> Iterator[ModelServer]:
-    server = ModelServer()
-    yield server
-    server.close()
-
-
-@pytest.fixture(scope="module")
 def app(module_redis: str, model: ModelServer) -> Iterator[CompactorCelery]:
-    candidate = ModelCandidate(provider="openai", model="loop", base_url=model.base_url,
-                               api_key=SecretStr("test-key"), context_window=200_000)
+    candidate = model.candidate()
     settings = runtime_settings(
         module_redis, models=[candidate], job_deadline_s=DEADLINE_S,
         hooks=HookSettings(entry_points=False, plugins=["runtime.runtime_hooks:Plugin"]))

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,13 +36,6 @@ def spawn_worker(env: dict[str, str], name: str) -> subprocess.Popen[bytes]:
         [sys.executable, "-m", "worker", "worker", "--loglevel", "WARNING", "--hostname", f"{name}@%h",
          "--without-mingle", "--without-gossip"],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-
-@pytest.fixture
-def model() -> Iterator[ModelServer]:
-    server = ModelServer()
-    yield server
-    server.close()
 
 
 def test_worker_killed_mid_job_the_job_completes_once(module_redis: str, model: ModelServer,

@@ -8,7 +8,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from pydantic import SecretStr
 from runtime.runtime_model_server import ModelServer
 from runtime.runtime_support import (
     completions,
@@ -21,21 +20,12 @@ from runtime.runtime_support import (
 from api_client import ClientSettings, CompactionClient, PruneResult
 from worker.app import CompactorCelery
 from worker.compaction import get_tokenizer, plan_prune
-from worker.llm import ModelCandidate
 from worker.store import CommitStatus, CommitStore, line_digest
 
 
 @pytest.fixture(scope="module")
-def model() -> Iterator[ModelServer]:
-    server = ModelServer()
-    yield server
-    server.close()
-
-
-@pytest.fixture(scope="module")
 def app(module_redis: str, model: ModelServer) -> Iterator[CompactorCelery]:
-    candidate = ModelCandidate(provider="openai", model="loop", base_url=model.base_url,
-                               api_key=SecretStr("test-key"), context_window=200_000)
+    candidate = model.candidate()
     settings = runtime_settings(module_redis, models=[candidate], lease_ttl_s=1.5)
     with running_worker(settings) as worker_app:
         yield worker_app
