@@ -48,14 +48,14 @@ if TYPE_CHECKING:
     from api_client._async_store import AsyncSessionStore
     from api_client._client import AsyncCompactionClient, CompactionClient
     from api_client._decide import should_compact
-    from api_client._events import AsyncEventReader, EventPublisher, EventReader
     from api_client._handle import AsyncJobHandle, JobHandle
-    from api_client._jobs import AsyncJobStore, EnqueueResult, JobStore, LeaseOutcome
-    from api_client._keys import KeyLayout
-    from api_client._overflow import is_context_overflow
-    from api_client._settings import ClientSettings
-    from api_client._store import SessionStore, Snapshot
-    from api_client._wire import (
+    from api_client.events import AsyncEventReader, EventPublisher, EventReader
+    from api_client.jobs import AsyncJobStore, EnqueueResult, JobStore, LeaseOutcome
+    from api_client.keys import KeyLayout
+    from api_client.overflow import is_context_overflow
+    from api_client.session_store import SessionStore, Snapshot
+    from api_client.settings import ClientSettings
+    from api_client.wire import (
         BROKER_TRANSPORT_OPTIONS,
         PRIORITY_BRANCH,
         PRIORITY_MANUAL,
@@ -91,21 +91,21 @@ _LAZY: dict[str, str] = {
     "AsyncJobHandle": "_handle",
     "JobHandle": "_handle",
     "AsyncSessionStore": "_async_store",
-    "SessionStore": "_store",
-    "Snapshot": "_store",
-    "AsyncJobStore": "_jobs",
-    "EnqueueResult": "_jobs",
-    "JobStore": "_jobs",
-    "LeaseOutcome": "_jobs",
-    "AsyncEventReader": "_events",
-    "EventPublisher": "_events",
-    "EventReader": "_events",
-    "ClientSettings": "_settings",
-    "KeyLayout": "_keys",
+    "SessionStore": "session_store",
+    "Snapshot": "session_store",
+    "AsyncJobStore": "jobs",
+    "EnqueueResult": "jobs",
+    "JobStore": "jobs",
+    "LeaseOutcome": "jobs",
+    "AsyncEventReader": "events",
+    "EventPublisher": "events",
+    "EventReader": "events",
+    "ClientSettings": "settings",
+    "KeyLayout": "keys",
     "should_compact": "_decide",
-    "is_context_overflow": "_overflow",
+    "is_context_overflow": "overflow",
     **{
-        name: "_wire"
+        name: "wire"
         for name in (
             "BROKER_TRANSPORT_OPTIONS", "PRIORITY_BRANCH", "PRIORITY_MANUAL", "PRIORITY_OVERFLOW",
             "PRIORITY_PRUNE", "PRIORITY_THRESHOLD", "QUEUES", "QUEUE_BRANCH", "QUEUE_COMPACT",

@@ -1,4 +1,4 @@
-"""The asyncio twin of :class:`api_client._store.SessionStore` (same scripts, same encoding)."""
+"""The asyncio twin of :class:`api_client.session_store.SessionStore` (same scripts, same encoding)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from typing import Any, TypeVar
 import redis
 import redis.asyncio
 
-from api_client._conn import REDIS_DOWN, check_decoding, lua, unavailable
-from api_client._keys import KeyLayout, SessionKeys, check_session_id
-from api_client._store import (
+from api_client.keys import KeyLayout, SessionKeys, check_session_id
+from api_client.redis_conn import REDIS_DOWN, check_decoding, lua, unavailable
+from api_client.session import IdFactory, dump_record, random_entry_id
+from api_client.session_store import (
     Snapshot,
     append_args,
     build_snapshot,
@@ -21,7 +22,6 @@ from api_client._store import (
     parse_import,
     script_error,
 )
-from api_client.session import IdFactory, dump_record, random_entry_id
 
 __all__ = ["AsyncSessionStore"]
 

@@ -19,15 +19,15 @@ import redis
 import redis.asyncio
 
 from api_client._async_store import AsyncSessionStore
-from api_client._conn import REDIS_DOWN, make_async_redis, make_redis, unavailable
-from api_client._events import AsyncEventReader, EventReader
 from api_client._handle import AsyncJobHandle, JobHandle
-from api_client._jobs import AsyncJobStore, EnqueueResult, JobStore
-from api_client._keys import KeyLayout
-from api_client._settings import ClientSettings
-from api_client._store import SessionStore
-from api_client._wire import BROKER_TRANSPORT_OPTIONS, CompactReason, JobKind, JobState, Route
 from api_client.errors import BrokerUnavailableError, CompactorError
+from api_client.events import AsyncEventReader, EventReader
+from api_client.jobs import AsyncJobStore, EnqueueResult, JobStore
+from api_client.keys import KeyLayout
+from api_client.redis_conn import REDIS_DOWN, make_async_redis, make_redis, unavailable
+from api_client.session_store import SessionStore
+from api_client.settings import ClientSettings
+from api_client.wire import BROKER_TRANSPORT_OPTIONS, CompactReason, JobKind, JobState, Route
 
 if TYPE_CHECKING:
     from celery import Celery

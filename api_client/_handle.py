@@ -11,10 +11,10 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from api_client._conn import REDIS_DOWN, unavailable
-from api_client._events import decode_event
-from api_client._wire import JobEvent, JobKind, JobRecord, JobState, PruneResult
 from api_client.errors import JobCancelledError, JobFailedError, JobTimeoutError
+from api_client.events import decode_event
+from api_client.redis_conn import REDIS_DOWN, unavailable
+from api_client.wire import JobEvent, JobKind, JobRecord, JobState, PruneResult
 
 if TYPE_CHECKING:
     from api_client._client import AsyncCompactionClient, CompactionClient

@@ -26,7 +26,7 @@ from api_client import (
     route_for,
     terminal_event_type,
 )
-from api_client._wire import CompactReason, JobKind
+from api_client.wire import CompactReason, JobKind
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from api_client import CompactionClient, JobState
-from api_client._jobs import JobStore
+from api_client.jobs import JobStore
 from worker.store import CommitStatus, CommitStore, line_digest
 
 Mutation = Callable[[CompactionClient, str, list[str]], None]

@@ -18,7 +18,7 @@ from runtime.runtime_support import (
 )
 
 from api_client import CompactionClient, JobFailedError, PruneResult
-from api_client._wire import TASK_COMPACT, route_for
+from api_client.wire import TASK_COMPACT, route_for
 from worker.app import CompactorCelery
 from worker.compaction import get_tokenizer, plan_prune
 from worker.store import CommitStore

@@ -12,8 +12,8 @@ import threading
 import time
 from types import TracebackType
 
-from api_client._jobs import JobStore, LeaseOutcome
 from api_client.errors import CompactorError
+from api_client.jobs import JobStore, LeaseOutcome
 from worker.service._errors import DeadlineExceededError, JobCancelled, JobStopped, LeaseLostError
 
 __all__ = ["JobControl"]

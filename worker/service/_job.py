@@ -7,10 +7,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from api_client._jobs import LeaseOutcome
-from api_client._keys import split_job_id
-from api_client._wire import CompactReason, JobEvent, JobKind, JobRecord, JobState, failure_message
 from api_client.errors import CompactorError
+from api_client.jobs import LeaseOutcome
+from api_client.keys import split_job_id
+from api_client.wire import CompactReason, JobEvent, JobKind, JobRecord, JobState, failure_message
 from worker import metrics
 from worker.service._branch import run_branch
 from worker.service._compact import run_compact

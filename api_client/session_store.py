@@ -1,4 +1,4 @@
-"""The session store over Redis (layout: :mod:`api_client._keys`). Sync; the async twin shares
+"""The session store over Redis (layout: :mod:`api_client.keys`). Sync; the async twin shares
 every encoding and decoding step below and differs only in how it talks to Redis.
 """
 
@@ -13,9 +13,6 @@ from typing import Any
 
 import redis
 
-from api_client._conn import REDIS_DOWN, check_decoding, lua, unavailable
-from api_client._keys import KeyLayout, SessionKeys, check_session_id
-from api_client._wire import now_iso
 from api_client.errors import (
     CompactorError,
     EntryExistsError,
@@ -24,6 +21,8 @@ from api_client.errors import (
     SessionFormatError,
     SessionNotFoundError,
 )
+from api_client.keys import KeyLayout, SessionKeys, check_session_id
+from api_client.redis_conn import REDIS_DOWN, check_decoding, lua, unavailable
 from api_client.session import (
     CURRENT_VERSION,
     IdFactory,
@@ -34,6 +33,7 @@ from api_client.session import (
     parse_entry,
     random_entry_id,
 )
+from api_client.wire import now_iso
 
 __all__ = ["SessionStore", "Snapshot", "new_session_header"]
 
@@ -171,7 +171,7 @@ def parse_import(text: str, session_id: str | None, new_id: IdFactory) -> tuple[
 class SessionStore:
     """Sessions in Redis: create, append, navigate, load, import/export pi JSONL.
 
-    ``client`` must decode responses (see :func:`api_client._conn.make_redis`). A down server
+    ``client`` must decode responses (see :func:`api_client.redis_conn.make_redis`). A down server
     raises :class:`BrokerUnavailableError`; a missing session :class:`SessionNotFoundError`.
     """
 

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 import redis
 import redis.asyncio
 
-from api_client._conn import REDIS_DOWN, unavailable
-from api_client._keys import KeyLayout
-from api_client._wire import JobEvent
+from api_client.keys import KeyLayout
+from api_client.redis_conn import REDIS_DOWN, unavailable
+from api_client.wire import JobEvent
 
 if TYPE_CHECKING:
-    from api_client._settings import ClientSettings
+    from api_client.settings import ClientSettings
 
 __all__ = ["AsyncEventReader", "EventPublisher", "EventReader", "decode_event", "event_fields"]
 

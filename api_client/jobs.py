@@ -23,11 +23,16 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from api_client._conn import REDIS_DOWN, check_decoding, lua, unavailable
-from api_client._events import EventPublisher, event_fields
-from api_client._keys import KeyLayout
-from api_client._settings import ClientSettings
-from api_client._wire import (
+from api_client.errors import (
+    InvalidRequestError,
+    JobConflictError,
+    JobNotFoundError,
+)
+from api_client.events import EventPublisher, event_fields
+from api_client.keys import KeyLayout
+from api_client.redis_conn import REDIS_DOWN, check_decoding, lua, unavailable
+from api_client.settings import ClientSettings
+from api_client.wire import (
     CompactReason,
     JobEvent,
     JobKind,
@@ -37,11 +42,6 @@ from api_client._wire import (
     TokenUsage,
     now_iso,
     route_for,
-)
-from api_client.errors import (
-    InvalidRequestError,
-    JobConflictError,
-    JobNotFoundError,
 )
 
 __all__ = ["AsyncJobStore", "EnqueueResult", "JobStore", "LeaseOutcome"]
