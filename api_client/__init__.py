@@ -45,32 +45,14 @@ from api_client.errors import (
 )
 
 if TYPE_CHECKING:
-    from api_client._async_store import AsyncSessionStore
     from api_client._client import AsyncCompactionClient, CompactionClient
     from api_client._decide import should_compact
-    from api_client._handle import AsyncJobHandle, JobHandle
-    from api_client.events import AsyncEventReader, EventPublisher, EventReader
-    from api_client.jobs import AsyncJobStore, EnqueueResult, JobStore, LeaseOutcome
-    from api_client.keys import KeyLayout
+    from api_client._handle import AsyncJobHandle, JobHandle, JobResult
+    from api_client.events import AsyncEventReader, EventReader
     from api_client.overflow import is_context_overflow
-    from api_client.session_store import SessionStore, Snapshot
+    from api_client.session_store import AsyncSessionStore, SessionStore, Snapshot
     from api_client.settings import ClientSettings
     from api_client.wire import (
-        BROKER_TRANSPORT_OPTIONS,
-        PRIORITY_BRANCH,
-        PRIORITY_MANUAL,
-        PRIORITY_OVERFLOW,
-        PRIORITY_PRUNE,
-        PRIORITY_THRESHOLD,
-        QUEUE_BRANCH,
-        QUEUE_COMPACT,
-        QUEUE_PRUNE,
-        QUEUE_URGENT,
-        QUEUES,
-        TASK_BRANCH_SUMMARY,
-        TASK_COMPACT,
-        TASK_NAMES,
-        TASK_PRUNE,
         CompactReason,
         EventType,
         JobEvent,
@@ -78,11 +60,6 @@ if TYPE_CHECKING:
         JobRecord,
         JobState,
         PruneResult,
-        Route,
-        TokenUsage,
-        failure_message,
-        route_for,
-        terminal_event_type,
     )
 
 _LAZY: dict[str, str] = {
@@ -90,54 +67,31 @@ _LAZY: dict[str, str] = {
     "CompactionClient": "_client",
     "AsyncJobHandle": "_handle",
     "JobHandle": "_handle",
-    "AsyncSessionStore": "_async_store",
+    "JobResult": "_handle",
+    "should_compact": "_decide",
+    "AsyncEventReader": "events",
+    "EventReader": "events",
+    "is_context_overflow": "overflow",
+    "AsyncSessionStore": "session_store",
     "SessionStore": "session_store",
     "Snapshot": "session_store",
-    "AsyncJobStore": "jobs",
-    "EnqueueResult": "jobs",
-    "JobStore": "jobs",
-    "LeaseOutcome": "jobs",
-    "AsyncEventReader": "events",
-    "EventPublisher": "events",
-    "EventReader": "events",
     "ClientSettings": "settings",
-    "KeyLayout": "keys",
-    "should_compact": "_decide",
-    "is_context_overflow": "overflow",
-    **{
-        name: "wire"
-        for name in (
-            "BROKER_TRANSPORT_OPTIONS", "PRIORITY_BRANCH", "PRIORITY_MANUAL", "PRIORITY_OVERFLOW",
-            "PRIORITY_PRUNE", "PRIORITY_THRESHOLD", "QUEUES", "QUEUE_BRANCH", "QUEUE_COMPACT",
-            "QUEUE_PRUNE", "QUEUE_URGENT", "TASK_BRANCH_SUMMARY", "TASK_COMPACT", "TASK_NAMES",
-            "TASK_PRUNE", "CompactReason", "EventType", "JobEvent", "JobKind", "JobRecord",
-            "JobState", "PruneResult", "Route", "TokenUsage", "failure_message", "route_for",
-            "terminal_event_type",
-        )
-    },
+    "CompactReason": "wire",
+    "EventType": "wire",
+    "JobEvent": "wire",
+    "JobKind": "wire",
+    "JobRecord": "wire",
+    "JobState": "wire",
+    "PruneResult": "wire",
 }
 
+# The platform's API. The contract the workers share (routing, key layout, records, events)
+# lives in the public modules: api_client.wire, .keys, .jobs, .events, .settings, .redis_conn.
 __all__ = [
-    "BROKER_TRANSPORT_OPTIONS",
-    "PRIORITY_BRANCH",
-    "PRIORITY_MANUAL",
-    "PRIORITY_OVERFLOW",
-    "PRIORITY_PRUNE",
-    "PRIORITY_THRESHOLD",
-    "QUEUES",
-    "QUEUE_BRANCH",
-    "QUEUE_COMPACT",
-    "QUEUE_PRUNE",
-    "QUEUE_URGENT",
-    "TASK_BRANCH_SUMMARY",
-    "TASK_COMPACT",
-    "TASK_NAMES",
-    "TASK_PRUNE",
     "AlreadyCompactedError",
     "AsyncCompactionClient",
     "AsyncEventReader",
     "AsyncJobHandle",
-    "AsyncJobStore",
     "AsyncSessionStore",
     "BrokerUnavailableError",
     "ClientError",
@@ -147,10 +101,8 @@ __all__ = [
     "CompactorError",
     "ConfigurationError",
     "DanglingParentError",
-    "EnqueueResult",
     "EntryExistsError",
     "EntryNotFoundError",
-    "EventPublisher",
     "EventReader",
     "EventType",
     "HookError",
@@ -165,16 +117,13 @@ __all__ = [
     "JobKind",
     "JobNotFoundError",
     "JobRecord",
+    "JobResult",
     "JobState",
-    "JobStore",
     "JobTimeoutError",
-    "KeyLayout",
-    "LeaseOutcome",
     "ModelError",
     "NothingToCompactError",
     "PlanError",
     "PruneResult",
-    "Route",
     "SessionCycleError",
     "SessionError",
     "SessionExistsError",
@@ -183,12 +132,8 @@ __all__ = [
     "SessionStore",
     "Snapshot",
     "StaleSnapshotError",
-    "TokenUsage",
-    "failure_message",
     "is_context_overflow",
-    "route_for",
     "should_compact",
-    "terminal_event_type",
 ]
 
 

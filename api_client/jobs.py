@@ -1,15 +1,13 @@
-"""Job records in Redis: single-flight enqueue, state changes, leases, cancellation.
+"""Job records in Redis as a platform sees them: single-flight enqueue, records, cancel, finish.
 
-Both sides use :class:`JobStore`. The client calls :meth:`~JobStore.enqueue`,
-:meth:`~JobStore.get` and :meth:`~JobStore.request_cancel`; a worker, for each delivery:
+:class:`JobStore` (sync) and :class:`AsyncJobStore` run the same flows (:class:`_JobCore`). The
+worker's side of a job (leases, ``running``, progress events) is ``worker.store.jobs.JobStore``,
+a subclass of the sync store here.
 
-1. ``acquire_lease(job_id, worker_id, ttl_s)`` → ``ACQUIRED`` (go on), ``HELD`` (another worker
-   runs it: drop this delivery) or ``FINISHED`` (a duplicate delivery: ack and return);
-2. ``mark_running(job_id)`` → the attempt number (``None``: finished meanwhile);
-3. while working: ``renew_lease``, ``is_cancel_requested``, ``publish(JobEvent(...))``;
-4. ``finish(job_id, state, entry=..., error=..., ...)`` exactly once per job: it sets the terminal
-   state, clears the single-flight key, drops the lease, sets the record TTL and publishes the
-   completion event atomically; a second call returns False and publishes nothing.
+``finish(job_id, state, entry=..., error=..., ...)`` ends a job exactly once: it sets the terminal
+state, clears the single-flight key, drops the lease, sets the record TTL and publishes the
+completion event atomically (finish.lua); a second call returns False and publishes nothing.
+The client itself finishes a job it could not send (failed) and a queued one it cancels.
 """
 
 from __future__ import annotations
@@ -18,19 +16,19 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, NoReturn
 
 import redis
 import redis.asyncio
 
+from api_client._calls import AsyncShell, Command, Flow, Rescue, Script, SyncShell, cmd
 from api_client.errors import (
     InvalidRequestError,
     JobConflictError,
     JobNotFoundError,
 )
-from api_client.events import EventPublisher, event_fields
+from api_client.events import event_fields
 from api_client.keys import KeyLayout
-from api_client.redis_conn import REDIS_DOWN, check_decoding, lua, unavailable
 from api_client.settings import ClientSettings
 from api_client.wire import (
     CompactReason,
@@ -40,17 +38,15 @@ from api_client.wire import (
     JobState,
     Route,
     TokenUsage,
+    job_error_text,
     now_iso,
     route_for,
 )
 
-__all__ = ["AsyncJobStore", "EnqueueResult", "JobStore", "LeaseOutcome"]
-
-
-class LeaseOutcome(StrEnum):
-    ACQUIRED = "acquired"
-    HELD = "held"          # another worker holds a live lease
-    FINISHED = "finished"  # the job already ended (a duplicate delivery)
+__all__ = [
+    "AsyncJobStore", "EnqueueResult", "JobStore", "completion_for", "finish_call",
+    "job_rescue", "result_fields",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,88 +174,94 @@ def completion_for(state: JobState | str, event: JobEvent | None, record: JobRec
     return final, event
 
 
-def job_not_found(err: redis.ResponseError, job_id: str) -> Exception:
-    return JobNotFoundError(job_id) if str(err).startswith("COMPACTOR_NOJOB") else err
+def job_rescue(job_id: str) -> Rescue:
+    """Error replies of the job scripts: ``COMPACTOR_NOJOB`` → :class:`JobNotFoundError`."""
+    def rescue(err: redis.ResponseError) -> NoReturn:
+        if str(err).startswith("COMPACTOR_NOJOB"):
+            raise JobNotFoundError(job_id) from err
+        raise err
+    return rescue
 
 
-class JobStore:
+class _JobCore:
+    """Every client-side job operation as a flow (see :mod:`api_client._calls`); no I/O here."""
+
+    def __init__(self, settings: ClientSettings | None, layout: KeyLayout | None) -> None:
+        self.settings = settings or ClientSettings()
+        self.layout = layout or KeyLayout(self.settings.key_prefix)
+
+    def _enqueue(self, session_id: str, kind: JobKind | str, reason: CompactReason | str | None,
+                 instructions: str | None, target_id: str | None) -> Flow[EnqueueResult]:
+        keys, args, route = enqueue_call(self.layout, self.settings, session_id, kind, reason,
+                                         instructions, target_id)
+        return parse_enqueue((yield Script("enqueue", keys, args, job_rescue(""))), route)
+
+    def _get(self, job_id: str) -> Flow[JobRecord]:
+        fields = yield cmd("hgetall", self.layout.job(job_id).record)
+        if not fields:
+            raise JobNotFoundError(job_id)
+        return JobRecord.from_redis(fields)
+
+    def _request_cancel(self, job_id: str) -> Flow[JobState]:
+        record = yield from self._get(job_id)
+        if record.state.terminal:
+            return record.state
+        text = job_error_text(record.kind, JobState.CANCELLED)
+        event = JobEvent.completion(record, JobState.CANCELLED, error=text)
+        keys, args = finish_call(self.layout, self.settings, job_id, JobState.CANCELLED, event,
+                                 "cancel", ["error", text])
+        changed, before, _ = yield Script("finish", keys, args, job_rescue(job_id))
+        if int(changed):
+            yield self._global_copy(event)
+            return JobState.CANCELLED
+        return JobState(before)
+
+    def _finish(self, job_id: str, state: JobState | str, event: JobEvent | None,
+                record: JobRecord | None, result: Mapping[str, Any]) -> Flow[bool]:
+        if event is None and record is None:
+            record = yield from self._get(job_id)
+        final, event = completion_for(state, event, record, result)
+        keys, args = finish_call(self.layout, self.settings, job_id, final, event, "finish",
+                                 result_fields(**result))
+        changed = int((yield Script("finish", keys, args, job_rescue(job_id)))[0])
+        if changed:
+            yield self._global_copy(event)
+        return bool(changed)
+
+    def _global_copy(self, event: JobEvent) -> Command:
+        # The session stream got the completion event atomically; the global copy follows it
+        # (lost only if this process dies in between).
+        return cmd("xadd", self.layout.global_events, event_fields(event),
+                   maxlen=self.settings.event_stream_maxlen, approximate=True)
+
+
+class JobStore(_JobCore):
     """Job records for one Redis (``client`` must decode responses)."""
 
     def __init__(self, client: redis.Redis[str], settings: ClientSettings | None = None,
                  layout: KeyLayout | None = None) -> None:
-        check_decoding(client)
+        super().__init__(settings, layout)
         self.redis = client
-        self.settings = settings or ClientSettings()
-        self.layout = layout or KeyLayout(self.settings.key_prefix)
-        self.events = EventPublisher(client, self.settings, self.layout)
-        self._enqueue = client.register_script(lua("enqueue"))
-        self._finish = client.register_script(lua("finish"))
-        self._acquire = client.register_script(lua("lease_acquire"))
-        self._renew = client.register_script(lua("lease_renew"))
-        self._release = client.register_script(lua("lease_release"))
-        self._running = client.register_script(lua("running"))
+        self._io = SyncShell(client)
 
-    # -- client side -------------------------------------------------------------------------
-    def enqueue(self, session_id: str, kind: JobKind | str, *, reason: CompactReason | str | None = None,
-                instructions: str | None = None, target_id: str | None = None) -> EnqueueResult:
+    def enqueue(self, session_id: str, kind: JobKind | str, *,
+                reason: CompactReason | str | None = None, instructions: str | None = None,
+                target_id: str | None = None) -> EnqueueResult:
         """Create a queued job record, or return the in-flight one of the same kind (coalesced).
 
         A more urgent compaction than the queued one upgrades it (``upgraded``: re-send it on
         ``result.route``). A branch summary to another target raises :class:`JobConflictError`.
         """
-        keys, args, route = enqueue_call(self.layout, self.settings, session_id, kind, reason,
-                                         instructions, target_id)
-        return parse_enqueue(self._run(self._enqueue, keys, args, ""), route)
+        return self._io.run(self._enqueue(session_id, kind, reason, instructions, target_id))
 
     def get(self, job_id: str) -> JobRecord:
-        fields = self._call(self.redis.hgetall, self.layout.job(job_id).record)
-        if not fields:
-            raise JobNotFoundError(job_id)
-        return JobRecord.from_redis(fields)
+        return self._io.run(self._get(job_id))
 
     def request_cancel(self, job_id: str) -> JobState:
         """Cancel a queued job at once; ask a running one to stop. Returns the state now:
-        ``cancelled``, ``running`` (the worker will see :meth:`is_cancel_requested`), or the
-        state the job had already ended in."""
-        record = self.get(job_id)
-        if record.state.terminal:
-            return record.state
-        event = JobEvent.completion(record, JobState.CANCELLED, error="Compaction cancelled")
-        keys, args = finish_call(self.layout, self.settings, job_id, JobState.CANCELLED, event,
-                                 "cancel", ["error", "Compaction cancelled"])
-        changed, before, _ = self._run(self._finish, keys, args, job_id)
-        if int(changed):
-            self._publish_global(event)
-            return JobState.CANCELLED
-        return JobState(before)
-
-    # -- worker side -------------------------------------------------------------------------
-    def acquire_lease(self, job_id: str, worker_id: str, ttl_s: float) -> LeaseOutcome:
-        jk = self.layout.job(job_id)
-        reply = self._run(self._acquire, [jk.record, jk.lease], [worker_id, _ms(ttl_s)], job_id)
-        return LeaseOutcome(reply)
-
-    def renew_lease(self, job_id: str, worker_id: str, ttl_s: float) -> bool:
-        keys = [self.layout.job(job_id).lease]
-        return bool(self._run(self._renew, keys, [worker_id, _ms(ttl_s)], job_id))
-
-    def release_lease(self, job_id: str, worker_id: str) -> bool:
-        return bool(self._run(self._release, [self.layout.job(job_id).lease], [worker_id], job_id))
-
-    def mark_running(self, job_id: str, attempt: int | None = None) -> int | None:
-        """Set ``running`` and count the attempt; None when the job already finished. The
-        record then lives ``job_ttl_s`` (its pending TTL only bounds the wait in the queue)."""
-        args = [now_iso(), "" if attempt is None else str(attempt), str(self.settings.job_ttl_s)]
-        value = int(self._run(self._running, [self.layout.job(job_id).record], args, job_id))
-        return None if value < 0 else value
-
-    def is_cancel_requested(self, job_id: str) -> bool:
-        record = self.layout.job(job_id).record
-        return bool(self._call(self.redis.hget, record, "cancelRequested") == "1")
-
-    def publish(self, event: JobEvent) -> str:
-        """A non-terminal event (compaction_start, session_compact, branch_summary, stale)."""
-        return self.events.publish(event)
+        ``cancelled``, ``running`` (the worker sees the flag and stops), or the state the job
+        had already ended in."""
+        return self._io.run(self._request_cancel(job_id))
 
     def finish(self, job_id: str, state: JobState | str, *, event: JobEvent | None = None,
                record: JobRecord | None = None, **result: Any) -> bool:
@@ -268,106 +270,30 @@ class JobStore:
         ``result`` (prune: PruneResult fields), plus event-only fields (``tokens_before``,
         ``tokens_after``, ``duration_ms``, ``old_leaf_id``, ``new_leaf_id``, ...) used when
         ``event`` is not given. Returns True if this call ended the job."""
-        final, event = completion_for(state, event, record or (None if event else
-                                                             self.get(job_id)), result)
-        keys, args = finish_call(self.layout, self.settings, job_id, final, event, "finish",
-                                 result_fields(**result))
-        changed = int(self._run(self._finish, keys, args, job_id)[0])
-        if changed:
-            self._publish_global(event)
-        return bool(changed)
-
-    # -- plumbing ----------------------------------------------------------------------------
-    def _publish_global(self, event: JobEvent) -> None:
-        # The session stream got the completion event atomically; the global copy follows it
-        # (lost only if this process dies in between).
-        self.events.publish_global(event_fields(event))
-
-    def _run(self, script: Any, keys: Sequence[str], args: Sequence[str], job_id: str) -> Any:
-        try:
-            return script(keys=list(keys), args=list(args))
-        except redis.ResponseError as err:
-            raise job_not_found(err, job_id) from err
-        except REDIS_DOWN as err:
-            raise unavailable(err) from err
-
-    def _call(self, fn: Any, *args: Any) -> Any:
-        try:
-            return fn(*args)
-        except REDIS_DOWN as err:
-            raise unavailable(err) from err
+        return self._io.run(self._finish(job_id, state, event, record, result))
 
 
-def _ms(seconds: float) -> str:
-    return str(max(1, int(seconds * 1000)))
-
-
-class AsyncJobStore:
-    """The client-side half of :class:`JobStore` for asyncio (enqueue, get, request_cancel,
-    finish)."""
+class AsyncJobStore(_JobCore):
+    """:class:`JobStore` for asyncio: the same operations, awaited."""
 
     def __init__(self, client: redis.asyncio.Redis[str], settings: ClientSettings | None = None,
                  layout: KeyLayout | None = None) -> None:
-        check_decoding(client)
+        super().__init__(settings, layout)
         self.redis = client
-        self.settings = settings or ClientSettings()
-        self.layout = layout or KeyLayout(self.settings.key_prefix)
-        self._enqueue = client.register_script(lua("enqueue"))
-        self._finish = client.register_script(lua("finish"))
+        self._io = AsyncShell(client)
 
     async def enqueue(self, session_id: str, kind: JobKind | str, *,
                       reason: CompactReason | str | None = None, instructions: str | None = None,
                       target_id: str | None = None) -> EnqueueResult:
-        keys, args, route = enqueue_call(self.layout, self.settings, session_id, kind, reason,
-                                         instructions, target_id)
-        return parse_enqueue(await self._run(self._enqueue, keys, args, ""), route)
+        return await self._io.run(self._enqueue(session_id, kind, reason, instructions,
+                                                target_id))
 
     async def get(self, job_id: str) -> JobRecord:
-        fields = await self._call(self.redis.hgetall, self.layout.job(job_id).record)
-        if not fields:
-            raise JobNotFoundError(job_id)
-        return JobRecord.from_redis(fields)
+        return await self._io.run(self._get(job_id))
 
     async def request_cancel(self, job_id: str) -> JobState:
-        record = await self.get(job_id)
-        if record.state.terminal:
-            return record.state
-        event = JobEvent.completion(record, JobState.CANCELLED, error="Compaction cancelled")
-        keys, args = finish_call(self.layout, self.settings, job_id, JobState.CANCELLED, event,
-                                 "cancel", ["error", "Compaction cancelled"])
-        changed, before, _ = await self._run(self._finish, keys, args, job_id)
-        if int(changed):
-            await self._xadd_global(event)
-            return JobState.CANCELLED
-        return JobState(before)
+        return await self._io.run(self._request_cancel(job_id))
 
     async def finish(self, job_id: str, state: JobState | str, *, event: JobEvent | None = None,
                      record: JobRecord | None = None, **result: Any) -> bool:
-        """As :meth:`JobStore.finish`."""
-        final, event = completion_for(state, event, record or (None if event else
-                                                             await self.get(job_id)), result)
-        keys, args = finish_call(self.layout, self.settings, job_id, final, event, "finish",
-                                 result_fields(**result))
-        changed = int((await self._run(self._finish, keys, args, job_id))[0])
-        if changed:
-            await self._xadd_global(event)
-        return bool(changed)
-
-    async def _xadd_global(self, event: JobEvent) -> None:
-        await self._call(self.redis.xadd, self.layout.global_events, event_fields(event),
-                         maxlen=self.settings.event_stream_maxlen, approximate=True)
-
-    async def _run(self, script: Any, keys: Sequence[str], args: Sequence[str],
-                   job_id: str) -> Any:
-        try:
-            return await script(keys=list(keys), args=list(args))
-        except redis.ResponseError as err:
-            raise job_not_found(err, job_id) from err
-        except REDIS_DOWN as err:
-            raise unavailable(err) from err
-
-    async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return await fn(*args, **kwargs)
-        except REDIS_DOWN as err:
-            raise unavailable(err) from err
+        return await self._io.run(self._finish(job_id, state, event, record, result))

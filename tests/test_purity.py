@@ -66,3 +66,21 @@ def test_private_import_finder(tmp_path: Path, source: str, expected: list[str])
     # The checker itself must see every spelling of a private import (and only those).
     (tmp_path / "x.py").write_text(source, encoding="utf-8")
     assert _private_api_client_imports(tmp_path / "x.py", tmp_path) == expected
+
+
+WORKER_ONLY = {"acquire_lease", "renew_lease", "release_lease", "mark_running",
+               "is_cancel_requested", "EventPublisher", "LeaseOutcome", "Leases"}
+
+
+def test_the_workers_job_lifecycle_is_not_in_api_client() -> None:
+    """Leases, ``running`` and progress publishing live in worker/store, with their scripts."""
+    scripts = sorted(p.name for p in (ROOT / "api_client").rglob("*.lua"))
+    assert [s for s in scripts if s.startswith("lease_") or s == "running.lua"] == []
+    defined = {node.name for path in (ROOT / "api_client").rglob("*.py")
+               for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+               if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)}
+    assert defined & WORKER_ONLY == set()
+    lifecycle = {p.name for p in (ROOT / "worker" / "store").glob("*.lua")}
+    assert {"lease_acquire.lua", "lease_renew.lua", "lease_release.lua", "running.lua"} <= lifecycle
+    # One copy of each script: none stands in both packages.
+    assert set(scripts) & lifecycle == set()

@@ -13,8 +13,9 @@ import time
 from types import TracebackType
 
 from api_client.errors import CompactorError
-from api_client.jobs import JobStore, LeaseOutcome
 from worker.service._errors import DeadlineExceededError, JobCancelled, JobStopped, LeaseLostError
+from worker.store.jobs import JobStore
+from worker.store.leases import LeaseOutcome
 
 __all__ = ["JobControl"]
 
