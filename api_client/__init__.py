@@ -1,5 +1,8 @@
 """Compactor's thin client: sessions in Redis, compaction jobs for Celery workers.
 
+The names here are the platform's API. The contract the workers share lives in the public
+modules (``api_client.wire``, ``.keys``, ``.jobs``, ``.events``, ``.settings``, ``.redis_conn``).
+
 Importing this package is cheap: only the error tree loads eagerly. Everything else (redis,
 pydantic, celery) loads on first use of a name, through ``__getattr__``.
 
@@ -85,8 +88,6 @@ _LAZY: dict[str, str] = {
     "PruneResult": "wire",
 }
 
-# The platform's API. The contract the workers share (routing, key layout, records, events)
-# lives in the public modules: api_client.wire, .keys, .jobs, .events, .settings, .redis_conn.
 __all__ = [
     "AlreadyCompactedError",
     "AsyncCompactionClient",
