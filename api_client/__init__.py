@@ -1,5 +1,8 @@
 """Compactor's thin client: sessions in Redis, compaction jobs for Celery workers.
 
+The names here are the platform's API. The contract the workers share lives in the public
+modules (``api_client.wire``, ``.keys``, ``.jobs``, ``.events``, ``.settings``, ``.redis_conn``).
+
 Importing this package is cheap: only the error tree loads eagerly. Everything else (redis,
 pydantic, celery) loads on first use of a name, through ``__getattr__``.
 
@@ -45,32 +48,14 @@ from api_client.errors import (
 )
 
 if TYPE_CHECKING:
-    from api_client._async_store import AsyncSessionStore
     from api_client._client import AsyncCompactionClient, CompactionClient
     from api_client._decide import should_compact
-    from api_client._events import AsyncEventReader, EventPublisher, EventReader
-    from api_client._handle import AsyncJobHandle, JobHandle
-    from api_client._jobs import AsyncJobStore, EnqueueResult, JobStore, LeaseOutcome
-    from api_client._keys import KeyLayout
-    from api_client._overflow import is_context_overflow
-    from api_client._settings import ClientSettings
-    from api_client._store import SessionStore, Snapshot
-    from api_client._wire import (
-        BROKER_TRANSPORT_OPTIONS,
-        PRIORITY_BRANCH,
-        PRIORITY_MANUAL,
-        PRIORITY_OVERFLOW,
-        PRIORITY_PRUNE,
-        PRIORITY_THRESHOLD,
-        QUEUE_BRANCH,
-        QUEUE_COMPACT,
-        QUEUE_PRUNE,
-        QUEUE_URGENT,
-        QUEUES,
-        TASK_BRANCH_SUMMARY,
-        TASK_COMPACT,
-        TASK_NAMES,
-        TASK_PRUNE,
+    from api_client._handle import AsyncJobHandle, JobHandle, JobResult
+    from api_client.events import AsyncEventReader, EventReader
+    from api_client.overflow import is_context_overflow
+    from api_client.session_store import AsyncSessionStore, SessionStore, Snapshot
+    from api_client.settings import ClientSettings
+    from api_client.wire import (
         CompactReason,
         EventType,
         JobEvent,
@@ -78,11 +63,6 @@ if TYPE_CHECKING:
         JobRecord,
         JobState,
         PruneResult,
-        Route,
-        TokenUsage,
-        failure_message,
-        route_for,
-        terminal_event_type,
     )
 
 _LAZY: dict[str, str] = {
@@ -90,54 +70,29 @@ _LAZY: dict[str, str] = {
     "CompactionClient": "_client",
     "AsyncJobHandle": "_handle",
     "JobHandle": "_handle",
-    "AsyncSessionStore": "_async_store",
-    "SessionStore": "_store",
-    "Snapshot": "_store",
-    "AsyncJobStore": "_jobs",
-    "EnqueueResult": "_jobs",
-    "JobStore": "_jobs",
-    "LeaseOutcome": "_jobs",
-    "AsyncEventReader": "_events",
-    "EventPublisher": "_events",
-    "EventReader": "_events",
-    "ClientSettings": "_settings",
-    "KeyLayout": "_keys",
+    "JobResult": "_handle",
     "should_compact": "_decide",
-    "is_context_overflow": "_overflow",
-    **{
-        name: "_wire"
-        for name in (
-            "BROKER_TRANSPORT_OPTIONS", "PRIORITY_BRANCH", "PRIORITY_MANUAL", "PRIORITY_OVERFLOW",
-            "PRIORITY_PRUNE", "PRIORITY_THRESHOLD", "QUEUES", "QUEUE_BRANCH", "QUEUE_COMPACT",
-            "QUEUE_PRUNE", "QUEUE_URGENT", "TASK_BRANCH_SUMMARY", "TASK_COMPACT", "TASK_NAMES",
-            "TASK_PRUNE", "CompactReason", "EventType", "JobEvent", "JobKind", "JobRecord",
-            "JobState", "PruneResult", "Route", "TokenUsage", "failure_message", "route_for",
-            "terminal_event_type",
-        )
-    },
+    "AsyncEventReader": "events",
+    "EventReader": "events",
+    "is_context_overflow": "overflow",
+    "AsyncSessionStore": "session_store",
+    "SessionStore": "session_store",
+    "Snapshot": "session_store",
+    "ClientSettings": "settings",
+    "CompactReason": "wire",
+    "EventType": "wire",
+    "JobEvent": "wire",
+    "JobKind": "wire",
+    "JobRecord": "wire",
+    "JobState": "wire",
+    "PruneResult": "wire",
 }
 
 __all__ = [
-    "BROKER_TRANSPORT_OPTIONS",
-    "PRIORITY_BRANCH",
-    "PRIORITY_MANUAL",
-    "PRIORITY_OVERFLOW",
-    "PRIORITY_PRUNE",
-    "PRIORITY_THRESHOLD",
-    "QUEUES",
-    "QUEUE_BRANCH",
-    "QUEUE_COMPACT",
-    "QUEUE_PRUNE",
-    "QUEUE_URGENT",
-    "TASK_BRANCH_SUMMARY",
-    "TASK_COMPACT",
-    "TASK_NAMES",
-    "TASK_PRUNE",
     "AlreadyCompactedError",
     "AsyncCompactionClient",
     "AsyncEventReader",
     "AsyncJobHandle",
-    "AsyncJobStore",
     "AsyncSessionStore",
     "BrokerUnavailableError",
     "ClientError",
@@ -147,10 +102,8 @@ __all__ = [
     "CompactorError",
     "ConfigurationError",
     "DanglingParentError",
-    "EnqueueResult",
     "EntryExistsError",
     "EntryNotFoundError",
-    "EventPublisher",
     "EventReader",
     "EventType",
     "HookError",
@@ -165,16 +118,13 @@ __all__ = [
     "JobKind",
     "JobNotFoundError",
     "JobRecord",
+    "JobResult",
     "JobState",
-    "JobStore",
     "JobTimeoutError",
-    "KeyLayout",
-    "LeaseOutcome",
     "ModelError",
     "NothingToCompactError",
     "PlanError",
     "PruneResult",
-    "Route",
     "SessionCycleError",
     "SessionError",
     "SessionExistsError",
@@ -183,12 +133,8 @@ __all__ = [
     "SessionStore",
     "Snapshot",
     "StaleSnapshotError",
-    "TokenUsage",
-    "failure_message",
     "is_context_overflow",
-    "route_for",
     "should_compact",
-    "terminal_event_type",
 ]
 
 

@@ -18,16 +18,16 @@ from urllib.parse import urlsplit
 import redis
 import redis.asyncio
 
-from api_client._async_store import AsyncSessionStore
-from api_client._conn import REDIS_DOWN, make_async_redis, make_redis, unavailable
-from api_client._events import AsyncEventReader, EventReader
+from api_client._calls import AsyncShell, Flow, SyncShell, cmd
 from api_client._handle import AsyncJobHandle, JobHandle
-from api_client._jobs import AsyncJobStore, EnqueueResult, JobStore
-from api_client._keys import KeyLayout
-from api_client._settings import ClientSettings
-from api_client._store import SessionStore
-from api_client._wire import BROKER_TRANSPORT_OPTIONS, CompactReason, JobKind, JobState, Route
 from api_client.errors import BrokerUnavailableError, CompactorError
+from api_client.events import AsyncEventReader, EventReader
+from api_client.jobs import AsyncJobStore, EnqueueResult, JobStore, _JobCore
+from api_client.keys import KeyLayout
+from api_client.redis_conn import REDIS_DOWN, make_async_redis, make_redis, unavailable
+from api_client.session_store import AsyncSessionStore, SessionStore
+from api_client.settings import ClientSettings
+from api_client.wire import BROKER_TRANSPORT_OPTIONS, CompactReason, JobKind, JobState, Route
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -104,7 +104,9 @@ class TaskProducer:
             self._app = None
 
 
-class _Base:
+class _ClientCore:
+    """What both clients share: settings, layout, the producer, and the flows of their calls."""
+
     def __init__(self, redis_url_or_settings: str | ClientSettings | None) -> None:
         self.settings = _settings(redis_url_or_settings)
         self.layout = KeyLayout(self.settings.key_prefix)
@@ -116,8 +118,24 @@ class _Base:
         return {"kind": kind, "reason": reason, "instructions": instructions,
                 "target_id": target_id}
 
+    @staticmethod
+    def _ping() -> Flow[bool]:
+        return bool((yield cmd("ping")))
 
-class CompactionClient(_Base):
+    @staticmethod
+    def _unsent(jobs: _JobCore, result: EnqueueResult, err: BrokerUnavailableError) -> Flow[None]:
+        """The task could not be sent: an upgraded job keeps its first message (and its old
+        priority); a new one is failed, so the next request does not coalesce into it."""
+        if result.upgraded:
+            log.warning("could not re-send upgraded job %s: %s", result.job_id, err)
+            return
+        with contextlib.suppress(CompactorError):
+            yield from jobs._finish(result.job_id, JobState.FAILED, None, None,
+                                         {"error": str(err)})
+        raise err
+
+
+class CompactionClient(_ClientCore):
     """Sessions and compaction jobs for a platform's (sync) request path.
 
     ``CompactionClient("redis://host:6379/0")``, ``CompactionClient(settings)`` or
@@ -130,6 +148,7 @@ class CompactionClient(_Base):
         self.sessions = SessionStore(self.redis, self.layout)
         self.jobs = JobStore(self.redis, self.settings, self.layout)
         self._blocking: redis.Redis[str] | None = None
+        self.io = SyncShell(self.redis, self.blocking_redis)
 
     @classmethod
     def from_env(cls, **overrides: Any) -> CompactionClient:
@@ -178,10 +197,7 @@ class CompactionClient(_Base):
                            start=start, auto_ack=auto_ack)
 
     def ping(self) -> bool:
-        try:
-            return bool(self.redis.ping())
-        except REDIS_DOWN as err:
-            raise unavailable(err) from err
+        return self.io.run(self._ping())
 
     def blocking_redis(self) -> redis.Redis[str]:
         """A second connection pool without a read timeout, for XREAD BLOCK."""
@@ -201,23 +217,14 @@ class CompactionClient(_Base):
             try:
                 self.producer.send(result.job_id, result.route, resend=result.upgraded)
             except BrokerUnavailableError as err:
-                self._unsent(result, err)
+                self.io.run(self._unsent(self.jobs, result, err))
         return JobHandle(self, result.job_id, session_id, request["kind"],
                          coalesced=result.coalesced, upgraded=result.upgraded, since=result.since)
 
-    def _unsent(self, result: EnqueueResult, err: BrokerUnavailableError) -> None:
-        if result.upgraded:
-            # The job's first message is still queued; it just keeps its old priority.
-            log.warning("could not re-send upgraded job %s: %s", result.job_id, err)
-            return
-        # Fail the record so the next request does not coalesce into a job never sent.
-        with contextlib.suppress(CompactorError):
-            self.jobs.finish(result.job_id, JobState.FAILED, error=str(err))
-        raise err
 
-
-class AsyncCompactionClient(_Base):
-    """The asyncio twin of :class:`CompactionClient` (the Celery publish runs in a thread)."""
+class AsyncCompactionClient(_ClientCore):
+    """:class:`CompactionClient` for asyncio: the same operations, awaited (the Celery publish
+    runs in a thread)."""
 
     def __init__(self, redis_url_or_settings: str | ClientSettings | None = None) -> None:
         super().__init__(redis_url_or_settings)
@@ -225,6 +232,7 @@ class AsyncCompactionClient(_Base):
         self.sessions = AsyncSessionStore(self.redis, self.layout)
         self.jobs = AsyncJobStore(self.redis, self.settings, self.layout)
         self._blocking: redis.asyncio.Redis[str] | None = None
+        self.io = AsyncShell(self.redis, self.blocking_redis)
 
     @classmethod
     def from_env(cls, **overrides: Any) -> AsyncCompactionClient:
@@ -261,10 +269,7 @@ class AsyncCompactionClient(_Base):
                                 follow=follow, start=start, auto_ack=auto_ack)
 
     async def ping(self) -> bool:
-        try:
-            return bool(await self.redis.ping())
-        except REDIS_DOWN as err:
-            raise unavailable(err) from err
+        return await self.io.run(self._ping())
 
     def blocking_redis(self) -> redis.asyncio.Redis[str]:
         if self._blocking is None:
@@ -284,15 +289,7 @@ class AsyncCompactionClient(_Base):
                 await asyncio.to_thread(self.producer.send, result.job_id, result.route,
                                         resend=result.upgraded)
             except BrokerUnavailableError as err:
-                if result.upgraded:
-                    log.warning("could not re-send upgraded job %s: %s", result.job_id, err)
-                else:
-                    await self._fail_unsent(result.job_id, err)
-                    raise
+                await self.io.run(self._unsent(self.jobs, result, err))
         return AsyncJobHandle(self, result.job_id, session_id, request["kind"],
                               coalesced=result.coalesced, upgraded=result.upgraded,
                               since=result.since)
-
-    async def _fail_unsent(self, job_id: str, err: BrokerUnavailableError) -> None:
-        with contextlib.suppress(CompactorError):  # as in CompactionClient._unsent
-            await self.jobs.finish(job_id, JobState.FAILED, error=str(err))

@@ -2,7 +2,8 @@
 
 ``wait`` blocks in Redis (``XREAD BLOCK`` on the session's event stream, from the stream id that
 was current when the job was enqueued) until the job's completion event arrives, so it wakes as
-soon as the worker's ``finish`` commits, and costs nothing while it waits.
+soon as the worker's ``finish`` commits, and costs nothing while it waits. Written once
+(:meth:`_HandleCore._wait`); the sync and asyncio handles only run it.
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from api_client._conn import REDIS_DOWN, unavailable
-from api_client._events import decode_event
-from api_client._wire import JobEvent, JobKind, JobRecord, JobState, PruneResult
+from api_client._calls import Command, Flow, cmd
 from api_client.errors import JobCancelledError, JobFailedError, JobTimeoutError
+from api_client.events import decode_event
+from api_client.wire import JobEvent, JobKind, JobRecord, JobState, PruneResult, job_error_text
 
 if TYPE_CHECKING:
     from api_client._client import AsyncCompactionClient, CompactionClient
+    from api_client.jobs import _JobCore
 
 __all__ = ["AsyncJobHandle", "JobHandle", "JobResult"]
 
@@ -30,9 +32,9 @@ def outcome(kind: JobKind, job_id: str, state: JobState, entry: dict[str, Any] |
             result: dict[str, Any] | None, error: str | None) -> JobResult:
     """The value ``wait`` returns for a finished job, or the typed error it raises."""
     if state is JobState.FAILED:
-        raise JobFailedError(error or "job failed", job_id=job_id)
+        raise JobFailedError(error or job_error_text(kind, state), job_id=job_id)
     if state is JobState.CANCELLED:
-        raise JobCancelledError(error or "Compaction cancelled", job_id=job_id)
+        raise JobCancelledError(error or job_error_text(kind, state), job_id=job_id)
     if kind is JobKind.PRUNE:
         return PruneResult.model_validate(result or {})
     return entry
@@ -72,12 +74,9 @@ def _timeout(job_id: str, timeout: float | None) -> JobTimeoutError:
                            job_id=job_id)
 
 
-class JobHandle:
-    """A job just enqueued (or looked up with :meth:`CompactionClient.job`)."""
-
-    def __init__(self, client: CompactionClient, job_id: str, session_id: str, kind: JobKind, *,
-                 coalesced: bool = False, upgraded: bool = False, since: str | None = None) -> None:
-        self._client = client
+class _HandleCore:
+    def __init__(self, job_id: str, session_id: str, kind: JobKind, *, coalesced: bool = False,
+                 upgraded: bool = False, since: str | None = None) -> None:
         self.id = job_id
         self.session_id = session_id
         self.kind = kind
@@ -86,7 +85,43 @@ class JobHandle:
         self._since = since
 
     def __repr__(self) -> str:
-        return f"<JobHandle {self.kind.value} {self.id} coalesced={self.coalesced}>"
+        return f"<{type(self).__name__} {self.kind.value} {self.id} coalesced={self.coalesced}>"
+
+    def _wait(self, jobs: _JobCore, timeout: float | None) -> Flow[JobResult]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        stream = jobs.layout.session(self.session_id).events
+        since = self._since
+        if since is None:
+            # Read the stream's tail first: a completion after it is then surely in the stream.
+            last = yield cmd("xrevrange", stream, count=1)
+            since = str(last[0][0]) if last else "0-0"
+            record = yield from jobs._get(self.id)
+            if record.state.terminal:
+                return from_record(record)
+        while (block := _block_ms(deadline)) is not None:
+            reply = yield Command("xread", ({stream: since},), {"count": 100, "block": block},
+                                  blocking=True)
+            last_seen, event = completion_in(reply, self.id)
+            if event is not None:
+                result = from_event(event)
+                if result is None and self.kind is JobKind.COMPACT:
+                    # A worker that finished with only result_entry_id left the entry on the record.
+                    return (yield from jobs._get(self.id)).entry
+                return result
+            since = last_seen or since
+        record = yield from jobs._get(self.id)  # the event may be trimmed: the record still knows
+        if record.state.terminal:
+            return from_record(record)
+        raise _timeout(self.id, timeout)
+
+
+class JobHandle(_HandleCore):
+    """A job just enqueued (or looked up with :meth:`CompactionClient.job`)."""
+
+    def __init__(self, client: CompactionClient, job_id: str, session_id: str, kind: JobKind,
+                 **flags: Any) -> None:
+        super().__init__(job_id, session_id, kind, **flags)
+        self._client = client
 
     def record(self) -> JobRecord:
         return self._client.jobs.get(self.id)
@@ -101,59 +136,16 @@ class JobHandle:
         Raises :class:`JobFailedError` (with the job's error text), :class:`JobCancelledError`,
         or :class:`JobTimeoutError` after ``timeout`` seconds (None: wait for ever).
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        stream = self._client.layout.session(self.session_id).events
-        since = self._since
-        if since is None:
-            record, since = self._record_and_cursor(stream)
-            if record.state.terminal:
-                return from_record(record)
-        blocking = self._client.blocking_redis()
-        while (block := _block_ms(deadline)) is not None:
-            try:
-                reply = blocking.xread({stream: since}, count=100, block=block)
-            except REDIS_DOWN as err:
-                raise unavailable(err) from err
-            last, event = completion_in(reply, self.id)
-            if event is not None:
-                return self._with_entry(from_event(event))
-            since = last or since
-        record = self.record()  # the event may have been trimmed away: the record still knows
-        if record.state.terminal:
-            return from_record(record)
-        raise _timeout(self.id, timeout)
-
-    def _with_entry(self, result: JobResult) -> JobResult:
-        # A worker that finished with only result_entry_id leaves the entry on the record.
-        if result is None and self.kind is JobKind.COMPACT:
-            return self.record().entry
-        return result
-
-    def _record_and_cursor(self, stream: str) -> tuple[JobRecord, str]:
-        # Read the stream's tail first: a completion after it is then surely in the stream.
-        try:
-            last = self._client.redis.xrevrange(stream, count=1)
-        except REDIS_DOWN as err:
-            raise unavailable(err) from err
-        return self.record(), (str(last[0][0]) if last else "0-0")
+        return self._client.io.run(self._wait(self._client.jobs, timeout))
 
 
-class AsyncJobHandle:
-    """The asyncio twin of :class:`JobHandle`."""
+class AsyncJobHandle(_HandleCore):
+    """:class:`JobHandle` for asyncio: the same operations, awaited."""
 
     def __init__(self, client: AsyncCompactionClient, job_id: str, session_id: str,
-                 kind: JobKind, *, coalesced: bool = False, upgraded: bool = False,
-                 since: str | None = None) -> None:
+                 kind: JobKind, **flags: Any) -> None:
+        super().__init__(job_id, session_id, kind, **flags)
         self._client = client
-        self.id = job_id
-        self.session_id = session_id
-        self.kind = kind
-        self.coalesced = coalesced
-        self.upgraded = upgraded
-        self._since = since
-
-    def __repr__(self) -> str:
-        return f"<AsyncJobHandle {self.kind.value} {self.id} coalesced={self.coalesced}>"
 
     async def record(self) -> JobRecord:
         return await self._client.jobs.get(self.id)
@@ -162,32 +154,4 @@ class AsyncJobHandle:
         return await self._client.jobs.request_cancel(self.id)
 
     async def wait(self, timeout: float | None = None) -> JobResult:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        stream = self._client.layout.session(self.session_id).events
-        since = self._since
-        if since is None:
-            try:
-                last = await self._client.redis.xrevrange(stream, count=1)
-            except REDIS_DOWN as err:
-                raise unavailable(err) from err
-            since = str(last[0][0]) if last else "0-0"
-            record = await self.record()
-            if record.state.terminal:
-                return from_record(record)
-        blocking = self._client.blocking_redis()
-        while (block := _block_ms(deadline)) is not None:
-            try:
-                reply = await blocking.xread({stream: since}, count=100, block=block)
-            except REDIS_DOWN as err:
-                raise unavailable(err) from err
-            last_seen, event = completion_in(reply, self.id)
-            if event is not None:
-                result = from_event(event)
-                if result is None and self.kind is JobKind.COMPACT:
-                    return (await self.record()).entry
-                return result
-            since = last_seen or since
-        record = await self.record()
-        if record.state.terminal:
-            return from_record(record)
-        raise _timeout(self.id, timeout)
+        return await self._client.io.run(self._wait(self._client.jobs, timeout))

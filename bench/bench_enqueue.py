@@ -25,7 +25,8 @@ from collections.abc import Callable
 
 import redis
 
-from api_client import QUEUES, ClientSettings, CompactionClient
+from api_client import ClientSettings, CompactionClient
+from api_client.wire import QUEUES
 
 PREFIX = "compactor-bench"
 

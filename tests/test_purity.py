@@ -1,7 +1,9 @@
 """Layering: the pure core and the client load no I/O libraries they must not."""
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -21,3 +23,64 @@ def test_import_does_not_load(module: str, banned: list[str]) -> None:
     out = subprocess.run([sys.executable, "-c", CHECK.format(module=module, banned=banned)],
                          capture_output=True, text=True, check=True, timeout=60).stdout
     assert out.strip() == "[]"
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _private_api_client_imports(path: Path, root: Path = ROOT) -> list[str]:
+    """``api_client`` modules (or names) with a leading underscore that ``path`` imports."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            modules = [f"{node.module}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for module in modules:
+            parts = module.split(".")
+            if parts[0] == "api_client" and any(p.startswith("_") for p in parts[1:]):
+                found.append(f"{path.relative_to(root)}:{node.lineno} {module}")
+    return found
+
+
+def test_worker_imports_only_the_public_contract_of_api_client() -> None:
+    offenders = [hit for path in sorted((ROOT / "worker").rglob("*.py"))
+                 for hit in _private_api_client_imports(path)]
+    assert offenders == []
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("from api_client._wire import JobKind\n", ["x.py:1 api_client._wire.JobKind"]),
+        ("import api_client._keys\n", ["x.py:1 api_client._keys"]),
+        ("from api_client import _client\n", ["x.py:1 api_client._client"]),
+        ("from api_client.session import _tree\n", ["x.py:1 api_client.session._tree"]),
+        ("from api_client.wire import JobKind\nimport api_client.errors\n", []),
+        ("from worker._x import y\nfrom . import _z\n", []),
+    ],
+)
+def test_private_import_finder(tmp_path: Path, source: str, expected: list[str]) -> None:
+    # The checker itself must see every spelling of a private import (and only those).
+    (tmp_path / "x.py").write_text(source, encoding="utf-8")
+    assert _private_api_client_imports(tmp_path / "x.py", tmp_path) == expected
+
+
+WORKER_ONLY = {"acquire_lease", "renew_lease", "release_lease", "mark_running",
+               "is_cancel_requested", "EventPublisher", "LeaseOutcome", "Leases"}
+
+
+def test_the_workers_job_lifecycle_is_not_in_api_client() -> None:
+    """Leases, ``running`` and progress publishing live in worker/store, with their scripts."""
+    scripts = sorted(p.name for p in (ROOT / "api_client").rglob("*.lua"))
+    assert [s for s in scripts if s.startswith("lease_") or s == "running.lua"] == []
+    defined = {node.name for path in (ROOT / "api_client").rglob("*.py")
+               for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+               if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)}
+    assert defined & WORKER_ONLY == set()
+    lifecycle = {p.name for p in (ROOT / "worker" / "store").glob("*.lua")}
+    assert {"lease_acquire.lua", "lease_renew.lua", "lease_release.lua", "running.lua"} <= lifecycle
+    # One copy of each script: none stands in both packages.
+    assert set(scripts) & lifecycle == set()

@@ -16,7 +16,7 @@ from typing import Any
 from celery import Celery, bootsteps
 from kombu.entity import Queue
 
-from api_client._wire import BROKER_TRANSPORT_OPTIONS, QUEUE_COMPACT, QUEUES
+from api_client.wire import BROKER_TRANSPORT_OPTIONS, QUEUE_COMPACT, QUEUES
 from worker import metrics
 from worker.llm import Summarizer
 from worker.service import Runtime, build_runtime

@@ -16,8 +16,8 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from api_client._settings import ClientSettings
 from api_client.errors import ConfigurationError
+from api_client.settings import ClientSettings
 from worker.hooks.settings import HookSettings
 from worker.llm.settings import LlmSettings
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from api_client._keys import split_job_id
-from api_client._wire import TASK_NAMES
 from api_client.errors import InvalidIdError, JobNotFoundError
+from api_client.keys import split_job_id
+from api_client.wire import TASK_NAMES
 from worker.service import TRANSIENT, LeaseHeldError, run_job
 
 if TYPE_CHECKING:

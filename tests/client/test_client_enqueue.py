@@ -29,6 +29,7 @@ from api_client import (
     JobTimeoutError,
     PruneResult,
 )
+from helpers.jobs import worker_jobs
 from helpers.sessions import user
 
 
@@ -50,9 +51,10 @@ def later(delay: float, fn: Callable[[], Any]) -> threading.Timer:
 
 def work(client: CompactionClient, job_id: str, state: str = "succeeded", **result: Any) -> None:
     """What a worker does with the job store: lease, run, finish."""
-    client.jobs.acquire_lease(job_id, "w", 30)
-    client.jobs.mark_running(job_id)
-    client.jobs.finish(job_id, state, **result)
+    jobs = worker_jobs(client)
+    jobs.acquire_lease(job_id, "w", 30)
+    jobs.mark_running(job_id)
+    jobs.finish(job_id, state, **result)
 
 
 def queued_messages(raw: redis.Redis[str], queue: str) -> list[dict[str, Any]]:

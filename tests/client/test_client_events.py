@@ -15,6 +15,7 @@ from api_client import (
     JobEvent,
     JobKind,
 )
+from helpers.jobs import worker_jobs
 
 
 def event(n: int, sid: str = "s1", type: EventType = EventType.COMPACTION_START) -> JobEvent:
@@ -24,8 +25,8 @@ def event(n: int, sid: str = "s1", type: EventType = EventType.COMPACTION_START)
 
 def test_publish_goes_to_the_session_and_the_global_stream(client: CompactionClient,
                                                            raw: redis.Redis[str]) -> None:
-    client.jobs.publish(event(1, "a"))
-    client.jobs.publish(event(2, "b"))
+    worker_jobs(client).publish(event(1, "a"))
+    worker_jobs(client).publish(event(2, "b"))
     assert [e.job_id for e in client.events("a", follow=False)] == ["a:0000000000000001"]
     everything = list(client.events(follow=False))
     assert [e.session_id for e in everything] == ["a", "b"]
@@ -41,15 +42,15 @@ def test_streams_are_capped(redis_url: str, raw: redis.Redis[str]) -> None:
     settings = ClientSettings(redis_url=redis_url, event_stream_maxlen=10, session_event_maxlen=5)
     with CompactionClient(settings) as client:
         for n in range(300):
-            client.jobs.publish(event(n))
+            worker_jobs(client).publish(event(n))
     # MAXLEN ~ trims whole nodes: the bound is approximate but far below what was written.
     assert raw.xlen("compactor:events") < 300 and raw.xlen("compactor:session:{s1}:events") < 300
 
 
 def test_tailing_sees_only_new_events_and_blocks_until_one_comes(client: CompactionClient) -> None:
-    client.jobs.publish(event(1))
+    worker_jobs(client).publish(event(1))
     reader = client.events("s1", block_ms=100)
-    timer = threading.Timer(0.3, lambda: client.jobs.publish(event(2)))
+    timer = threading.Timer(0.3, lambda: worker_jobs(client).publish(event(2)))
     timer.start()
     got = next(reader)  # blocks in XREAD until the timer publishes
     assert got.job_id == "s1:0000000000000002"
@@ -59,7 +60,7 @@ def test_tailing_sees_only_new_events_and_blocks_until_one_comes(client: Compact
 
 def test_start_replays_from_a_stream_id(client: CompactionClient) -> None:
     for n in range(3):
-        client.jobs.publish(event(n))
+        worker_jobs(client).publish(event(n))
     first = next(iter(client.events("s1", follow=False)))
     rest = [e.job_id for e in client.events("s1", follow=False, start=first.stream_id)]
     assert rest == ["s1:0000000000000001", "s1:0000000000000002"]
@@ -68,11 +69,11 @@ def test_start_replays_from_a_stream_id(client: CompactionClient) -> None:
 def test_consumer_group_shares_events_and_redelivers_unacked(client: CompactionClient) -> None:
     a = client.events(group="platform", consumer="a", follow=False, start="0")
     b = client.events(group="platform", consumer="b", follow=False, start="0")
-    client.jobs.publish(event(0))
-    client.jobs.publish(event(1))
+    worker_jobs(client).publish(event(0))
+    worker_jobs(client).publish(event(1))
     got_a = next(a)  # a's read claims both events; it has processed none yet
-    client.jobs.publish(event(2))
-    client.jobs.publish(event(3))
+    worker_jobs(client).publish(event(2))
+    worker_jobs(client).publish(event(3))
     got_b = [e.job_id for e in b]  # b gets only what nobody in the group has claimed
     assert got_a.job_id == "s1:0000000000000000"
     assert got_b == ["s1:0000000000000002", "s1:0000000000000003"]
@@ -84,7 +85,7 @@ def test_consumer_group_shares_events_and_redelivers_unacked(client: CompactionC
 
 
 def test_manual_ack(client: CompactionClient) -> None:
-    client.jobs.publish(event(1))
+    worker_jobs(client).publish(event(1))
     reader = client.events(group="g", consumer="c", follow=False, start="0", auto_ack=False)
     got = list(reader)
     assert client.redis.xpending("compactor:events", "g")["pending"] == 1
@@ -97,13 +98,13 @@ def test_async_readers(redis_url: str) -> None:
         async with AsyncCompactionClient(redis_url) as ac:
             sync = CompactionClient(redis_url)
             for n in range(3):
-                sync.jobs.publish(event(n))
+                worker_jobs(sync).publish(event(n))
             history = [e.job_id async for e in ac.events("s1", follow=False)]
             grouped_reader = ac.events(group="g", consumer="c", follow=False, start="0")
             grouped = [e.job_id async for e in grouped_reader]
             tail = ac.events(block_ms=50)
             loop = asyncio.get_running_loop()
-            loop.call_later(0.2, sync.jobs.publish, event(9))
+            loop.call_later(0.2, worker_jobs(sync).publish, event(9))
             latest = await anext(tail)
             await tail.aclose()
             pending = await ac.redis.xpending("compactor:events", "g")

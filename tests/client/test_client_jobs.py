@@ -1,4 +1,8 @@
-"""JobStore: single-flight enqueue, upgrades, record lifecycle, leases, exactly-once finish."""
+"""JobStore: single-flight enqueue, upgrades, record lifecycle, leases, exactly-once finish.
+
+The store under test is the worker's (``worker.store.jobs.JobStore``): api_client's job store
+plus the worker's lifecycle (leases, running, progress events).
+"""
 
 from __future__ import annotations
 
@@ -18,21 +22,24 @@ from api_client import (
     JobEvent,
     JobNotFoundError,
     JobState,
-    JobStore,
-    LeaseOutcome,
     PruneResult,
+)
+from api_client.wire import (
+    CompactReason,
+    JobKind,
     TokenUsage,
     failure_message,
     route_for,
     terminal_event_type,
 )
-from api_client._wire import CompactReason, JobKind
+from worker.store.jobs import JobStore
+from worker.store.leases import LeaseOutcome
 
 
 @pytest.fixture
 def jobs(client: CompactionClient) -> JobStore:
     client.sessions.create("s1")
-    return client.jobs
+    return JobStore(client.redis, client.settings, client.layout)
 
 
 def session_events(raw: redis.Redis[str], sid: str = "s1") -> list[tuple[str, str]]:

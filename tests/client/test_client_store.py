@@ -21,6 +21,7 @@ from api_client import (
     SessionNotFoundError,
 )
 from api_client.session import load_session
+from helpers.jobs import worker_jobs
 from helpers.sessions import assistant, user
 
 
@@ -190,7 +191,7 @@ def test_every_session_key_carries_the_hash_tag(client: CompactionClient,
     a = client.sessions.append(sid, user("x"))
     client.sessions.navigate(sid, a)
     handle = client.compact(sid)
-    client.jobs.acquire_lease(handle.id, "w", 10)
+    worker_jobs(client).acquire_lease(handle.id, "w", 10)
     client.jobs.finish(handle.id, "failed", error="no")
     keys = [k for k in raw.keys("compactor:*") if k != "compactor:events"]
     assert len(keys) >= 6

@@ -10,26 +10,23 @@ from pathlib import Path
 import pytest
 
 import api_client
-from api_client import ClientSettings, CompactReason, JobKind, route_for, should_compact
+from api_client import ClientSettings, CompactReason, JobKind, should_compact, wire
+from api_client.wire import route_for
 
 PUBLIC = {
-    "BROKER_TRANSPORT_OPTIONS", "PRIORITY_BRANCH", "PRIORITY_MANUAL", "PRIORITY_OVERFLOW",
-    "PRIORITY_PRUNE", "PRIORITY_THRESHOLD", "QUEUES", "QUEUE_BRANCH", "QUEUE_COMPACT",
-    "QUEUE_PRUNE", "QUEUE_URGENT", "TASK_BRANCH_SUMMARY", "TASK_COMPACT", "TASK_NAMES",
-    "TASK_PRUNE",
-    "AlreadyCompactedError", "AsyncCompactionClient", "AsyncEventReader", "AsyncJobHandle",
-    "AsyncJobStore", "AsyncSessionStore", "BrokerUnavailableError", "ClientError",
-    "ClientSettings", "CompactReason", "CompactionClient", "CompactorError",
-    "ConfigurationError", "DanglingParentError", "EnqueueResult", "EntryExistsError",
-    "EntryNotFoundError", "EventPublisher", "EventReader", "EventType", "HookError",
-    "InvalidIdError", "InvalidRequestError", "JobCancelledError", "JobConflictError",
-    "JobError", "JobEvent", "JobFailedError", "JobHandle", "JobKind", "JobNotFoundError",
-    "JobRecord", "JobState", "JobStore", "JobTimeoutError", "KeyLayout", "LeaseOutcome",
-    "ModelError", "NothingToCompactError", "PlanError", "PruneResult", "Route",
-    "SessionCycleError", "SessionError", "SessionExistsError", "SessionFormatError",
-    "SessionNotFoundError", "SessionStore", "Snapshot", "StaleSnapshotError", "TokenUsage",
-    "failure_message", "is_context_overflow", "route_for", "should_compact",
-    "terminal_event_type",
+    # the clients, their handles and results
+    "AsyncCompactionClient", "AsyncJobHandle", "CompactionClient", "JobHandle", "JobResult",
+    "CompactReason", "EventType", "JobEvent", "JobKind", "JobRecord", "JobState", "PruneResult",
+    # what client.sessions and client.events() hand out (for type hints)
+    "AsyncEventReader", "AsyncSessionStore", "EventReader", "SessionStore", "Snapshot",
+    "ClientSettings", "is_context_overflow", "should_compact",
+    # the errors
+    "AlreadyCompactedError", "BrokerUnavailableError", "ClientError", "CompactorError",
+    "ConfigurationError", "DanglingParentError", "EntryExistsError", "EntryNotFoundError",
+    "HookError", "InvalidIdError", "InvalidRequestError", "JobCancelledError",
+    "JobConflictError", "JobError", "JobFailedError", "JobNotFoundError", "JobTimeoutError",
+    "ModelError", "NothingToCompactError", "PlanError", "SessionCycleError", "SessionError",
+    "SessionExistsError", "SessionFormatError", "SessionNotFoundError", "StaleSnapshotError",
 }
 
 
@@ -126,8 +123,8 @@ def test_settings_reject_prefixes_that_break_hash_tags(prefix: str) -> None:
 def test_routes(kind: str, reason: str | None, queue: str, priority: int) -> None:
     route = route_for(JobKind(kind), CompactReason(reason) if reason else None)
     assert (route.queue, route.priority) == (queue, priority)
-    assert priority in api_client.BROKER_TRANSPORT_OPTIONS["priority_steps"]
-    assert route.queue in api_client.QUEUES and route.task in api_client.TASK_NAMES.values()
+    assert priority in wire.BROKER_TRANSPORT_OPTIONS["priority_steps"]
+    assert route.queue in wire.QUEUES and route.task in wire.TASK_NAMES.values()
 
 
 def test_from_env_builds_a_working_client(monkeypatch: pytest.MonkeyPatch, redis_url: str) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 from celery.contrib.testing.worker import start_worker
 
 from api_client import CompactionClient, JobEvent
-from api_client._events import decode_event
+from api_client.events import decode_event
 from worker.app import CompactorCelery, create_app
 from worker.hooks import HookSettings
 from worker.settings import WorkerSettings

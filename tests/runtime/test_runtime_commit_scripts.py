@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from api_client import CompactionClient, JobState
-from api_client._jobs import JobStore
 from worker.store import CommitStatus, CommitStore, line_digest
+from worker.store.jobs import JobStore
 
 Mutation = Callable[[CompactionClient, str, list[str]], None]
 
@@ -29,7 +29,7 @@ def setup(client: CompactionClient) -> tuple[str, list[str], str, CommitStore]:
     sid = client.sessions.create("s1")
     ids = [client.sessions.append(sid, msg(f"m{i}")) for i in range(4)]
     job = client.jobs.enqueue(sid, "compact", reason="manual").job_id
-    assert JobStore.mark_running(client.jobs, job) == 1
+    assert JobStore(client.redis, client.settings, client.layout).mark_running(job) == 1
     return sid, ids, job, CommitStore(client.redis, client.layout)
 
 

@@ -18,10 +18,11 @@ from runtime.runtime_support import (
 )
 
 from api_client import CompactionClient, JobFailedError, PruneResult
-from api_client._wire import TASK_COMPACT, route_for
+from api_client.wire import TASK_COMPACT, route_for
 from worker.app import CompactorCelery
 from worker.compaction import get_tokenizer, plan_prune
 from worker.store import CommitStore
+from worker.store.jobs import JobStore
 
 
 @pytest.fixture(scope="module")
@@ -193,7 +194,7 @@ def test_redelivery_after_commit_finishes_with_the_committed_entry(
     sid = new_session(client, demo_text)
     leaf = client.sessions.load(sid).leaf_id
     job = client.jobs.enqueue(sid, "compact", reason="manual").job_id
-    client.jobs.mark_running(job)
+    JobStore(client.redis, client.settings, client.layout).mark_running(job)
     entry = {"type": "compaction", "timestamp": "2025-03-14T10:00:00.000Z", "summary": "from the dead",
              "firstKeptEntryId": str(leaf), "tokensBefore": 1, "fromExtension": False}
     committed = CommitStore(client.redis, client.layout).append_entry(job, leaf, entry, {"tokensBefore": 1})

@@ -21,6 +21,7 @@ from api_client import ClientSettings, CompactionClient, PruneResult
 from worker.app import CompactorCelery
 from worker.compaction import get_tokenizer, plan_prune
 from worker.store import CommitStatus, CommitStore, line_digest
+from worker.store.jobs import JobStore
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +113,7 @@ def test_prune_commit_needs_the_snapshot_leaf_on_the_path(redis_url: str, agent:
         sid = c.sessions.create("s1")
         ids = [c.sessions.append(sid, _msg(f"m{i}")) for i in range(4)]
         job = c.jobs.enqueue(sid, "prune").job_id
-        assert c.jobs.mark_running(job) == 1
+        assert JobStore(c.redis, c.settings, c.layout).mark_running(job) == 1
         commits = CommitStore(c.redis, c.layout)
         lines = commits.lines(sid, ids[:1])
         rewrites = [(ids[0], line_digest(str(lines[0])), str(lines[0]).replace("m0", "pruned"))]

@@ -58,7 +58,7 @@ def _has_option(extra: list[str], *names: str) -> bool:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from api_client import QUEUES
+    from api_client.wire import QUEUES
     from worker.app import create_app
     from worker.settings import check_startup
 

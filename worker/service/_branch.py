@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from api_client._wire import EventType
 from api_client.errors import InvalidRequestError
 from api_client.session import JsonObject
+from api_client.wire import EventType
 from worker.compaction import (
     branch_destination,
     collect_entries_for_branch_summary,

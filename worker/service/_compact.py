@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from api_client._store import Snapshot
-from api_client._wire import CompactReason, EventType
 from api_client.errors import AlreadyCompactedError, NothingToCompactError
 from api_client.session import Entry, JsonObject, SessionTree, parse_entry
+from api_client.session_store import Snapshot
+from api_client.wire import CompactReason, EventType
 from worker.compaction import (
     Preparation,
     build_session_context,

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from api_client._wire import EventType, JobEvent, JobRecord, now_iso
 from api_client.session import JsonObject
+from api_client.wire import EventType, JobEvent, JobRecord, now_iso
 from worker.llm import Summarizer, SummaryResult, Usage
 from worker.service._control import JobControl
 from worker.service._runtime import Runtime

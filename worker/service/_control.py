@@ -12,9 +12,10 @@ import threading
 import time
 from types import TracebackType
 
-from api_client._jobs import JobStore, LeaseOutcome
 from api_client.errors import CompactorError
 from worker.service._errors import DeadlineExceededError, JobCancelled, JobStopped, LeaseLostError
+from worker.store.jobs import JobStore
+from worker.store.leases import LeaseOutcome
 
 __all__ = ["JobControl"]
 

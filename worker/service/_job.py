@@ -7,10 +7,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from api_client._jobs import LeaseOutcome
-from api_client._keys import split_job_id
-from api_client._wire import CompactReason, JobEvent, JobKind, JobRecord, JobState, failure_message
 from api_client.errors import CompactorError
+from api_client.keys import split_job_id
+from api_client.wire import JobEvent, JobKind, JobRecord, JobState, job_error_text
 from worker import metrics
 from worker.service._branch import run_branch
 from worker.service._compact import run_compact
@@ -25,6 +24,7 @@ from worker.service._errors import (
 )
 from worker.service._prune import run_prune
 from worker.service._runtime import Runtime
+from worker.store.leases import LeaseOutcome
 
 __all__ = ["JobOutcome", "run_job"]
 
@@ -134,10 +134,7 @@ def _succeed(ctx: JobContext, success: JobSuccess) -> JobOutcome:
 
 
 def _error_text(record: JobRecord, message: str) -> str:
-    if record.kind is JobKind.COMPACT:
-        # SPEC §12.4 step 8 for automatic compactions; a manual one reports the error as is.
-        return failure_message(record.reason or CompactReason.MANUAL, message)
-    return message
+    return job_error_text(record.kind, JobState.FAILED, record.reason, message)
 
 
 def _fail(ctx: JobContext, message: str) -> JobOutcome:
@@ -157,8 +154,7 @@ def _stopped(ctx: JobContext, stop: JobStopped) -> JobOutcome:
         return JobOutcome(ctx.job_id, "abandoned")
     if not isinstance(stop, JobCancelled):
         return _fail(ctx, str(stop))
-    # SPEC §12.2 names a cancelled compaction "Compaction cancelled"; a navigation is no compaction.
-    text = "Branch summary cancelled" if ctx.record.kind == JobKind.BRANCH_SUMMARY else str(stop)
+    text = job_error_text(ctx.record.kind, JobState.CANCELLED)
     event = JobEvent.completion(ctx.record, JobState.CANCELLED, error=text, aborted=True,
                                 duration_ms=ctx.control.elapsed_ms())
     ctx.rt.jobs.finish(ctx.job_id, JobState.CANCELLED, event=event, error=text)

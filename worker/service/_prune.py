@@ -6,8 +6,8 @@ import json
 import time
 from dataclasses import dataclass
 
-from api_client._store import Snapshot
 from api_client.session import dump_record
+from api_client.session_store import Snapshot
 from worker.compaction import PrunePlan, apply_prune, plan_prune
 from worker.service._context import JobContext, JobSuccess
 from worker.service._replan import settle, with_replans

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from api_client._wire import EventType
 from api_client.errors import StaleSnapshotError
+from api_client.wire import EventType
 from worker import metrics
 from worker.service._context import JobContext
 from worker.service._errors import JobCancelled, LeaseLostError

@@ -14,14 +14,14 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from api_client._jobs import JobStore
-from api_client._keys import KeyLayout
-from api_client._store import SessionStore
+from api_client.keys import KeyLayout
+from api_client.session_store import SessionStore
 from worker.compaction import CompactionSettings, Tokenizer, get_tokenizer
 from worker.hooks import HookRunner, load_hook_runner
 from worker.llm import Summarizer, build_summarizer
 from worker.settings import WorkerSettings
 from worker.store import CommitStore
+from worker.store.jobs import JobStore
 
 __all__ = ["Runtime", "build_runtime", "worker_redis"]
 

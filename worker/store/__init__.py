@@ -1,7 +1,9 @@
-"""Worker-side Redis I/O: the conditional commits (Lua scripts in this folder).
+"""Worker-side Redis I/O (Lua scripts in this folder): the conditional commits
+(:mod:`worker.store._commits`), the job lifecycle (:mod:`worker.store.jobs`, leases in
+:mod:`worker.store.leases`) and progress events (:mod:`worker.store.events`).
 
-Snapshots, job records, leases and events use the client's stores (``api_client``); only the
-writes a worker alone makes live here.
+Snapshots and job records are read through api_client's public stores; only what a worker alone
+does lives here.
 """
 
 from worker.store._commits import (

@@ -19,9 +19,9 @@ from typing import Any
 
 import redis
 
-from api_client._conn import REDIS_DOWN, unavailable
-from api_client._keys import KeyLayout
 from api_client.errors import SessionNotFoundError
+from api_client.keys import KeyLayout
+from api_client.redis_conn import REDIS_DOWN, unavailable
 from api_client.session import JsonObject, dump_record
 
 __all__ = ["CommitOutcome", "CommitStatus", "CommitStore", "entry_line_parts", "line_digest"]

@@ -1,5 +1,7 @@
-"""The session store over Redis (layout: :mod:`api_client._keys`). Sync; the async twin shares
-every encoding and decoding step below and differs only in how it talks to Redis.
+"""The session store over Redis (layout: :mod:`api_client.keys`), sync and asyncio.
+
+Each operation is one flow of :class:`_SessionCore` (the Redis calls it makes and how it reads
+their replies); :class:`SessionStore` and :class:`AsyncSessionStore` only run it.
 """
 
 from __future__ import annotations
@@ -9,13 +11,12 @@ import secrets
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import redis
+import redis.asyncio
 
-from api_client._conn import REDIS_DOWN, check_decoding, lua, unavailable
-from api_client._keys import KeyLayout, SessionKeys, check_session_id
-from api_client._wire import now_iso
+from api_client._calls import AsyncShell, Flow, Pipeline, Rescue, Script, SyncShell, cmd
 from api_client.errors import (
     CompactorError,
     EntryExistsError,
@@ -24,6 +25,7 @@ from api_client.errors import (
     SessionFormatError,
     SessionNotFoundError,
 )
+from api_client.keys import KeyLayout, SessionKeys, check_session_id
 from api_client.session import (
     CURRENT_VERSION,
     IdFactory,
@@ -34,8 +36,9 @@ from api_client.session import (
     parse_entry,
     random_entry_id,
 )
+from api_client.wire import now_iso
 
-__all__ = ["SessionStore", "Snapshot", "new_session_header"]
+__all__ = ["AsyncSessionStore", "SessionStore", "Snapshot", "new_session_header"]
 
 _CANDIDATES = 4  # fresh ids offered per append; the script takes the first unused one
 
@@ -168,31 +171,94 @@ def parse_import(text: str, session_id: str | None, new_id: IdFactory) -> tuple[
     return session, check_session_id(session_id if session_id is not None else session.id)
 
 
-class SessionStore:
-    """Sessions in Redis: create, append, navigate, load, import/export pi JSONL.
+def _rescue(session_id: str) -> Rescue:
+    def rescue(err: redis.ResponseError) -> NoReturn:
+        mapped = script_error(err, session_id)
+        if mapped is None:
+            raise err
+        raise mapped from err
+    return rescue
 
-    ``client`` must decode responses (see :func:`api_client._conn.make_redis`). A down server
-    raises :class:`BrokerUnavailableError`; a missing session :class:`SessionNotFoundError`.
-    """
 
-    def __init__(self, client: redis.Redis[str], layout: KeyLayout | None = None) -> None:
-        check_decoding(client)
-        self.redis = client
+class _SessionCore:
+    """Every session operation as a flow (see :mod:`api_client._calls`); no I/O here."""
+
+    def __init__(self, layout: KeyLayout | None) -> None:
         self.layout = layout or KeyLayout()
-        self._append = client.register_script(lua("append"))
-        self._navigate = client.register_script(lua("navigate"))
-        self._import = client.register_script(lua("import"))
 
     def keys(self, session_id: str) -> SessionKeys:
         return self.layout.session(session_id)
 
-    def create(self, session_id: str | None = None, *, cwd: str = "", title: str | None = None) -> str:
-        """Store a new empty v3 session; returns its id (a fresh UUID when not given)."""
+    def _script(self, name: str, session_id: str, keys: Sequence[str],
+                args: Sequence[str]) -> Script:
+        return Script(name, keys, args, _rescue(session_id))
+
+    def _create(self, session_id: str | None, cwd: str, title: str | None) -> Flow[str]:
         sid = check_session_id(session_id if session_id is not None else str(uuid.uuid4()))
-        header = new_session_header(sid, cwd, title)
-        self._run(self._import, sid, (*self.keys(sid).data(), self.keys(sid).effects),
-                  ["0", dump_record(header), ""])
+        k = self.keys(sid)
+        header = dump_record(new_session_header(sid, cwd, title))
+        yield self._script("import", sid, (*k.data(), k.effects), ["0", header, ""])
         return sid
+
+    def _append_many(self, session_id: str, items: Iterable[Mapping[str, Any]]) -> Flow[list[str]]:
+        batch = list(items)
+        if not batch:
+            return []
+        args = append_args(batch, f"append to {session_id}")
+        ids = yield self._script("append", session_id, self.keys(session_id).data(), args)
+        return [str(i) for i in ids[:-1]]
+
+    def _navigate(self, session_id: str, entry_id: str | None) -> Flow[int]:
+        k = self.keys(session_id)
+        keys = (k.header, k.entries, k.leaf, k.rev)
+        return int((yield self._script("navigate", session_id, keys, [entry_id or ""])))
+
+    def _load(self, session_id: str) -> Flow[Snapshot]:
+        k = self.keys(session_id)
+        replies = yield Pipeline((cmd("get", k.header), cmd("get", k.rev), cmd("get", k.leaf),
+                                  cmd("lrange", k.order, 0, -1), cmd("hgetall", k.entries)))
+        return build_snapshot(session_id, replies)
+
+    def _revision(self, session_id: str) -> Flow[int]:
+        return int((yield cmd("get", self.keys(session_id).rev)) or 0)
+
+    def _import(self, text: str, session_id: str | None, replace: bool,
+                new_id: IdFactory) -> Flow[str]:
+        session, sid = parse_import(text, session_id, new_id)
+        k = self.keys(sid)
+        yield self._script("import", sid, (*k.data(), k.effects),
+                           import_args(session, sid, replace))
+        return sid
+
+    def _export(self, session_id: str) -> Flow[str]:
+        k = self.keys(session_id)
+        replies = yield Pipeline((cmd("get", k.header), cmd("lrange", k.order, 0, -1),
+                                  cmd("hgetall", k.entries)))
+        return export_text(session_id, replies)
+
+    def _exists(self, session_id: str) -> Flow[bool]:
+        return bool((yield cmd("exists", self.keys(session_id).header)))
+
+    def _delete(self, session_id: str) -> Flow[bool]:
+        return bool((yield cmd("delete", *self.keys(session_id).all())))
+
+
+class SessionStore(_SessionCore):
+    """Sessions in Redis: create, append, navigate, load, import/export pi JSONL.
+
+    ``client`` must decode responses (see :func:`api_client.redis_conn.make_redis`). A down
+    server raises :class:`BrokerUnavailableError`; a missing session :class:`SessionNotFoundError`.
+    """
+
+    def __init__(self, client: redis.Redis[str], layout: KeyLayout | None = None) -> None:
+        super().__init__(layout)
+        self.redis = client
+        self._io = SyncShell(client)
+
+    def create(self, session_id: str | None = None, *, cwd: str = "",
+               title: str | None = None) -> str:
+        """Store a new empty v3 session; returns its id (a fresh UUID when not given)."""
+        return self._io.run(self._create(session_id, cwd, title))
 
     def append(self, session_id: str, entry_or_message: Mapping[str, Any]) -> str:
         """Append one entry (or bare message) as a child of the leaf; returns its id."""
@@ -200,27 +266,17 @@ class SessionStore:
 
     def append_many(self, session_id: str, items: Iterable[Mapping[str, Any]]) -> list[str]:
         """Append a chain of entries atomically (one revision bump); returns their ids."""
-        batch = list(items)
-        if not batch:
-            return []
-        args = append_args(batch, f"append to {session_id}")
-        ids: list[Any] = self._run(self._append, session_id, self.keys(session_id).data(), args)
-        return [str(i) for i in ids[:-1]]
+        return self._io.run(self._append_many(session_id, items))
 
     def navigate(self, session_id: str, entry_id: str | None) -> int:
         """Move the leaf to ``entry_id`` (None: reset). Returns the new revision."""
-        k = self.keys(session_id)
-        keys = (k.header, k.entries, k.leaf, k.rev)
-        return int(self._run(self._navigate, session_id, keys, [entry_id or ""]))
+        return self._io.run(self._navigate(session_id, entry_id))
 
     def load(self, session_id: str) -> Snapshot:
-        k = self.keys(session_id)
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.get(k.header).get(k.rev).get(k.leaf).lrange(k.order, 0, -1).hgetall(k.entries)
-        return build_snapshot(session_id, self._exec(pipe))
+        return self._io.run(self._load(session_id))
 
     def revision(self, session_id: str) -> int:
-        return int(self._call(lambda: self.redis.get(self.keys(session_id).rev)) or 0)
+        return self._io.run(self._revision(session_id))
 
     def import_jsonl(self, text: str, session_id: str | None = None, *, replace: bool = False,
                      new_id: IdFactory = random_entry_id) -> str:
@@ -228,42 +284,56 @@ class SessionStore:
 
         ``session_id`` defaults to the header's id (and replaces it in the stored header).
         """
-        session, sid = parse_import(text, session_id, new_id)
-        k = self.keys(sid)
-        self._run(self._import, sid, (*k.data(), k.effects), import_args(session, sid, replace))
-        return sid
+        return self._io.run(self._import(text, session_id, replace, new_id))
 
     def export_jsonl(self, session_id: str) -> str:
         """The stored session as v3 JSONL (header, then entries in stored order, byte-exact)."""
-        k = self.keys(session_id)
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.get(k.header).lrange(k.order, 0, -1).hgetall(k.entries)
-        return export_text(session_id, self._exec(pipe))
+        return self._io.run(self._export(session_id))
 
     def exists(self, session_id: str) -> bool:
-        return bool(self._call(lambda: self.redis.exists(self.keys(session_id).header)))
+        return self._io.run(self._exists(session_id))
 
     def delete(self, session_id: str) -> bool:
         """Delete the session's keys (job records expire on their own). True if it existed."""
-        keys = self.keys(session_id)
-        return bool(self._call(lambda: self.redis.delete(*keys.all())))
+        return self._io.run(self._delete(session_id))
 
-    def _run(self, script: Any, session_id: str, keys: Sequence[str], args: Sequence[str]) -> Any:
-        try:
-            return script(keys=list(keys), args=list(args))
-        except redis.ResponseError as err:
-            mapped = script_error(err, session_id)
-            if mapped is None:
-                raise
-            raise mapped from err
-        except REDIS_DOWN as err:
-            raise unavailable(err) from err
 
-    def _exec(self, pipe: Any) -> list[Any]:
-        return list(self._call(pipe.execute))
+class AsyncSessionStore(_SessionCore):
+    """Sessions in Redis from asyncio code; each method does what :class:`SessionStore`'s does."""
 
-    def _call(self, fn: Any) -> Any:
-        try:
-            return fn()
-        except REDIS_DOWN as err:
-            raise unavailable(err) from err
+    def __init__(self, client: redis.asyncio.Redis[str], layout: KeyLayout | None = None) -> None:
+        super().__init__(layout)
+        self.redis = client
+        self._io = AsyncShell(client)
+
+    async def create(self, session_id: str | None = None, *, cwd: str = "",
+                     title: str | None = None) -> str:
+        return await self._io.run(self._create(session_id, cwd, title))
+
+    async def append(self, session_id: str, entry_or_message: Mapping[str, Any]) -> str:
+        return (await self.append_many(session_id, [entry_or_message]))[0]
+
+    async def append_many(self, session_id: str, items: Iterable[Mapping[str, Any]]) -> list[str]:
+        return await self._io.run(self._append_many(session_id, items))
+
+    async def navigate(self, session_id: str, entry_id: str | None) -> int:
+        return await self._io.run(self._navigate(session_id, entry_id))
+
+    async def load(self, session_id: str) -> Snapshot:
+        return await self._io.run(self._load(session_id))
+
+    async def revision(self, session_id: str) -> int:
+        return await self._io.run(self._revision(session_id))
+
+    async def import_jsonl(self, text: str, session_id: str | None = None, *,
+                           replace: bool = False, new_id: IdFactory = random_entry_id) -> str:
+        return await self._io.run(self._import(text, session_id, replace, new_id))
+
+    async def export_jsonl(self, session_id: str) -> str:
+        return await self._io.run(self._export(session_id))
+
+    async def exists(self, session_id: str) -> bool:
+        return await self._io.run(self._exists(session_id))
+
+    async def delete(self, session_id: str) -> bool:
+        return await self._io.run(self._delete(session_id))

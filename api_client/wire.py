@@ -45,6 +45,7 @@ __all__ = [
     "Route",
     "TokenUsage",
     "failure_message",
+    "job_error_text",
     "now_iso",
     "route_for",
     "terminal_event_type",
@@ -161,6 +162,21 @@ def failure_message(reason: CompactReason | str | None, message: str | None) -> 
     if reason == CompactReason.THRESHOLD:
         return f"Auto-compaction failed: {text}"
     return text
+
+
+def job_error_text(kind: JobKind, state: JobState, reason: CompactReason | str | None = None,
+                   message: str | None = None) -> str:
+    """The error text a job of ``kind`` ending ``cancelled`` or ``failed`` carries (record, event,
+    and the raised :class:`JobCancelledError` / :class:`JobFailedError`), on either side.
+
+    SPEC §12.2 names a cancelled compaction "Compaction cancelled"; a branch summary is no
+    compaction. A failed compaction reads as SPEC §12.4 step 8 (:func:`failure_message`).
+    """
+    if state is JobState.CANCELLED:
+        return "Branch summary cancelled" if kind is JobKind.BRANCH_SUMMARY else "Compaction cancelled"
+    if kind is JobKind.COMPACT:
+        return failure_message(reason or CompactReason.MANUAL, message)
+    return message or "job failed"
 
 
 def now_iso() -> str:

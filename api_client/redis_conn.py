@@ -19,7 +19,7 @@ from redis.retry import Retry
 from api_client.errors import BrokerUnavailableError, ConfigurationError
 
 if TYPE_CHECKING:
-    from api_client._settings import ClientSettings
+    from api_client.settings import ClientSettings
 
 __all__ = ["check_decoding", "lua", "make_async_redis", "make_redis", "unavailable"]
 

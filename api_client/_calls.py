@@ -1,0 +1,170 @@
+"""Redis calls as data, and the two shells that run them (sans I/O, as httpx's ``BaseClient``).
+
+Every client operation is written once, as a generator (a *flow*) that yields the Redis calls it
+needs (:class:`Command`, :class:`Pipeline`, :class:`Script`), receives each reply (or, thrown in
+at the ``yield``, the error it raised) and returns the operation's result. :class:`SyncShell`
+runs a flow on a ``redis.Redis``, :class:`AsyncShell` on a ``redis.asyncio.Redis``; neither knows
+any operation. A dead server becomes :class:`BrokerUnavailableError` in one place per shell
+(:meth:`SyncShell.execute`, :meth:`AsyncShell.execute`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Generic, NoReturn, TypeAlias, TypeVar
+
+import redis
+import redis.asyncio
+
+from api_client.redis_conn import REDIS_DOWN, check_decoding, lua, unavailable
+
+__all__ = [
+    "AsyncShell",
+    "Call",
+    "Command",
+    "Done",
+    "Flow",
+    "Pipeline",
+    "Rescue",
+    "Script",
+    "SyncShell",
+    "advance",
+    "cmd",
+]
+
+T = TypeVar("T")
+R = TypeVar("R", "redis.Redis[str]", "redis.asyncio.Redis[str]")
+
+# What to make of an error reply: raise a typed error (or the reply's own), or return a value
+# that stands in for the reply.
+Rescue: TypeAlias = Callable[[redis.ResponseError], Any]
+
+
+def reraise(err: redis.ResponseError) -> NoReturn:
+    raise err
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One redis-py command by method name (``hgetall``, ``xread``, ...)."""
+
+    name: str
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    rescue: Rescue = reraise
+    # On the connection without a read timeout (XREAD BLOCK may wait longer than any timeout).
+    blocking: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Pipeline:
+    """Commands sent in one round trip (MULTI/EXEC when ``transaction``); replies as a list."""
+
+    commands: tuple[Command, ...]
+    transaction: bool = True
+    rescue: Rescue = reraise
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """A packaged Lua script (``api_client/lua/<name>.lua``) by EVALSHA."""
+
+    name: str
+    keys: Sequence[str]
+    args: Sequence[str]
+    rescue: Rescue = reraise
+
+
+Call: TypeAlias = Command | Pipeline | Script
+Flow: TypeAlias = Generator[Call, Any, T]
+
+
+def cmd(name: str, *args: Any, **kwargs: Any) -> Command:
+    return Command(name, args, kwargs)
+
+
+class _Shell(Generic[R]):
+    def __init__(self, client: R, blocking: Callable[[], R] | None = None) -> None:
+        check_decoding(client)
+        self.redis: R = client
+        self._blocking: Callable[[], R] | None = blocking
+        self._scripts: dict[str, Any] = {}
+
+    def _bound(self, call: Call) -> Callable[[], Any]:
+        """The call as a redis-py callable (no I/O yet: it runs when called)."""
+        if isinstance(call, Script):
+            script = self._scripts.get(call.name)
+            if script is None:
+                script = self._scripts[call.name] = self.redis.register_script(lua(call.name))
+            return partial(script, keys=list(call.keys), args=list(call.args))
+        if isinstance(call, Pipeline):
+            pipe = self.redis.pipeline(transaction=call.transaction)
+            for c in call.commands:
+                getattr(pipe, c.name)(*c.args, **c.kwargs)
+            return pipe.execute
+        target = self._blocking() if call.blocking and self._blocking else self.redis
+        method: Callable[..., Any] = getattr(target, call.name)
+        return partial(method, *call.args, **call.kwargs)
+
+
+@dataclass(frozen=True, slots=True)
+class Done(Generic[T]):
+    value: T
+
+
+def advance(flow: Generator[Any, Any, T], reply: Any, error: Exception | None) -> Any:
+    """Hand the flow the last call's reply (or throw its error in): the next item it yields, or
+    :class:`Done` with its result."""
+    try:
+        return flow.throw(error) if error is not None else flow.send(reply)
+    except StopIteration as done:
+        return Done(done.value)
+
+
+class SyncShell(_Shell["redis.Redis[str]"]):
+    def run(self, flow: Flow[T]) -> T:
+        reply: Any = None
+        error: Exception | None = None
+        while not isinstance(call := advance(flow, reply, error), Done):
+            reply, error = self.attempt(call)
+        return call.value  # type: ignore[no-any-return]
+
+    def attempt(self, call: Call) -> tuple[Any, Exception | None]:
+        """(reply, None) or (None, the error): the flow decides what an error means."""
+        try:
+            return self.execute(call), None
+        except Exception as err:
+            return None, err
+
+    def execute(self, call: Call) -> Any:
+        try:
+            return self._bound(call)()
+        except redis.ResponseError as err:
+            return call.rescue(err)
+        except REDIS_DOWN as err:
+            raise unavailable(err) from err
+
+
+class AsyncShell(_Shell["redis.asyncio.Redis[str]"]):
+    async def run(self, flow: Flow[T]) -> T:
+        reply: Any = None
+        error: Exception | None = None
+        while not isinstance(call := advance(flow, reply, error), Done):
+            reply, error = await self.attempt(call)
+        return call.value  # type: ignore[no-any-return]
+
+    async def attempt(self, call: Call) -> tuple[Any, Exception | None]:
+        try:
+            return await self.execute(call), None
+        except Exception as err:
+            return None, err
+
+    async def execute(self, call: Call) -> Any:
+        try:
+            return await self._bound(call)()
+        except redis.ResponseError as err:
+            return call.rescue(err)
+        except REDIS_DOWN as err:
+            raise unavailable(err) from err

@@ -1,0 +1,188 @@
+"""One implementation per operation: the sans-IO flows, and the sync and asyncio shells agreeing.
+
+The flows are driven by hand here (replies sent in, errors thrown in: no Redis needed to see
+what a flow asks for and how it reads an answer); the shells run them on the run's own Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any
+
+import pytest
+import redis
+
+from api_client import (
+    AsyncCompactionClient,
+    BrokerUnavailableError,
+    ClientSettings,
+    CompactionClient,
+    JobCancelledError,
+    JobError,
+    JobFailedError,
+    JobKind,
+    JobNotFoundError,
+    JobState,
+    JobTimeoutError,
+    SessionNotFoundError,
+)
+from api_client._calls import Command, Done, Pipeline, Script, advance, cmd
+from api_client.jobs import EnqueueResult, JobStore
+from api_client.session_store import SessionStore
+from api_client.wire import CompactReason, job_error_text, route_for
+from helpers.jobs import worker_jobs
+
+JOB = "s1:" + "0" * 16
+
+
+@pytest.mark.parametrize(
+    ("kind", "state", "reason", "message", "text"),
+    [
+        (JobKind.COMPACT, JobState.CANCELLED, None, None, "Compaction cancelled"),
+        (JobKind.PRUNE, JobState.CANCELLED, None, None, "Compaction cancelled"),
+        (JobKind.BRANCH_SUMMARY, JobState.CANCELLED, None, None, "Branch summary cancelled"),
+        (JobKind.COMPACT, JobState.FAILED, CompactReason.MANUAL, "boom", "boom"),
+        (JobKind.COMPACT, JobState.FAILED, None, "boom", "boom"),
+        (JobKind.COMPACT, JobState.FAILED, "threshold", "boom", "Auto-compaction failed: boom"),
+        (JobKind.COMPACT, JobState.FAILED, CompactReason.OVERFLOW, "boom",
+         "Context overflow recovery failed: boom"),
+        (JobKind.COMPACT, JobState.FAILED, None, None, "compaction failed"),
+        (JobKind.PRUNE, JobState.FAILED, None, "bad", "bad"),
+        (JobKind.BRANCH_SUMMARY, JobState.FAILED, None, None, "job failed"),
+    ],
+)
+def test_job_error_text(kind: JobKind, state: JobState, reason: Any, message: str | None,
+                        text: str) -> None:
+    assert job_error_text(kind, state, reason, message) == text
+
+
+def test_a_flow_asks_for_calls_and_reads_their_replies() -> None:
+    jobs = JobStore(redis.Redis(decode_responses=True))  # never connects: the flow is driven here
+    flow = jobs._get(JOB)
+    assert next(flow) == cmd("hgetall", f"compactor:session:{{s1}}:job:{'0' * 16}")
+    with pytest.raises(JobNotFoundError):
+        flow.send({})
+    flow = jobs._get(JOB)
+    next(flow)
+    done = advance(flow, {"id": JOB, "kind": "prune", "sessionId": "s1", "state": "running"}, None)
+    assert isinstance(done, Done) and done.value.state is JobState.RUNNING
+
+
+def test_a_load_is_one_transaction_of_five_reads() -> None:
+    store = SessionStore(redis.Redis(decode_responses=True))
+    flow = store._load("s1")
+    call = next(flow)
+    assert isinstance(call, Pipeline) and call.transaction
+    assert [c.name for c in call.commands] == ["get", "get", "get", "lrange", "hgetall"]
+    with pytest.raises(SessionNotFoundError):  # no header: no session
+        flow.send([None, None, None, [], {}])
+
+
+def test_an_error_thrown_into_a_flow_is_handled_where_the_flow_says() -> None:
+    """A job that could not be sent is failed; if that fails too, the broker error still wins."""
+    client = CompactionClient("redis://127.0.0.1:1/0")  # never connects
+    sent_error = BrokerUnavailableError("broker unavailable: down")
+    result = EnqueueResult(JOB, "created", JobState.QUEUED, "0-0", route_for(JobKind.PRUNE))
+    flow = client._unsent(client.jobs, result, sent_error)
+    assert next(flow).name == "hgetall"  # type: ignore[union-attr]  # the record, to finish it
+    with pytest.raises(BrokerUnavailableError) as info:
+        advance(flow, None, BrokerUnavailableError("Redis unavailable: down too"))
+    assert info.value is sent_error
+    upgraded = EnqueueResult(JOB, "upgraded", JobState.QUEUED, "0-0", route_for(JobKind.PRUNE))
+    assert advance(client._unsent(client.jobs, upgraded, sent_error), None, None) == Done(None)
+    client.close()
+
+
+@pytest.mark.parametrize("kind", list(JobKind))
+@pytest.mark.parametrize("side", ["sync", "async"])
+def test_a_queued_job_cancelled_by_the_client_names_its_kind(
+        client: CompactionClient, redis_url: str, kind: JobKind, side: str) -> None:
+    client.sessions.create("s1")
+    job = _enqueue(client, kind)
+    expected = job_error_text(kind, JobState.CANCELLED)
+    if side == "sync":
+        assert client.job(job).cancel() is JobState.CANCELLED
+    else:
+        assert asyncio.run(_async_cancel(redis_url, job)) is JobState.CANCELLED
+    record = client.jobs.get(job)
+    (event,) = [e for e in client.events("s1", follow=False) if e.job_id == job]
+    assert (record.state, record.error, event.state, event.error) == (
+        JobState.CANCELLED, expected, JobState.CANCELLED, expected)
+    with pytest.raises(JobCancelledError, match=expected):
+        client.job(job).wait(timeout=1)
+
+
+def _enqueue(client: CompactionClient, kind: JobKind) -> str:
+    target = "t1" if kind is JobKind.BRANCH_SUMMARY else None
+    return client.jobs.enqueue("s1", kind, target_id=target).job_id
+
+
+async def _async_cancel(url: str, job: str) -> JobState:
+    async with AsyncCompactionClient(url) as ac:
+        return await (await ac.job(job)).cancel()
+
+
+@pytest.mark.parametrize(
+    ("ending", "raised"),
+    [
+        ("none", JobTimeoutError),            # still queued when the time is up
+        ("failed", JobFailedError),           # ended before wait() started: the record answers
+        ("cancelled", JobCancelledError),
+        ("succeeded", None),
+    ],
+)
+def test_sync_and_async_wait_agree(client: CompactionClient, redis_url: str, ending: str,
+                                   raised: type[JobError] | None) -> None:
+    client.sessions.create("s1")
+    job = client.jobs.enqueue("s1", "prune").job_id
+    if ending != "none":
+        worker_jobs(client).finish(job, ending, error="bad" if ending == "failed" else None,
+                                   result={"prunedEntryIds": ["a"], "tokensSaved": 3})
+
+    def sync_wait() -> Any:
+        return client.job(job).wait(timeout=0.3)
+
+    async def async_wait() -> Any:
+        async with AsyncCompactionClient(redis_url) as ac:
+            return await (await ac.job(job)).wait(timeout=0.3)
+
+    outcomes = []
+    for wait in (sync_wait, lambda: asyncio.run(async_wait())):
+        try:
+            outcomes.append(("returned", wait()))
+        except JobError as err:
+            outcomes.append((type(err).__name__, str(err)))
+    assert outcomes[0] == outcomes[1]
+    if raised is not None:
+        assert outcomes[0][0] == raised.__name__
+    else:
+        assert outcomes[0][1].tokens_saved == 3
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_async_broker_down_fails_the_job_record_as_the_sync_client_does(redis_url: str) -> None:
+    settings = ClientSettings(redis_url=redis_url, broker_url=f"redis://127.0.0.1:{_free_port()}/0")
+
+    async def scenario() -> None:
+        async with AsyncCompactionClient(settings) as ac:
+            with pytest.raises(BrokerUnavailableError, match="broker unavailable"):
+                await ac.compact("s1")
+
+    asyncio.run(scenario())
+    with CompactionClient(settings) as client:
+        (key,) = client.redis.keys("compactor:session:{s1}:job:*")
+        record = client.redis.hgetall(key)
+        assert record["state"] == "failed" and "broker unavailable" in record["error"]
+        assert client.redis.get("compactor:session:{s1}:inflight:compact") is None
+
+
+def test_calls_are_plain_data() -> None:
+    # Flows compare and print their calls: what an operation sends is visible without Redis.
+    assert cmd("get", "k") == Command("get", ("k",), {})
+    assert Script("enqueue", ["a"], ["b"]).name == "enqueue"

@@ -1,0 +1,59 @@
+"""The worker's job store: api_client's records, enqueue and finish, plus the worker's side.
+
+For each delivery a worker calls:
+
+1. ``acquire_lease(job_id, worker_id, ttl_s)`` (see :mod:`worker.store.leases`);
+2. ``mark_running(job_id)`` → the attempt number (``None``: finished meanwhile);
+3. while working: ``renew_lease``, ``is_cancel_requested``, ``publish(JobEvent(...))``;
+4. ``finish(job_id, state, ...)`` exactly once (inherited: the client ends jobs with the same
+   script when it cancels a queued one or cannot send it).
+"""
+
+from __future__ import annotations
+
+import redis
+
+from api_client.jobs import JobStore as ClientJobStore
+from api_client.keys import KeyLayout
+from api_client.settings import ClientSettings
+from api_client.wire import JobEvent, now_iso
+from worker.store.events import EventPublisher
+from worker.store.leases import LeaseOutcome, Leases, guarded, script_text
+
+__all__ = ["JobStore"]
+
+
+class JobStore(ClientJobStore):
+    """Job records for one Redis, as a worker uses them (``client`` must decode responses)."""
+
+    def __init__(self, client: redis.Redis[str], settings: ClientSettings | None = None,
+                 layout: KeyLayout | None = None) -> None:
+        super().__init__(client, settings, layout)
+        self.leases = Leases(client, self.layout)
+        self.events = EventPublisher(client, self.settings, self.layout)
+        self._running = client.register_script(script_text("running"))
+
+    def acquire_lease(self, job_id: str, worker_id: str, ttl_s: float) -> LeaseOutcome:
+        return self.leases.acquire(job_id, worker_id, ttl_s)
+
+    def renew_lease(self, job_id: str, worker_id: str, ttl_s: float) -> bool:
+        return self.leases.renew(job_id, worker_id, ttl_s)
+
+    def release_lease(self, job_id: str, worker_id: str) -> bool:
+        return self.leases.release(job_id, worker_id)
+
+    def mark_running(self, job_id: str, attempt: int | None = None) -> int | None:
+        """Set ``running`` and count the attempt; None when the job already finished. The
+        record then lives ``job_ttl_s`` (its pending TTL only bounds the wait in the queue)."""
+        args = [now_iso(), "" if attempt is None else str(attempt), str(self.settings.job_ttl_s)]
+        keys = [self.layout.job(job_id).record]
+        value = int(guarded(job_id, lambda: self._running(keys=keys, args=args)))
+        return None if value < 0 else value
+
+    def is_cancel_requested(self, job_id: str) -> bool:
+        record = self.layout.job(job_id).record
+        return guarded(job_id, lambda: self.redis.hget(record, "cancelRequested")) == "1"
+
+    def publish(self, event: JobEvent) -> str:
+        """A non-terminal event (compaction_start, session_compact, branch_summary, stale)."""
+        return self.events.publish(event)
