@@ -20,13 +20,13 @@ import redis.asyncio
 
 from api_client._calls import AsyncShell, Flow, SyncShell, cmd
 from api_client._handle import AsyncJobHandle, JobHandle
-from api_client.errors import BrokerUnavailableError, CompactorError
+from api_client.errors import BrokerUnavailableError, CompactorError, ConfigurationError
 from api_client.events import AsyncEventReader, EventReader
 from api_client.jobs import AsyncJobStore, EnqueueResult, JobStore, _JobCore
 from api_client.keys import KeyLayout
 from api_client.redis_conn import REDIS_DOWN, make_async_redis, make_redis, unavailable
 from api_client.session_store import AsyncSessionStore, SessionStore
-from api_client.settings import ClientSettings
+from api_client.settings import ClientSettings, load_settings
 from api_client.wire import BROKER_TRANSPORT_OPTIONS, CompactReason, JobKind, JobState, Route
 
 if TYPE_CHECKING:
@@ -40,7 +40,12 @@ log = logging.getLogger(__name__)
 def _settings(value: str | ClientSettings | None) -> ClientSettings:
     if isinstance(value, ClientSettings):
         return value
-    return ClientSettings() if value is None else ClientSettings(redis_url=value)
+    if value is None:
+        return load_settings()
+    if not isinstance(value, str):
+        raise ConfigurationError(
+            f"CompactionClient takes a Redis URL or ClientSettings, not {type(value).__name__}")
+    return load_settings(redis_url=value)
 
 
 class TaskProducer:
@@ -153,7 +158,7 @@ class CompactionClient(_ClientCore):
     @classmethod
     def from_env(cls, **overrides: Any) -> CompactionClient:
         """Settings from ``COMPACTOR_*`` variables and ``.env``; keyword overrides win."""
-        return cls(ClientSettings(**overrides))
+        return cls(load_settings(**overrides))
 
     def __enter__(self) -> CompactionClient:
         return self
@@ -236,7 +241,7 @@ class AsyncCompactionClient(_ClientCore):
 
     @classmethod
     def from_env(cls, **overrides: Any) -> AsyncCompactionClient:
-        return cls(ClientSettings(**overrides))
+        return cls(load_settings(**overrides))
 
     async def __aenter__(self) -> AsyncCompactionClient:
         return self
