@@ -25,6 +25,7 @@ from api_client.events import AsyncEventReader, EventReader
 from api_client.jobs import AsyncJobStore, EnqueueResult, JobStore, _JobCore
 from api_client.keys import KeyLayout
 from api_client.redis_conn import REDIS_DOWN, make_async_redis, make_redis, unavailable
+from api_client.session.context import LlmContext, llm_context
 from api_client.session_store import AsyncSessionStore, SessionStore
 from api_client.settings import ClientSettings, load_settings
 from api_client.wire import BROKER_TRANSPORT_OPTIONS, CompactReason, JobKind, JobState, Route
@@ -128,6 +129,11 @@ class _ClientCore:
         return bool((yield cmd("ping")))
 
     @staticmethod
+    def _context(sessions: AsyncSessionStore | SessionStore, session_id: str) -> Flow[LlmContext]:
+        snapshot = yield from sessions._load(session_id)
+        return llm_context(snapshot.session.tree(), snapshot.leaf_id, revision=snapshot.revision)
+
+    @staticmethod
     def _unsent(jobs: _JobCore, result: EnqueueResult, err: BrokerUnavailableError) -> Flow[None]:
         """The task could not be sent: an upgraded job keeps its first message (and its old
         priority); a new one is failed, so the next request does not coalesce into it."""
@@ -185,6 +191,11 @@ class CompactionClient(_ClientCore):
         """A handle on an existing job (raises :class:`JobNotFoundError` if unknown)."""
         record = self.jobs.get(job_id)
         return JobHandle(self, record.id, record.session_id, record.kind)
+
+    def context(self, session_id: str) -> LlmContext:
+        """The model-ready context of the session's current leaf (one round trip): what the
+        platform sends its model next, compaction summaries and branch summaries included."""
+        return self.io.run(self._context(self.sessions, session_id))
 
     def events(self, session_id: str | None = None, *, group: str | None = None,
                consumer: str | None = None, block_ms: int = 5000, follow: bool = True,
@@ -264,6 +275,10 @@ class AsyncCompactionClient(_ClientCore):
     async def job(self, job_id: str) -> AsyncJobHandle:
         record = await self.jobs.get(job_id)
         return AsyncJobHandle(self, record.id, record.session_id, record.kind)
+
+    async def context(self, session_id: str) -> LlmContext:
+        """As :meth:`CompactionClient.context`."""
+        return await self.io.run(self._context(self.sessions, session_id))
 
     def events(self, session_id: str | None = None, *, group: str | None = None,
                consumer: str | None = None, block_ms: int = 5000, follow: bool = True,
