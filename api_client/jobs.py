@@ -29,6 +29,7 @@ from api_client.errors import (
 )
 from api_client.events import event_fields
 from api_client.keys import KeyLayout
+from api_client.session.validate import check_entry_id, check_json_value
 from api_client.settings import ClientSettings
 from api_client.wire import (
     CompactReason,
@@ -88,6 +89,10 @@ def enqueue_call(layout: KeyLayout, settings: ClientSettings, session_id: str, k
         why = _enum(CompactReason, reason or "manual", "compaction reason")
     if job_kind is JobKind.BRANCH_SUMMARY and not target_id:
         raise InvalidRequestError("a branch summary needs a target entry id")
+    if target_id is not None:
+        check_entry_id(target_id, what="branch target", source=f"branch_summary {session_id}")
+    if instructions is not None:
+        check_json_value(instructions, source=f"instructions for {session_id}")
     route = route_for(job_kind, why)
     job_id = layout.new_job_id(session_id)
     skeys = layout.session(session_id)
