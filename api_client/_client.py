@@ -12,19 +12,20 @@ import asyncio
 import contextlib
 import logging
 import threading
+from importlib.resources import files
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import redis
 import redis.asyncio
 
-from api_client._calls import AsyncShell, Flow, SyncShell, cmd
+from api_client._calls import AsyncShell, Flow, Pipeline, SyncShell, cmd
 from api_client._handle import AsyncJobHandle, JobHandle
 from api_client.errors import BrokerUnavailableError, CompactorError, ConfigurationError
 from api_client.events import AsyncEventReader, EventReader
 from api_client.jobs import AsyncJobStore, EnqueueResult, JobStore, _JobCore
 from api_client.keys import KeyLayout
-from api_client.redis_conn import REDIS_DOWN, make_async_redis, make_redis, unavailable
+from api_client.redis_conn import REDIS_DOWN, lua, make_async_redis, make_redis, unavailable
 from api_client.session.context import LlmContext, llm_context
 from api_client.session_store import AsyncSessionStore, SessionStore
 from api_client.settings import ClientSettings, load_settings
@@ -129,6 +130,13 @@ class _ClientCore:
         return bool((yield cmd("ping")))
 
     @staticmethod
+    def _warm() -> Flow[None]:
+        """Load every packaged script (one pipeline), so no first EVALSHA meets NOSCRIPT."""
+        names = sorted(p.name[:-4] for p in files("api_client").joinpath("lua").iterdir()
+                       if p.name.endswith(".lua"))
+        yield Pipeline(tuple(cmd("script_load", lua(n)) for n in names), transaction=False)
+
+    @staticmethod
     def _context(sessions: AsyncSessionStore | SessionStore, session_id: str) -> Flow[LlmContext]:
         snapshot = yield from sessions._load(session_id)
         return llm_context(snapshot.session.tree(), snapshot.leaf_id, revision=snapshot.revision)
@@ -215,6 +223,12 @@ class CompactionClient(_ClientCore):
     def ping(self) -> bool:
         return self.io.run(self._ping())
 
+    def warm(self) -> None:
+        """Do now what the first call would otherwise pay for: connect, load the Lua scripts,
+        build the broker producer. Optional; raises :class:`BrokerUnavailableError` when down."""
+        self.io.run(self._warm())
+        self.producer.app()
+
     def blocking_redis(self) -> redis.Redis[str]:
         """A second connection pool without a read timeout, for XREAD BLOCK."""
         if self._blocking is None:
@@ -290,6 +304,11 @@ class AsyncCompactionClient(_ClientCore):
 
     async def ping(self) -> bool:
         return await self.io.run(self._ping())
+
+    async def warm(self) -> None:
+        """As :meth:`CompactionClient.warm`."""
+        await self.io.run(self._warm())
+        self.producer.app()
 
     def blocking_redis(self) -> redis.asyncio.Redis[str]:
         if self._blocking is None:
