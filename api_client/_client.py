@@ -25,10 +25,11 @@ from api_client.errors import BrokerUnavailableError, CompactorError, Configurat
 from api_client.events import AsyncEventReader, EventReader
 from api_client.jobs import AsyncJobStore, EnqueueResult, JobStore, _JobCore
 from api_client.keys import KeyLayout
+from api_client.redis_broker import BrokerPush, redis_db, same_redis, task_push
 from api_client.redis_conn import REDIS_DOWN, lua, make_async_redis, make_redis, unavailable
 from api_client.session.context import LlmContext, llm_context
 from api_client.session_store import AsyncSessionStore, SessionStore
-from api_client.settings import ClientSettings, load_settings
+from api_client.settings import REDIS_SCHEMES, ClientSettings, load_settings
 from api_client.wire import BROKER_TRANSPORT_OPTIONS, CompactReason, JobKind, JobState, Route
 
 if TYPE_CHECKING:
@@ -111,6 +112,10 @@ class TaskProducer:
             self._app = None
 
 
+def broker_down(err: BrokerUnavailableError) -> BrokerUnavailableError:
+    return BrokerUnavailableError(str(err).replace("Redis unavailable", "broker unavailable", 1))
+
+
 class _ClientCore:
     """What both clients share: settings, layout, the producer, and the flows of their calls."""
 
@@ -118,6 +123,24 @@ class _ClientCore:
         self.settings = _settings(redis_url_or_settings)
         self.layout = KeyLayout(self.settings.key_prefix)
         self.producer = TaskProducer(self.settings)
+        s = self.settings
+        broker = s.resolved_broker_url
+        # How a new job's task message travels: inside the enqueue script (one round trip),
+        # in one pipeline to a separate Redis broker, or through kombu (RabbitMQ).
+        self.broker_mode = ("inline" if same_redis(s.redis_url, broker)
+                            else "redis" if urlsplit(broker).scheme in REDIS_SCHEMES
+                            else "kombu")
+        self._broker_db = redis_db(broker) if self.broker_mode != "kombu" else None
+
+    def _inline_db(self) -> int | None:
+        return self._broker_db if self.broker_mode == "inline" else None
+
+    def _push(self, result: EnqueueResult) -> BrokerPush:
+        """The task message of an enqueue the script did not push (Redis brokers)."""
+        route = result.route
+        task_id = f"{result.job_id}-p{route.priority}" if result.upgraded else None
+        return task_push(route.task, result.job_id, route.queue, route.priority, task_id=task_id,
+                         db=self._broker_db or 0, sent_event=self.settings.send_sent_event)
 
     @staticmethod
     def _request(kind: JobKind, reason: CompactReason | str | None = None,
@@ -140,6 +163,14 @@ class _ClientCore:
     def _context(sessions: AsyncSessionStore | SessionStore, session_id: str) -> Flow[LlmContext]:
         snapshot = yield from sessions._load(session_id)
         return llm_context(snapshot.session.tree(), snapshot.leaf_id, revision=snapshot.revision)
+
+    def _push_flow(self, result: EnqueueResult) -> Flow[None]:
+        """LPUSH the task message and PUBLISH its task-sent event in one pipeline."""
+        push = self._push(result)
+        calls = [cmd("lpush", push.queue_key, push.message)]
+        if push.event:
+            calls.append(cmd("publish", push.channel, push.event))
+        yield Pipeline(tuple(calls), transaction=False)
 
     @staticmethod
     def _unsent(jobs: _JobCore, result: EnqueueResult, err: BrokerUnavailableError) -> Flow[None]:
@@ -168,6 +199,11 @@ class CompactionClient(_ClientCore):
         self.jobs = JobStore(self.redis, self.settings, self.layout)
         self._blocking: redis.Redis[str] | None = None
         self.io = SyncShell(self.redis, self.blocking_redis)
+        self._broker: redis.Redis[str] | None = None
+        self.broker_io = self.io
+        if self.broker_mode == "redis":
+            self._broker = make_redis(self.settings, url=self.settings.resolved_broker_url)
+            self.broker_io = SyncShell(self._broker)
 
     @classmethod
     def from_env(cls, **overrides: Any) -> CompactionClient:
@@ -227,7 +263,8 @@ class CompactionClient(_ClientCore):
         """Do now what the first call would otherwise pay for: connect, load the Lua scripts,
         build the broker producer. Optional; raises :class:`BrokerUnavailableError` when down."""
         self.io.run(self._warm())
-        self.producer.app()
+        if self.broker_mode == "kombu":
+            self.producer.app()
 
     def blocking_redis(self) -> redis.Redis[str]:
         """A second connection pool without a read timeout, for XREAD BLOCK."""
@@ -238,18 +275,29 @@ class CompactionClient(_ClientCore):
     def close(self) -> None:
         self.producer.close()
         self.redis.close()
+        if self._broker is not None:
+            self._broker.close()
         if self._blocking is not None:
             self._blocking.close()
 
     def _enqueue(self, session_id: str, request: dict[str, Any]) -> JobHandle:
-        result = self.jobs.enqueue(session_id, **request)
+        result = self.jobs.enqueue(session_id, **request, broker_db=self._inline_db())
         if result.must_send:
             try:
-                self.producer.send(result.job_id, result.route, resend=result.upgraded)
+                self._send(result)
             except BrokerUnavailableError as err:
                 self.io.run(self._unsent(self.jobs, result, err))
         return JobHandle(self, result.job_id, session_id, request["kind"],
                          coalesced=result.coalesced, upgraded=result.upgraded, since=result.since)
+
+    def _send(self, result: EnqueueResult) -> None:
+        if self.broker_mode == "kombu":
+            self.producer.send(result.job_id, result.route, resend=result.upgraded)
+            return
+        try:
+            self.broker_io.run(self._push_flow(result))
+        except BrokerUnavailableError as err:
+            raise broker_down(err) from err
 
 
 class AsyncCompactionClient(_ClientCore):
@@ -263,6 +311,11 @@ class AsyncCompactionClient(_ClientCore):
         self.jobs = AsyncJobStore(self.redis, self.settings, self.layout)
         self._blocking: redis.asyncio.Redis[str] | None = None
         self.io = AsyncShell(self.redis, self.blocking_redis)
+        self._broker: redis.asyncio.Redis[str] | None = None
+        self.broker_io = self.io
+        if self.broker_mode == "redis":
+            self._broker = make_async_redis(self.settings, url=self.settings.resolved_broker_url)
+            self.broker_io = AsyncShell(self._broker)
 
     @classmethod
     def from_env(cls, **overrides: Any) -> AsyncCompactionClient:
@@ -308,7 +361,8 @@ class AsyncCompactionClient(_ClientCore):
     async def warm(self) -> None:
         """As :meth:`CompactionClient.warm`."""
         await self.io.run(self._warm())
-        self.producer.app()
+        if self.broker_mode == "kombu":
+            self.producer.app()
 
     def blocking_redis(self) -> redis.asyncio.Redis[str]:
         if self._blocking is None:
@@ -318,17 +372,28 @@ class AsyncCompactionClient(_ClientCore):
     async def aclose(self) -> None:
         self.producer.close()
         await self.redis.aclose()  # type: ignore[attr-defined]
+        if self._broker is not None:
+            await self._broker.aclose()  # type: ignore[attr-defined]
         if self._blocking is not None:
             await self._blocking.aclose()  # type: ignore[attr-defined]
 
     async def _enqueue(self, session_id: str, request: dict[str, Any]) -> AsyncJobHandle:
-        result = await self.jobs.enqueue(session_id, **request)
+        result = await self.jobs.enqueue(session_id, **request, broker_db=self._inline_db())
         if result.must_send:
             try:
-                await asyncio.to_thread(self.producer.send, result.job_id, result.route,
-                                        resend=result.upgraded)
+                await self._send(result)
             except BrokerUnavailableError as err:
                 await self.io.run(self._unsent(self.jobs, result, err))
         return AsyncJobHandle(self, result.job_id, session_id, request["kind"],
                               coalesced=result.coalesced, upgraded=result.upgraded,
                               since=result.since)
+
+    async def _send(self, result: EnqueueResult) -> None:
+        if self.broker_mode == "kombu":  # kombu's publish is blocking: off the event loop
+            await asyncio.to_thread(self.producer.send, result.job_id, result.route,
+                                    resend=result.upgraded)
+            return
+        try:
+            await self.broker_io.run(self._push_flow(result))
+        except BrokerUnavailableError as err:
+            raise broker_down(err) from err
