@@ -43,10 +43,6 @@ _REPLY_TO = str(uuid.uuid4())
 _CLOCK = itertools.count(1)  # the event's Lamport clock: increasing within this process
 
 
-def _dumps(value: object) -> str:
-    return json.dumps(value)  # kombu's own separators; any valid JSON would be read the same
-
-
 @dataclass(frozen=True, slots=True)
 class BrokerPush:
     """What enqueue.lua pushes for a new job: LPUSH ``message`` to ``queue_key``, then (when
@@ -90,45 +86,56 @@ def event_channel(db: int) -> str:
     return f"/{db}.celeryev/task.sent"
 
 
-def _sent_event(task: str, task_id: str, args_repr: str, queue: str) -> str:
-    event = {
-        "hostname": _ORIGIN, "utcoffset": time.timezone / 3600, "pid": os.getpid(),
-        "clock": next(_CLOCK), "uuid": task_id, "root_id": task_id, "parent_id": None,
-        "name": task, "args": args_repr, "kwargs": "{}", "retries": 0, "eta": None,
-        "expires": None, "queue": queue, "exchange": "", "routing_key": queue,
-        "timestamp": time.time(), "type": "task-sent",
-    }
-    return _dumps({
-        "body": base64.b64encode(_dumps(event).encode()).decode(),
-        "content-encoding": "utf-8", "content-type": "application/json",
-        "headers": {"hostname": _ORIGIN},
-        "properties": {"delivery_mode": 1,
-                       "delivery_info": {"exchange": "celeryev", "routing_key": "task.sent"},
-                       "priority": 0, "body_encoding": "base64",
-                       "delivery_tag": str(uuid.uuid4())},
-    })
+def _q(value: object) -> str:
+    return json.dumps(value)
+
+
+# The envelopes as templates: only ids, names, priority, tags, time and body change per call
+# (json.dumps of the whole nested dict would cost ~4x as much on the request path).
+_EVENT_BODY = (
+    '{{"hostname": {origin}, "utcoffset": {utcoffset}, "pid": {pid}, "clock": {clock}, '
+    '"uuid": {tid}, "root_id": {tid}, "parent_id": null, "name": {task}, "args": {argsrepr}, '
+    '"kwargs": "{{}}", "retries": 0, "eta": null, "expires": null, "queue": {queue}, '
+    '"exchange": "", "routing_key": {queue}, "timestamp": {now!r}, "type": "task-sent"}}'
+)
+_EVENT = (
+    '{{"body": "{body}", "content-encoding": "utf-8", "content-type": "application/json", '
+    '"headers": {{"hostname": {origin}}}, "properties": {{"delivery_mode": 1, '
+    '"delivery_info": {{"exchange": "celeryev", "routing_key": "task.sent"}}, "priority": 0, '
+    '"body_encoding": "base64", "delivery_tag": "{tag}"}}}}'
+)
+_MESSAGE = (
+    '{{"body": "{body}", "content-encoding": "utf-8", "content-type": "application/json", '
+    '"headers": {{"lang": "py", "task": {task}, "id": {tid}, "shadow": null, "eta": null, '
+    '"expires": null, "group": null, "group_index": null, "retries": 0, '
+    '"timelimit": [null, null], "root_id": {tid}, "parent_id": null, "argsrepr": {argsrepr}, '
+    '"kwargsrepr": "{{}}", "origin": {origin}, "ignore_result": null, '
+    '"replaced_task_nesting": 0, "stamped_headers": null, "stamps": {{}}}}, '
+    '"properties": {{"correlation_id": {tid}, "reply_to": "{reply_to}", "delivery_mode": 2, '
+    '"delivery_info": {{"exchange": "", "routing_key": {queue}}}, "priority": {priority}, '
+    '"body_encoding": "base64", "delivery_tag": "{tag}"}}}}'
+)
+_ORIGIN_JSON = _q(_ORIGIN)
+_EMBED_JSON = _q(_EMBED)
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
 
 
 def task_push(task: str, job_id: str, queue: str, priority: int, *, task_id: str | None = None,
               db: int = 0, sent_event: bool = True) -> BrokerPush:
     """The message ``send_task(task, args=[job_id], queue=queue, priority=priority)`` would push."""
-    tid = task_id or job_id
-    args_repr = repr([job_id])
-    body = base64.b64encode(_dumps([[job_id], {}, _EMBED]).encode()).decode()
-    message = _dumps({
-        "body": body, "content-encoding": "utf-8", "content-type": "application/json",
-        "headers": {
-            "lang": "py", "task": task, "id": tid, "shadow": None, "eta": None, "expires": None,
-            "group": None, "group_index": None, "retries": 0, "timelimit": [None, None],
-            "root_id": tid, "parent_id": None, "argsrepr": args_repr, "kwargsrepr": "{}",
-            "origin": _ORIGIN, "ignore_result": None, "replaced_task_nesting": 0,
-            "stamped_headers": None, "stamps": {},
-        },
-        "properties": {
-            "correlation_id": tid, "reply_to": _REPLY_TO, "delivery_mode": 2,
-            "delivery_info": {"exchange": "", "routing_key": queue}, "priority": priority,
-            "body_encoding": "base64", "delivery_tag": str(uuid.uuid4()),
-        },
-    })
-    event = _sent_event(task, tid, args_repr, queue) if sent_event else ""
+    tid, job, names = _q(task_id or job_id), _q(job_id), {"task": _q(task), "queue": _q(queue)}
+    argsrepr = _q(repr([job_id]))
+    body = _b64(f"[[{job}], {{}}, {_EMBED_JSON}]")
+    message = _MESSAGE.format(body=body, tid=tid, argsrepr=argsrepr, origin=_ORIGIN_JSON,
+                              reply_to=_REPLY_TO, priority=int(priority),
+                              tag=uuid.uuid4(), **names)
+    event = ""
+    if sent_event:
+        event_body = _EVENT_BODY.format(origin=_ORIGIN_JSON, utcoffset=time.timezone / 3600,
+                                        pid=os.getpid(), clock=next(_CLOCK), tid=tid,
+                                        argsrepr=argsrepr, now=time.time(), **names)
+        event = _EVENT.format(body=_b64(event_body), origin=_ORIGIN_JSON, tag=uuid.uuid4())
     return BrokerPush(queue_list(queue, priority), message, event_channel(db), event)

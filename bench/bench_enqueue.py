@@ -4,7 +4,8 @@
 
 Without ``--redis-url`` a private redis-server is started (never the shared one). In one run:
 
-* **baseline**: a raw redis-py ``RPUSH`` round trip on the same Redis (one connection);
+* **baseline**: a raw redis-py ``RPUSH`` round trip on the same Redis (one connection), timed
+  right before every measured call so both see the same noise;
 * **compact()** of a new job (a fresh session each call, created beforehand), p50/p99, with
   Celery's task-sent event on (the default) and off, each as a ratio to the baseline's p50;
 * **coalesced**: the session already has a job in flight;
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -40,7 +42,7 @@ t0 = time.perf_counter()
 from api_client import ClientSettings, CompactionClient
 client = CompactionClient(ClientSettings(redis_url=sys.argv[1], key_prefix=sys.argv[2]))
 t1 = time.perf_counter()
-if sys.argv[3] == "warm":
+if sys.argv[3] == "warm" and hasattr(client, "warm"):  # main before warm() existed
     client.warm()
 t2 = time.perf_counter()
 sids = [client.sessions.create() for _ in range(21)]
@@ -92,29 +94,41 @@ def cleanup(url: str) -> None:
     raw.close()
 
 
-def baseline(url: str, n: int) -> list[float]:
+def interleaved(url: str, n: int, call: Callable[[int], object]) -> tuple[list[float], list[float]]:
+    """(baseline, call) times, one RPUSH before each call: both see the same machine noise."""
     raw = redis.Redis.from_url(url)
     raw.ping()
-    walls = timed(n, lambda i: raw.rpush(f"{PREFIX}-baseline", "x" * 200))
+    base, calls = [], []
+    for i in range(n):
+        t = time.perf_counter()
+        raw.rpush(f"{PREFIX}-baseline", "x" * 200)
+        t1 = time.perf_counter()
+        call(i)
+        calls.append((time.perf_counter() - t1) * 1000)
+        base.append((t1 - t) * 1000)
     raw.delete(f"{PREFIX}-baseline")
     raw.close()
-    return walls
+    return base, calls
 
 
-def compact_calls(url: str, n: int, sent_event: bool, base_p50: float) -> dict[str, Any]:
+def compact_calls(url: str, n: int, sent_event: bool) -> dict[str, Any]:
     settings = ClientSettings(redis_url=url, key_prefix=PREFIX, send_sent_event=sent_event)
     with CompactionClient(settings) as client:
         client.compact(client.sessions.create(), "threshold")  # warm-up outside the timing
         sids = [client.sessions.create() for _ in range(n)]
-        new = timed(n, lambda i: client.compact(sids[i], "threshold"))
-        again = timed(n, lambda i: client.compact(sids[0], "threshold"))
+        base, new = interleaved(url, n, lambda i: client.compact(sids[i], "threshold"))
+        base2, again = interleaved(url, n, lambda i: client.compact(sids[0], "threshold"))
     cleanup(url)
-    return {"new_job": summary(new, base_p50), "coalesced": summary(again, base_p50)}
+    return {"baseline_rpush": summary(base, 1.0) | {"ratio_p50": 1.0, "ratio_p99": 1.0},
+            "new_job": summary(new, pct(base, .5)),
+            "coalesced": summary(again, pct(base2, .5))}
 
 
 def first_call(url: str, mode: str) -> dict[str, float]:
     out = subprocess.run([sys.executable, "-c", FIRST_CALL, url, PREFIX, mode], check=True,
-                         capture_output=True, text=True, timeout=120).stdout
+                         capture_output=True, text=True, timeout=120, cwd=RESULTS.parent.parent
+                         if os.environ.get("BENCH_CWD") is None else os.environ["BENCH_CWD"]
+                         ).stdout
     cleanup(url)
     values: dict[str, float] = json.loads(out)
     values["first_over_later"] = round(values["first_ms"] / values["later_ms"], 2)
@@ -129,12 +143,9 @@ def main() -> None:
     args = parser.parse_args()
     with redis_url(args.redis_url) as url:
         cleanup(url)
-        base = baseline(url, args.n)
-        base_p50 = pct(base, .5)
         result: dict[str, Any] = {
-            "baseline_rpush": {"p50_ms": round(base_p50, 4), "p99_ms": round(pct(base, .99), 4)},
-            "sent_event_on": compact_calls(url, args.n, True, base_p50),
-            "sent_event_off": compact_calls(url, args.n, False, base_p50),
+            "sent_event_on": compact_calls(url, args.n, True),
+            "sent_event_off": compact_calls(url, args.n, False),
             "first_call_cold": first_call(url, "cold"),
             "first_call_warm": first_call(url, "warm"),
         }

@@ -193,3 +193,27 @@ def test_task_sent_event_reaches_a_celery_event_receiver(settings: ClientSetting
     assert event["uuid"] in sent
     assert (event["name"], event["queue"], event["type"]) == (
         "compactor.compact", "compactor.compact", "task-sent")
+
+
+def test_envelope_matches_what_celery_pushes(client: CompactionClient,
+                                             raw: redis.Redis[str]) -> None:
+    """The same task sent by Celery (the kombu path RabbitMQ keeps) and built by us."""
+    from api_client import route_for
+    from api_client._wire import JobKind
+
+    route = route_for(JobKind.COMPACT, "threshold")  # type: ignore[arg-type]
+    client.producer.send("s1:00000000000000aa", route)
+    (celery_made,) = [json.loads(m) for m in raw.lrange("compactor.compact:3", 0, -1)]
+    ours = json.loads(task_push(route.task, "s1:00000000000000aa", route.queue,
+                                route.priority).message)
+    volatile = {"delivery_tag", "reply_to", "origin"}
+
+    def stable(d: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in d.items() if k not in volatile}
+
+    assert ours["body"] == celery_made["body"]
+    assert stable(ours["headers"]) == stable(celery_made["headers"])
+    celery_props = {k: v for k, v in celery_made["properties"].items()
+                    if k not in ("argsrepr", "kwargsrepr")}  # Celery repeats them there
+    assert stable(ours["properties"]) == stable(celery_props)
+    assert set(ours) == set(celery_made)
