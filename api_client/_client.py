@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import threading
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any
@@ -21,7 +22,12 @@ import redis.asyncio
 
 from api_client._calls import AsyncShell, Flow, Pipeline, SyncShell, cmd
 from api_client._handle import AsyncJobHandle, JobHandle
-from api_client.errors import BrokerUnavailableError, CompactorError, ConfigurationError
+from api_client.errors import (
+    BrokerUnavailableError,
+    CompactorError,
+    ConfigurationError,
+    InvalidRequestError,
+)
 from api_client.events import AsyncEventReader, EventReader
 from api_client.jobs import AsyncJobStore, EnqueueResult, JobStore, _JobCore
 from api_client.keys import KeyLayout
@@ -110,6 +116,25 @@ class TaskProducer:
         if self._app is not None:
             self._app.close()
             self._app = None
+
+
+_STREAM_ID = re.compile(r"\d+(-\d+)?")
+
+
+def stream_start(since: str | None, start: str | None) -> str | None:
+    """The reader's start id for ``events(since=...)`` (None: the reader's default)."""
+    if since is None:
+        return start
+    if start is not None:
+        raise InvalidRequestError("give events() since= or start=, not both")
+    if since == "start":
+        return "0-0"
+    if since == "now":
+        return "$"
+    if not _STREAM_ID.fullmatch(since):
+        raise InvalidRequestError(
+            f"since={since!r}: 'start', 'now' or a stream id such as '1700000000000-0'")
+    return since
 
 
 def broker_down(err: BrokerUnavailableError) -> BrokerUnavailableError:
@@ -241,20 +266,24 @@ class CompactionClient(_ClientCore):
         platform sends its model next, compaction summaries and branch summaries included."""
         return self.io.run(self._context(self.sessions, session_id))
 
-    def events(self, session_id: str | None = None, *, group: str | None = None,
-               consumer: str | None = None, block_ms: int = 5000, follow: bool = True,
-               start: str | None = None, auto_ack: bool = True) -> EventReader:
+    def events(self, session_id: str | None = None, *, since: str | None = None,
+               follow: bool = True, group: str | None = None, consumer: str | None = None,
+               block_ms: int = 5000, start: str | None = None,
+               auto_ack: bool = True) -> EventReader:
         """Iterate over job events of one session (or all sessions).
 
-        Without ``group``: tail the stream from ``start`` (default: new events when following,
-        the whole retained history otherwise). With ``group``: a consumer group (created at
-        ``start``, default new events) shared by several readers; each event is acked when the
-        next one is requested (``auto_ack``) or by :meth:`EventReader.ack`. ``follow=False``
-        stops when no event is left; ``block_ms`` is the wait per read while following.
+        ``since``: ``"start"`` (the whole retained history), ``"now"`` (only events published
+        from now on) or a stream id (``event.stream_id`` of the last event seen: what came
+        after it). Default: ``"now"`` when following, ``"start"`` otherwise. ``follow=True``
+        blocks for new events and never ends; ``follow=False`` returns when none is left.
+        With ``group``: a consumer group (created at ``since``, default ``"now"``) shared by
+        several readers; each event is acked when the next one is requested (``auto_ack``) or
+        by :meth:`EventReader.ack`. ``block_ms`` is the wait per read while following;
+        ``start`` is the older spelling of ``since`` (a stream id or ``"$"``).
         """
         return EventReader(self.blocking_redis(), self.layout, session_id=session_id,
                            group=group, consumer=consumer, block_ms=block_ms, follow=follow,
-                           start=start, auto_ack=auto_ack)
+                           start=stream_start(since, start), auto_ack=auto_ack)
 
     def ping(self) -> bool:
         return self.io.run(self._ping())
@@ -347,13 +376,15 @@ class AsyncCompactionClient(_ClientCore):
         """As :meth:`CompactionClient.context`."""
         return await self.io.run(self._context(self.sessions, session_id))
 
-    def events(self, session_id: str | None = None, *, group: str | None = None,
-               consumer: str | None = None, block_ms: int = 5000, follow: bool = True,
-               start: str | None = None, auto_ack: bool = True) -> AsyncEventReader:
+    def events(self, session_id: str | None = None, *, since: str | None = None,
+               follow: bool = True, group: str | None = None, consumer: str | None = None,
+               block_ms: int = 5000, start: str | None = None,
+               auto_ack: bool = True) -> AsyncEventReader:
         """``async for event in client.events(...)``; options as :meth:`CompactionClient.events`."""
         return AsyncEventReader(self.blocking_redis(), self.layout, session_id=session_id,
                                 group=group, consumer=consumer, block_ms=block_ms,
-                                follow=follow, start=start, auto_ack=auto_ack)
+                                follow=follow, start=stream_start(since, start),
+                                auto_ack=auto_ack)
 
     async def ping(self) -> bool:
         return await self.io.run(self._ping())
