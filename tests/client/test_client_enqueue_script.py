@@ -16,6 +16,7 @@ from client.conftest import seed_sessions
 from api_client import AsyncCompactionClient, ClientSettings, CompactionClient
 from api_client.errors import EntryNotFoundError, JobConflictError, SessionNotFoundError
 from api_client.redis_broker import event_channel, queue_list, redis_db, same_redis, task_push
+from api_client.wire import CompactReason, JobKind, route_for
 from helpers.jobs import worker_jobs
 
 
@@ -198,10 +199,7 @@ def test_task_sent_event_reaches_a_celery_event_receiver(settings: ClientSetting
 def test_envelope_matches_what_celery_pushes(client: CompactionClient,
                                              raw: redis.Redis[str]) -> None:
     """The same task sent by Celery (the kombu path RabbitMQ keeps) and built by us."""
-    from api_client import route_for
-    from api_client._wire import JobKind
-
-    route = route_for(JobKind.COMPACT, "threshold")  # type: ignore[arg-type]
+    route = route_for(JobKind.COMPACT, CompactReason.THRESHOLD)
     client.producer.send("s1:00000000000000aa", route)
     (celery_made,) = [json.loads(m) for m in raw.lrange("compactor.compact:3", 0, -1)]
     ours = json.loads(task_push(route.task, "s1:00000000000000aa", route.queue,
