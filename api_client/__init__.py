@@ -28,15 +28,20 @@ from api_client.errors import (
     EntryExistsError,
     EntryNotFoundError,
     HookError,
+    InvalidEntryError,
     InvalidIdError,
     InvalidRequestError,
+    InvalidTextError,
     JobCancelledError,
     JobConflictError,
     JobError,
     JobFailedError,
     JobNotFoundError,
     JobTimeoutError,
+    MessageSchemaError,
     ModelError,
+    NestingTooDeepError,
+    NonFiniteNumberError,
     NothingToCompactError,
     PlanError,
     SessionCycleError,
@@ -45,6 +50,8 @@ from api_client.errors import (
     SessionFormatError,
     SessionNotFoundError,
     StaleSnapshotError,
+    UnsafeEntryIdError,
+    UnserializableValueError,
 )
 
 if TYPE_CHECKING:
@@ -53,6 +60,7 @@ if TYPE_CHECKING:
     from api_client._handle import AsyncJobHandle, JobHandle, JobResult
     from api_client.events import AsyncEventReader, EventReader
     from api_client.overflow import is_context_overflow
+    from api_client.session.context import LlmContext
     from api_client.session_store import AsyncSessionStore, SessionStore, Snapshot
     from api_client.settings import ClientSettings
     from api_client.wire import (
@@ -75,6 +83,7 @@ _LAZY: dict[str, str] = {
     "AsyncEventReader": "events",
     "EventReader": "events",
     "is_context_overflow": "overflow",
+    "LlmContext": "session.context",
     "AsyncSessionStore": "session_store",
     "SessionStore": "session_store",
     "Snapshot": "session_store",
@@ -107,8 +116,10 @@ __all__ = [
     "EventReader",
     "EventType",
     "HookError",
+    "InvalidEntryError",
     "InvalidIdError",
     "InvalidRequestError",
+    "InvalidTextError",
     "JobCancelledError",
     "JobConflictError",
     "JobError",
@@ -121,7 +132,11 @@ __all__ = [
     "JobResult",
     "JobState",
     "JobTimeoutError",
+    "LlmContext",
+    "MessageSchemaError",
     "ModelError",
+    "NestingTooDeepError",
+    "NonFiniteNumberError",
     "NothingToCompactError",
     "PlanError",
     "PruneResult",
@@ -133,6 +148,8 @@ __all__ = [
     "SessionStore",
     "Snapshot",
     "StaleSnapshotError",
+    "UnsafeEntryIdError",
+    "UnserializableValueError",
     "is_context_overflow",
     "should_compact",
 ]

@@ -11,22 +11,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import threading
+from importlib.resources import files
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import redis
 import redis.asyncio
 
-from api_client._calls import AsyncShell, Flow, SyncShell, cmd
+from api_client._calls import AsyncShell, Flow, Pipeline, SyncShell, cmd
 from api_client._handle import AsyncJobHandle, JobHandle
-from api_client.errors import BrokerUnavailableError, CompactorError
+from api_client.errors import (
+    BrokerUnavailableError,
+    CompactorError,
+    ConfigurationError,
+    InvalidRequestError,
+)
 from api_client.events import AsyncEventReader, EventReader
 from api_client.jobs import AsyncJobStore, EnqueueResult, JobStore, _JobCore
 from api_client.keys import KeyLayout
-from api_client.redis_conn import REDIS_DOWN, make_async_redis, make_redis, unavailable
+from api_client.redis_broker import BrokerPush, redis_db, same_redis, task_push
+from api_client.redis_conn import REDIS_DOWN, lua, make_async_redis, make_redis, unavailable
+from api_client.session.context import LlmContext, llm_context
 from api_client.session_store import AsyncSessionStore, SessionStore
-from api_client.settings import ClientSettings
+from api_client.settings import REDIS_SCHEMES, ClientSettings, load_settings
 from api_client.wire import BROKER_TRANSPORT_OPTIONS, CompactReason, JobKind, JobState, Route
 
 if TYPE_CHECKING:
@@ -40,7 +49,12 @@ log = logging.getLogger(__name__)
 def _settings(value: str | ClientSettings | None) -> ClientSettings:
     if isinstance(value, ClientSettings):
         return value
-    return ClientSettings() if value is None else ClientSettings(redis_url=value)
+    if value is None:
+        return load_settings()
+    if not isinstance(value, str):
+        raise ConfigurationError(
+            f"CompactionClient takes a Redis URL or ClientSettings, not {type(value).__name__}")
+    return load_settings(redis_url=value)
 
 
 class TaskProducer:
@@ -104,6 +118,29 @@ class TaskProducer:
             self._app = None
 
 
+_STREAM_ID = re.compile(r"\d+(-\d+)?")
+
+
+def stream_start(since: str | None, start: str | None) -> str | None:
+    """The reader's start id for ``events(since=...)`` (None: the reader's default)."""
+    if since is None:
+        return start
+    if start is not None:
+        raise InvalidRequestError("give events() since= or start=, not both")
+    if since == "start":
+        return "0-0"
+    if since == "now":
+        return "$"
+    if not _STREAM_ID.fullmatch(since):
+        raise InvalidRequestError(
+            f"since={since!r}: 'start', 'now' or a stream id such as '1700000000000-0'")
+    return since
+
+
+def broker_down(err: BrokerUnavailableError) -> BrokerUnavailableError:
+    return BrokerUnavailableError(str(err).replace("Redis unavailable", "broker unavailable", 1))
+
+
 class _ClientCore:
     """What both clients share: settings, layout, the producer, and the flows of their calls."""
 
@@ -111,6 +148,24 @@ class _ClientCore:
         self.settings = _settings(redis_url_or_settings)
         self.layout = KeyLayout(self.settings.key_prefix)
         self.producer = TaskProducer(self.settings)
+        s = self.settings
+        broker = s.resolved_broker_url
+        # How a new job's task message travels: inside the enqueue script (one round trip),
+        # in one pipeline to a separate Redis broker, or through kombu (RabbitMQ).
+        self.broker_mode = ("inline" if same_redis(s.redis_url, broker)
+                            else "redis" if urlsplit(broker).scheme in REDIS_SCHEMES
+                            else "kombu")
+        self._broker_db = redis_db(broker) if self.broker_mode != "kombu" else None
+
+    def _inline_db(self) -> int | None:
+        return self._broker_db if self.broker_mode == "inline" else None
+
+    def _push(self, result: EnqueueResult) -> BrokerPush:
+        """The task message of an enqueue the script did not push (Redis brokers)."""
+        route = result.route
+        task_id = f"{result.job_id}-p{route.priority}" if result.upgraded else None
+        return task_push(route.task, result.job_id, route.queue, route.priority, task_id=task_id,
+                         db=self._broker_db or 0, sent_event=self.settings.send_sent_event)
 
     @staticmethod
     def _request(kind: JobKind, reason: CompactReason | str | None = None,
@@ -121,6 +176,26 @@ class _ClientCore:
     @staticmethod
     def _ping() -> Flow[bool]:
         return bool((yield cmd("ping")))
+
+    @staticmethod
+    def _warm() -> Flow[None]:
+        """Load every packaged script (one pipeline), so no first EVALSHA meets NOSCRIPT."""
+        names = sorted(p.name[:-4] for p in files("api_client").joinpath("lua").iterdir()
+                       if p.name.endswith(".lua"))
+        yield Pipeline(tuple(cmd("script_load", lua(n)) for n in names), transaction=False)
+
+    @staticmethod
+    def _context(sessions: AsyncSessionStore | SessionStore, session_id: str) -> Flow[LlmContext]:
+        snapshot = yield from sessions._load(session_id)
+        return llm_context(snapshot.session.tree(), snapshot.leaf_id, revision=snapshot.revision)
+
+    def _push_flow(self, result: EnqueueResult) -> Flow[None]:
+        """LPUSH the task message and PUBLISH its task-sent event in one pipeline."""
+        push = self._push(result)
+        calls = [cmd("lpush", push.queue_key, push.message)]
+        if push.event:
+            calls.append(cmd("publish", push.channel, push.event))
+        yield Pipeline(tuple(calls), transaction=False)
 
     @staticmethod
     def _unsent(jobs: _JobCore, result: EnqueueResult, err: BrokerUnavailableError) -> Flow[None]:
@@ -149,11 +224,16 @@ class CompactionClient(_ClientCore):
         self.jobs = JobStore(self.redis, self.settings, self.layout)
         self._blocking: redis.Redis[str] | None = None
         self.io = SyncShell(self.redis, self.blocking_redis)
+        self._broker: redis.Redis[str] | None = None
+        self.broker_io = self.io
+        if self.broker_mode == "redis":
+            self._broker = make_redis(self.settings, url=self.settings.resolved_broker_url)
+            self.broker_io = SyncShell(self._broker)
 
     @classmethod
     def from_env(cls, **overrides: Any) -> CompactionClient:
         """Settings from ``COMPACTOR_*`` variables and ``.env``; keyword overrides win."""
-        return cls(ClientSettings(**overrides))
+        return cls(load_settings(**overrides))
 
     def __enter__(self) -> CompactionClient:
         return self
@@ -181,23 +261,39 @@ class CompactionClient(_ClientCore):
         record = self.jobs.get(job_id)
         return JobHandle(self, record.id, record.session_id, record.kind)
 
-    def events(self, session_id: str | None = None, *, group: str | None = None,
-               consumer: str | None = None, block_ms: int = 5000, follow: bool = True,
-               start: str | None = None, auto_ack: bool = True) -> EventReader:
+    def context(self, session_id: str) -> LlmContext:
+        """The model-ready context of the session's current leaf (one round trip): what the
+        platform sends its model next, compaction summaries and branch summaries included."""
+        return self.io.run(self._context(self.sessions, session_id))
+
+    def events(self, session_id: str | None = None, *, since: str | None = None,
+               follow: bool = True, group: str | None = None, consumer: str | None = None,
+               block_ms: int = 5000, start: str | None = None,
+               auto_ack: bool = True) -> EventReader:
         """Iterate over job events of one session (or all sessions).
 
-        Without ``group``: tail the stream from ``start`` (default: new events when following,
-        the whole retained history otherwise). With ``group``: a consumer group (created at
-        ``start``, default new events) shared by several readers; each event is acked when the
-        next one is requested (``auto_ack``) or by :meth:`EventReader.ack`. ``follow=False``
-        stops when no event is left; ``block_ms`` is the wait per read while following.
+        ``since``: ``"start"`` (the whole retained history), ``"now"`` (only events published
+        from now on) or a stream id (``event.stream_id`` of the last event seen: what came
+        after it). Default: ``"now"`` when following, ``"start"`` otherwise. ``follow=True``
+        blocks for new events and never ends; ``follow=False`` returns when none is left.
+        With ``group``: a consumer group (created at ``since``, default ``"now"``) shared by
+        several readers; each event is acked when the next one is requested (``auto_ack``) or
+        by :meth:`EventReader.ack`. ``block_ms`` is the wait per read while following;
+        ``start`` is the older spelling of ``since`` (a stream id or ``"$"``).
         """
         return EventReader(self.blocking_redis(), self.layout, session_id=session_id,
                            group=group, consumer=consumer, block_ms=block_ms, follow=follow,
-                           start=start, auto_ack=auto_ack)
+                           start=stream_start(since, start), auto_ack=auto_ack)
 
     def ping(self) -> bool:
         return self.io.run(self._ping())
+
+    def warm(self) -> None:
+        """Do now what the first call would otherwise pay for: connect, load the Lua scripts,
+        build the broker producer. Optional; raises :class:`BrokerUnavailableError` when down."""
+        self.io.run(self._warm())
+        if self.broker_mode == "kombu":
+            self.producer.app()
 
     def blocking_redis(self) -> redis.Redis[str]:
         """A second connection pool without a read timeout, for XREAD BLOCK."""
@@ -208,18 +304,29 @@ class CompactionClient(_ClientCore):
     def close(self) -> None:
         self.producer.close()
         self.redis.close()
+        if self._broker is not None:
+            self._broker.close()
         if self._blocking is not None:
             self._blocking.close()
 
     def _enqueue(self, session_id: str, request: dict[str, Any]) -> JobHandle:
-        result = self.jobs.enqueue(session_id, **request)
+        result = self.jobs.enqueue(session_id, **request, broker_db=self._inline_db())
         if result.must_send:
             try:
-                self.producer.send(result.job_id, result.route, resend=result.upgraded)
+                self._send(result)
             except BrokerUnavailableError as err:
                 self.io.run(self._unsent(self.jobs, result, err))
         return JobHandle(self, result.job_id, session_id, request["kind"],
                          coalesced=result.coalesced, upgraded=result.upgraded, since=result.since)
+
+    def _send(self, result: EnqueueResult) -> None:
+        if self.broker_mode == "kombu":
+            self.producer.send(result.job_id, result.route, resend=result.upgraded)
+            return
+        try:
+            self.broker_io.run(self._push_flow(result))
+        except BrokerUnavailableError as err:
+            raise broker_down(err) from err
 
 
 class AsyncCompactionClient(_ClientCore):
@@ -233,10 +340,15 @@ class AsyncCompactionClient(_ClientCore):
         self.jobs = AsyncJobStore(self.redis, self.settings, self.layout)
         self._blocking: redis.asyncio.Redis[str] | None = None
         self.io = AsyncShell(self.redis, self.blocking_redis)
+        self._broker: redis.asyncio.Redis[str] | None = None
+        self.broker_io = self.io
+        if self.broker_mode == "redis":
+            self._broker = make_async_redis(self.settings, url=self.settings.resolved_broker_url)
+            self.broker_io = AsyncShell(self._broker)
 
     @classmethod
     def from_env(cls, **overrides: Any) -> AsyncCompactionClient:
-        return cls(ClientSettings(**overrides))
+        return cls(load_settings(**overrides))
 
     async def __aenter__(self) -> AsyncCompactionClient:
         return self
@@ -260,16 +372,28 @@ class AsyncCompactionClient(_ClientCore):
         record = await self.jobs.get(job_id)
         return AsyncJobHandle(self, record.id, record.session_id, record.kind)
 
-    def events(self, session_id: str | None = None, *, group: str | None = None,
-               consumer: str | None = None, block_ms: int = 5000, follow: bool = True,
-               start: str | None = None, auto_ack: bool = True) -> AsyncEventReader:
+    async def context(self, session_id: str) -> LlmContext:
+        """As :meth:`CompactionClient.context`."""
+        return await self.io.run(self._context(self.sessions, session_id))
+
+    def events(self, session_id: str | None = None, *, since: str | None = None,
+               follow: bool = True, group: str | None = None, consumer: str | None = None,
+               block_ms: int = 5000, start: str | None = None,
+               auto_ack: bool = True) -> AsyncEventReader:
         """``async for event in client.events(...)``; options as :meth:`CompactionClient.events`."""
         return AsyncEventReader(self.blocking_redis(), self.layout, session_id=session_id,
                                 group=group, consumer=consumer, block_ms=block_ms,
-                                follow=follow, start=start, auto_ack=auto_ack)
+                                follow=follow, start=stream_start(since, start),
+                                auto_ack=auto_ack)
 
     async def ping(self) -> bool:
         return await self.io.run(self._ping())
+
+    async def warm(self) -> None:
+        """As :meth:`CompactionClient.warm`."""
+        await self.io.run(self._warm())
+        if self.broker_mode == "kombu":
+            self.producer.app()
 
     def blocking_redis(self) -> redis.asyncio.Redis[str]:
         if self._blocking is None:
@@ -279,17 +403,28 @@ class AsyncCompactionClient(_ClientCore):
     async def aclose(self) -> None:
         self.producer.close()
         await self.redis.aclose()  # type: ignore[attr-defined]
+        if self._broker is not None:
+            await self._broker.aclose()  # type: ignore[attr-defined]
         if self._blocking is not None:
             await self._blocking.aclose()  # type: ignore[attr-defined]
 
     async def _enqueue(self, session_id: str, request: dict[str, Any]) -> AsyncJobHandle:
-        result = await self.jobs.enqueue(session_id, **request)
+        result = await self.jobs.enqueue(session_id, **request, broker_db=self._inline_db())
         if result.must_send:
             try:
-                await asyncio.to_thread(self.producer.send, result.job_id, result.route,
-                                        resend=result.upgraded)
+                await self._send(result)
             except BrokerUnavailableError as err:
                 await self.io.run(self._unsent(self.jobs, result, err))
         return AsyncJobHandle(self, result.job_id, session_id, request["kind"],
                               coalesced=result.coalesced, upgraded=result.upgraded,
                               since=result.since)
+
+    async def _send(self, result: EnqueueResult) -> None:
+        if self.broker_mode == "kombu":  # kombu's publish is blocking: off the event loop
+            await asyncio.to_thread(self.producer.send, result.job_id, result.route,
+                                    resend=result.upgraded)
+            return
+        try:
+            await self.broker_io.run(self._push_flow(result))
+        except BrokerUnavailableError as err:
+            raise broker_down(err) from err

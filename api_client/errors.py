@@ -6,7 +6,14 @@
     ├── SessionError                  a session cannot be read or changed as asked
     │   ├── SessionFormatError        malformed JSONL / entry (carries source, line, problem)
     │   │   ├── SessionCycleError     a parentId walk loops
-    │   │   └── DanglingParentError   a parentId names no entry
+    │   │   ├── DanglingParentError   a parentId names no entry
+    │   │   └── InvalidEntryError     an entry the store refuses (session/validate.py)
+    │   │       ├── UnserializableValueError  not a JSON value (datetime, bytes, set, ...)
+    │   │       ├── NonFiniteNumberError      NaN or ±Infinity
+    │   │       ├── InvalidTextError          a lone surrogate (text that is not UTF-8)
+    │   │       ├── NestingTooDeepError       objects/arrays nested past MAX_NESTING
+    │   │       ├── MessageSchemaError        breaks the reference agent's message schema
+    │   │       └── UnsafeEntryIdError        an entry id outside the safe charset
     │   ├── SessionNotFoundError      no such session in the store
     │   ├── SessionExistsError        create/import over an existing session
     │   ├── EntryNotFoundError        no such entry in the session
@@ -42,15 +49,20 @@ __all__ = [
     "EntryExistsError",
     "EntryNotFoundError",
     "HookError",
+    "InvalidEntryError",
     "InvalidIdError",
     "InvalidRequestError",
+    "InvalidTextError",
     "JobCancelledError",
     "JobConflictError",
     "JobError",
     "JobFailedError",
     "JobNotFoundError",
     "JobTimeoutError",
+    "MessageSchemaError",
     "ModelError",
+    "NestingTooDeepError",
+    "NonFiniteNumberError",
     "NothingToCompactError",
     "PlanError",
     "SessionCycleError",
@@ -59,6 +71,8 @@ __all__ = [
     "SessionFormatError",
     "SessionNotFoundError",
     "StaleSnapshotError",
+    "UnsafeEntryIdError",
+    "UnserializableValueError",
 ]
 
 
@@ -86,6 +100,34 @@ class SessionCycleError(SessionFormatError):
 
 
 class DanglingParentError(SessionFormatError):
+    pass
+
+
+class InvalidEntryError(SessionFormatError):
+    """An entry (or message) the store refuses to write; nothing was stored."""
+
+
+class UnserializableValueError(InvalidEntryError):
+    pass
+
+
+class NonFiniteNumberError(InvalidEntryError):
+    pass
+
+
+class InvalidTextError(InvalidEntryError):
+    pass
+
+
+class NestingTooDeepError(InvalidEntryError):
+    pass
+
+
+class MessageSchemaError(InvalidEntryError):
+    pass
+
+
+class UnsafeEntryIdError(InvalidEntryError):
     pass
 
 

@@ -23,12 +23,16 @@ import redis.asyncio
 
 from api_client._calls import AsyncShell, Command, Flow, Rescue, Script, SyncShell, cmd
 from api_client.errors import (
+    EntryNotFoundError,
     InvalidRequestError,
     JobConflictError,
     JobNotFoundError,
+    SessionNotFoundError,
 )
 from api_client.events import event_fields
 from api_client.keys import KeyLayout
+from api_client.redis_broker import task_push
+from api_client.session.validate import check_entry_id, check_json_value
 from api_client.settings import ClientSettings
 from api_client.wire import (
     CompactReason,
@@ -56,6 +60,7 @@ class EnqueueResult:
     state: JobState         # of the job returned (queued for a new one)
     since: str              # last id of the session's event stream when the script ran
     route: Route            # where to send the task (the upgraded route when upgraded)
+    pushed: bool = False    # the enqueue script already pushed the task message
 
     @property
     def coalesced(self) -> bool:
@@ -67,7 +72,7 @@ class EnqueueResult:
 
     @property
     def must_send(self) -> bool:
-        return self.outcome in ("created", "upgraded")
+        return self.outcome in ("created", "upgraded") and not self.pushed
 
 
 def _enum(cls: type[StrEnum], value: object, what: str) -> Any:
@@ -79,15 +84,23 @@ def _enum(cls: type[StrEnum], value: object, what: str) -> Any:
 
 
 def enqueue_call(layout: KeyLayout, settings: ClientSettings, session_id: str, kind: object,
-                 reason: object, instructions: str | None,
-                 target_id: str | None) -> tuple[list[str], list[str], Route]:
-    """KEYS and ARGV of enqueue.lua for a new job (plain strings: this is the request path)."""
+                 reason: object, instructions: str | None, target_id: str | None,
+                 broker_db: int | None = None) -> tuple[list[str], list[str], Route]:
+    """KEYS and ARGV of enqueue.lua for a new job (plain strings: this is the request path).
+
+    With ``broker_db`` (the broker is this Redis, that database) the script also pushes the
+    Celery message and the task-sent event: enqueue is then one round trip.
+    """
     job_kind: JobKind = _enum(JobKind, kind, "job kind")
     why: CompactReason | None = None
     if job_kind is JobKind.COMPACT:
         why = _enum(CompactReason, reason or "manual", "compaction reason")
     if job_kind is JobKind.BRANCH_SUMMARY and not target_id:
         raise InvalidRequestError("a branch summary needs a target entry id")
+    if target_id is not None:
+        check_entry_id(target_id, what="branch target", source=f"branch_summary {session_id}")
+    if instructions is not None:
+        check_json_value(instructions, source=f"instructions for {session_id}")
     route = route_for(job_kind, why)
     job_id = layout.new_job_id(session_id)
     skeys = layout.session(session_id)
@@ -100,21 +113,30 @@ def enqueue_call(layout: KeyLayout, settings: ClientSettings, session_id: str, k
     for name, value in (("reason", why), ("instructions", instructions), ("targetId", target_id)):
         if value:
             fields += [name, str(value)]
-    keys = [skeys.inflight(job_kind.value), record_prefix + job_id.rpartition(":")[2], skeys.events]
+    push = None
+    if broker_db is not None:
+        push = task_push(route.task, job_id, route.queue, route.priority, db=broker_db,
+                         sent_event=settings.send_sent_event)
+    keys = [skeys.inflight(job_kind.value), record_prefix + job_id.rpartition(":")[2],
+            skeys.events, skeys.header, skeys.entries,
+            push.queue_key if push else route.queue]
     args = [job_id, record_prefix, str(route.priority), route.queue, why.value if why else "",
             target_id or "", str(settings.job_pending_ttl_s), str(settings.job_pending_ttl_s),
-            *fields]
+            instructions or "", push.message if push else "", push.channel if push else "",
+            push.event if push else "", *fields]
     return keys, args, route
 
 
-def parse_enqueue(reply: Sequence[Any], route: Route) -> EnqueueResult:
-    outcome, job_id, state, since = (str(x) for x in reply)
+def parse_enqueue(reply: Sequence[Any], route: Route, pushed: bool = False) -> EnqueueResult:
+    outcome, job_id, state, since = (str(x) for x in reply[:4])
     if outcome == "conflict":
+        what = "a branch summary to another target" if reply[4] == "target" else (
+            "other instructions" if state == "queued" else "instructions it cannot take now")
         raise JobConflictError(
-            f"job {job_id} of this kind is {state} for the session with other parameters",
-            job_id=job_id,
-        )
-    return EnqueueResult(job_id, outcome, JobState(state), since, route)
+            f"job {job_id} of this kind is {state} for the session with {what}; cancel it or "
+            "wait for it before asking again", job_id=job_id)
+    return EnqueueResult(job_id, outcome, JobState(state), since, route,
+                         pushed=pushed and outcome == "created")
 
 
 def _dump(value: Any) -> str:
@@ -174,11 +196,17 @@ def completion_for(state: JobState | str, event: JobEvent | None, record: JobRec
     return final, event
 
 
-def job_rescue(job_id: str) -> Rescue:
-    """Error replies of the job scripts: ``COMPACTOR_NOJOB`` → :class:`JobNotFoundError`."""
+def job_rescue(job_id: str, session_id: str = "") -> Rescue:
+    """Error replies of the job scripts: ``COMPACTOR_NOJOB`` → :class:`JobNotFoundError`,
+    enqueue's ``COMPACTOR_NOSESSION`` / ``COMPACTOR_NOENTRY <id>`` → the session's errors."""
     def rescue(err: redis.ResponseError) -> NoReturn:
-        if str(err).startswith("COMPACTOR_NOJOB"):
+        code, _, arg = str(err).partition(" ")
+        if code == "COMPACTOR_NOJOB":
             raise JobNotFoundError(job_id) from err
+        if code == "COMPACTOR_NOSESSION":
+            raise SessionNotFoundError(f"Session {session_id} not found") from err
+        if code == "COMPACTOR_NOENTRY":
+            raise EntryNotFoundError(arg) from err
         raise err
     return rescue
 
@@ -191,10 +219,12 @@ class _JobCore:
         self.layout = layout or KeyLayout(self.settings.key_prefix)
 
     def _enqueue(self, session_id: str, kind: JobKind | str, reason: CompactReason | str | None,
-                 instructions: str | None, target_id: str | None) -> Flow[EnqueueResult]:
+                 instructions: str | None, target_id: str | None,
+                 broker_db: int | None = None) -> Flow[EnqueueResult]:
         keys, args, route = enqueue_call(self.layout, self.settings, session_id, kind, reason,
-                                         instructions, target_id)
-        return parse_enqueue((yield Script("enqueue", keys, args, job_rescue(""))), route)
+                                         instructions, target_id, broker_db)
+        reply = yield Script("enqueue", keys, args, job_rescue("", session_id))
+        return parse_enqueue(reply, route, broker_db is not None)
 
     def _get(self, job_id: str) -> Flow[JobRecord]:
         fields = yield cmd("hgetall", self.layout.job(job_id).record)
@@ -246,13 +276,17 @@ class JobStore(_JobCore):
 
     def enqueue(self, session_id: str, kind: JobKind | str, *,
                 reason: CompactReason | str | None = None, instructions: str | None = None,
-                target_id: str | None = None) -> EnqueueResult:
+                target_id: str | None = None, broker_db: int | None = None) -> EnqueueResult:
         """Create a queued job record, or return the in-flight one of the same kind (coalesced).
 
         A more urgent compaction than the queued one upgrades it (``upgraded``: re-send it on
-        ``result.route``). A branch summary to another target raises :class:`JobConflictError`.
+        ``result.route``). Instructions join a queued job that has none; other instructions, a
+        running job asked for instructions, or a branch summary to another target raise
+        :class:`JobConflictError`. A missing session or target raises before anything is
+        written. With ``broker_db`` the script also pushes the task message (``pushed``).
         """
-        return self._io.run(self._enqueue(session_id, kind, reason, instructions, target_id))
+        return self._io.run(self._enqueue(session_id, kind, reason, instructions, target_id,
+                                          broker_db))
 
     def get(self, job_id: str) -> JobRecord:
         return self._io.run(self._get(job_id))
@@ -284,9 +318,10 @@ class AsyncJobStore(_JobCore):
 
     async def enqueue(self, session_id: str, kind: JobKind | str, *,
                       reason: CompactReason | str | None = None, instructions: str | None = None,
-                      target_id: str | None = None) -> EnqueueResult:
+                      target_id: str | None = None,
+                      broker_db: int | None = None) -> EnqueueResult:
         return await self._io.run(self._enqueue(session_id, kind, reason, instructions,
-                                                target_id))
+                                                target_id, broker_db))
 
     async def get(self, job_id: str) -> JobRecord:
         return await self._io.run(self._get(job_id))

@@ -24,6 +24,10 @@ key                                             type    content
 ``<p>:session:{<sid>}:job:<token>``             hash    the job record (fields: :class:`JobRecord`)
 ``<p>:session:{<sid>}:job:<token>:lease``       string  worker id holding the job (``PX`` lease)
 ``<p>:events``                                  stream  every job event of every session (``MAXLEN ~``)
+``<queue>``, ``<queue>:<step>``                 list    Celery task messages (kombu's Redis transport; the
+                                                        client's enqueue script LPUSHes them when the broker
+                                                        is this Redis: see :mod:`api_client.redis_broker`)
+``/<db>.celeryev/task.sent``                    pubsub  task-sent events (kombu fanout; not a key)
 ==============================================  ======  ==================================================
 
 A job id is ``<sid>:<token>`` (token = 16 hex digits), so the job's keys can be derived from the

@@ -48,16 +48,19 @@ def _options(settings: ClientSettings, blocking: bool) -> dict[str, Any]:
     }
 
 
-def make_redis(settings: ClientSettings, *, blocking: bool = False) -> redis.Redis[str]:
-    return redis.Redis.from_url(settings.redis_url, **_options(settings, blocking))
+def make_redis(settings: ClientSettings, *, blocking: bool = False,
+               url: str | None = None) -> redis.Redis[str]:
+    """A client for ``url`` (default: the sessions' Redis) with the request path's timeouts."""
+    return redis.Redis.from_url(url or settings.redis_url, **_options(settings, blocking))
 
 
-def make_async_redis(settings: ClientSettings, *, blocking: bool = False) -> redis.asyncio.Redis[str]:
+def make_async_redis(settings: ClientSettings, *, blocking: bool = False,
+                     url: str | None = None) -> redis.asyncio.Redis[str]:
     options = _options(settings, blocking)
     options["retry"] = redis.asyncio.retry.Retry(
         NoBackoff(), 1, supported_errors=(redis.ConnectionError,)
     )
-    return redis.asyncio.Redis.from_url(settings.redis_url, **options)
+    return redis.asyncio.Redis.from_url(url or settings.redis_url, **options)
 
 
 def check_decoding(client: redis.Redis[Any] | redis.asyncio.Redis[Any]) -> None:

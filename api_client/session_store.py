@@ -36,6 +36,7 @@ from api_client.session import (
     parse_entry,
     random_entry_id,
 )
+from api_client.session.validate import check_entry, check_json_value
 from api_client.wire import now_iso
 
 __all__ = ["AsyncSessionStore", "SessionStore", "Snapshot", "new_session_header"]
@@ -60,6 +61,7 @@ def new_session_header(session_id: str, cwd: str, title: str | None) -> JsonObje
     }
     if title is not None:
         header["title"] = title
+    check_json_value(header, source=f"create {session_id}")
     return header
 
 
@@ -68,12 +70,13 @@ def as_entry(item: object, source: str) -> JsonObject:
     if not isinstance(item, Mapping):
         raise SessionFormatError(f"an entry must be a JSON object, got {type(item).__name__}",
                                  source=source)
-    if "type" not in item and "role" in item:
+    if "type" not in item:  # a bare message (one without a role is refused as such)
         raw: JsonObject = {"type": "message", "message": dict(item)}
     else:
         raw = dict(item)
     if raw.get("type") == "session":
         raise SessionFormatError("cannot append a session header", source=source)
+    check_entry(raw, source=source)  # before parse_entry: its messages are more precise
     parse_entry(raw, source=source)
     return raw
 
@@ -99,6 +102,7 @@ def append_args(items: Sequence[object], source: str) -> list[str]:
 def import_args(session: Session, session_id: str, replace: bool) -> list[str]:
     header = dict(session.header)
     header["id"] = session_id
+    check_json_value(header, source=session.source, line=1)
     args = ["1" if replace else "0", dump_record(header), ""]
     seen: set[str] = set()
     for entry in session.entries:
@@ -108,6 +112,7 @@ def import_args(session: Session, session_id: str, replace: bool) -> list[str]:
             raise SessionFormatError(f"duplicate entry id {entry.id}", source=session.source,
                                      line=entry.line)
         seen.add(entry.id)
+        check_entry(entry.raw, source=session.source, line=entry.line)
         args += [entry.id, dump_record(entry.raw)]
     if session.entries:
         args[2] = session.entries[-1].id

@@ -7,10 +7,33 @@ same on both sides. ``COMPACTOR_REDIS_URL`` serves sessions, broker and results 
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from typing import Any
+from urllib.parse import urlsplit
+
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["ClientSettings"]
+from api_client.errors import ConfigurationError
+
+__all__ = ["ClientSettings", "load_settings"]
+
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+BROKER_SCHEMES = (*REDIS_SCHEMES, "redis+socket", "sentinel", "amqp", "amqps", "pyamqp")
+
+
+def check_url(value: str, schemes: tuple[str, ...]) -> str:
+    """``value`` if it is a URL of one of ``schemes`` with a host (or a unix path)."""
+    parts = urlsplit(value)
+    example = "redis://localhost:6379/0"
+    if parts.scheme not in schemes:
+        raise ValueError(f"{value!r} is not a {'/'.join(schemes)} URL (e.g. {example})")
+    if not (parts.hostname or (parts.scheme in ("unix", "redis+socket") and parts.path)):
+        raise ValueError(f"{value!r} names no host (e.g. {example})")
+    try:
+        _ = parts.port  # a port that is not a number raises here
+    except ValueError:
+        raise ValueError(f"{value!r} has a port that is not a number") from None
+    return value
 
 
 class ClientSettings(BaseSettings):
@@ -48,6 +71,16 @@ class ClientSettings(BaseSettings):
             raise ValueError("key_prefix must be non-empty, without braces or whitespace")
         return value
 
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: str) -> str:
+        return check_url(value, REDIS_SCHEMES)
+
+    @field_validator("broker_url")
+    @classmethod
+    def _broker_url(cls, value: str | None) -> str | None:
+        return None if value is None else check_url(value, BROKER_SCHEMES)
+
     @property
     def resolved_broker_url(self) -> str:
         return self.broker_url or self.redis_url
@@ -65,3 +98,16 @@ class ClientSettings(BaseSettings):
     def socket_timeout_s(self) -> float:
         """Per-command timeout on the request-path connections (not used for blocking reads)."""
         return self.enqueue_timeout_s / 2
+
+
+def load_settings(cls: type[ClientSettings] = ClientSettings, **values: Any) -> ClientSettings:
+    """``cls(**values)`` (environment and ``.env`` fill the rest), with a bad value reported
+    as a one-line :class:`ConfigurationError` instead of pydantic's ValidationError."""
+    try:
+        return cls(**values)
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg'].removeprefix('Value error, ')}"
+            for e in err.errors()
+        )
+        raise ConfigurationError(f"invalid client settings: {problems}") from None

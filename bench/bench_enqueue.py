@@ -1,107 +1,159 @@
-"""Request-path cost of ``CompactionClient.compact()`` against a local Redis.
+"""Request-path cost of ``CompactionClient.compact()``, as a ratio to a raw Redis round trip.
 
-    .venv/bin/python bench/bench_enqueue.py [--redis-url redis://127.0.0.1:6379/15] [-n 2000]
+    .venv/bin/python bench/bench_enqueue.py [--redis-url URL] [-n 2000] [--label NAME]
 
-Reports p50/p99 wall time and the client's own CPU time per call for:
+Without ``--redis-url`` a private redis-server is started (never the shared one). In one run:
 
-* ``new job``: every call creates a job (a new session each time): 1 Lua call + 1 publish;
-* ``coalesced``: the session already has a job of that kind in flight: 1 Lua call;
-* ``round trip``: enqueue → a stub worker (a thread popping the Celery message and finishing
-  the job through JobStore) → the handle's ``wait`` woken by the completion event. No planning
-  or model call: the floor that transport and events add to a real job.
+* **baseline**: a raw redis-py ``RPUSH`` round trip on the same Redis (one connection), timed
+  right before every measured call so both see the same noise;
+* **compact()** of a new job (a fresh session each call, created beforehand), p50/p99, with
+  Celery's task-sent event on (the default) and off, each as a ratio to the baseline's p50;
+* **coalesced**: the session already has a job in flight;
+* **first call**: in a fresh process, the first ``compact()`` after ``CompactionClient(...)``
+  (and, separately, after ``warm()``), as a ratio to that process's later calls.
 
-Uses the key prefix ``compactor-bench`` and removes its keys and queues afterwards.
+Goals (issue 13): compact() p50 ≤ 3 × RPUSH, p99 < 2 ms; the first call costs what later ones do.
+Writes ``bench/results/enqueue[-LABEL].json``.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
+import contextlib
 import json
-import statistics
-import threading
+import os
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import redis
 
 from api_client import ClientSettings, CompactionClient
-from api_client.wire import QUEUES
 
 PREFIX = "compactor-bench"
+RESULTS = Path(__file__).resolve().parent / "results"
+
+FIRST_CALL = r"""
+import json, sys, time
+t0 = time.perf_counter()
+from api_client import ClientSettings, CompactionClient
+client = CompactionClient(ClientSettings(redis_url=sys.argv[1], key_prefix=sys.argv[2]))
+t1 = time.perf_counter()
+if sys.argv[3] == "warm" and hasattr(client, "warm"):  # main before warm() existed
+    client.warm()
+t2 = time.perf_counter()
+sids = [client.sessions.create() for _ in range(21)]
+times = []
+for sid in sids:
+    s = time.perf_counter(); client.compact(sid, "threshold"); times.append(time.perf_counter() - s)
+print(json.dumps({"construct_ms": (t1 - t0) * 1e3, "warm_ms": (t2 - t1) * 1e3,
+                  "first_ms": times[0] * 1e3, "later_ms": sorted(times[1:])[10] * 1e3}))
+"""
 
 
-def percentile(values: list[float], q: float) -> float:
+def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def measure(n: int, call: Callable[[int], object]) -> tuple[list[float], list[float]]:
-    walls, cpus = [], []
+def timed(n: int, call: Callable[[int], object]) -> list[float]:
+    out = []
     for i in range(n):
-        w0, c0 = time.perf_counter(), time.thread_time()
+        t = time.perf_counter()
         call(i)
-        cpus.append((time.thread_time() - c0) * 1000)
-        walls.append((time.perf_counter() - w0) * 1000)
-    return walls, cpus
+        out.append((time.perf_counter() - t) * 1000)
+    return out
 
 
-def report(name: str, walls: list[float], cpus: list[float]) -> None:
-    print(f"{name:<28} wall p50 {percentile(walls, .5):7.3f} ms  p99 {percentile(walls, .99):7.3f} ms"
-          f"   cpu p50 {percentile(cpus, .5):6.3f} ms  p99 {percentile(cpus, .99):6.3f} ms"
-          f"   (mean wall {statistics.fmean(walls):.3f} ms, n={len(walls)})")
+def summary(walls: list[float], base_p50: float) -> dict[str, float]:
+    return {"p50_ms": round(pct(walls, .5), 4), "p99_ms": round(pct(walls, .99), 4),
+            "ratio_p50": round(pct(walls, .5) / base_p50, 2),
+            "ratio_p99": round(pct(walls, .99) / base_p50, 2)}
 
 
-def stub_worker(client: CompactionClient, stop: threading.Event) -> None:
-    raw = redis.Redis.from_url(client.settings.redis_url, decode_responses=True)
-    lists = [q for q in QUEUES] + [f"{q}:{p}" for q in QUEUES for p in (3, 6, 9)]
-    while not stop.is_set():
-        popped = raw.brpop(lists, timeout=0.2)
-        if popped is None:
-            continue
-        job_id = json.loads(base64.b64decode(json.loads(popped[1])["body"]))[0][0]
-        client.jobs.acquire_lease(job_id, "bench", 30)
-        client.jobs.mark_running(job_id)
-        client.jobs.finish(job_id, "succeeded", entry={"type": "compaction", "id": "bench0000"})
-    raw.close()
+@contextlib.contextmanager
+def redis_url(given: str | None) -> Iterator[str]:
+    if given:
+        yield given
+        return
+    from worker.demo import embedded_redis
+
+    with embedded_redis() as url:
+        yield url
 
 
 def cleanup(url: str) -> None:
     raw = redis.Redis.from_url(url, decode_responses=True)
-    keys = list(raw.scan_iter(f"{PREFIX}:*", count=1000))
-    keys += [k for q in QUEUES for k in raw.scan_iter(f"{q}*")]
-    keys += list(raw.scan_iter("_kombu.binding*compactor*"))
+    keys = list(raw.scan_iter(f"{PREFIX}*", count=1000))
+    keys += [k for k in raw.scan_iter("compactor.*")] + list(raw.scan_iter("_kombu.binding*"))
     for i in range(0, len(keys), 500):
         raw.delete(*keys[i:i + 500])
     raw.close()
 
 
-def run(url: str, n: int, sent_event: bool) -> None:
+def interleaved(url: str, n: int, call: Callable[[int], object]) -> tuple[list[float], list[float]]:
+    """(baseline, call) times, one RPUSH before each call: both see the same machine noise."""
+    raw = redis.Redis.from_url(url)
+    raw.ping()
+    base, calls = [], []
+    for i in range(n):
+        t = time.perf_counter()
+        raw.rpush(f"{PREFIX}-baseline", "x" * 200)
+        t1 = time.perf_counter()
+        call(i)
+        calls.append((time.perf_counter() - t1) * 1000)
+        base.append((t1 - t) * 1000)
+    raw.delete(f"{PREFIX}-baseline")
+    raw.close()
+    return base, calls
+
+
+def compact_calls(url: str, n: int, sent_event: bool) -> dict[str, Any]:
     settings = ClientSettings(redis_url=url, key_prefix=PREFIX, send_sent_event=sent_event)
-    label = "sent event on" if sent_event else "sent event off"
     with CompactionClient(settings) as client:
-        client.compact("warmup")  # builds the Celery app and opens the pools
-        report(f"new job ({label})", *measure(n, lambda i: client.compact(f"s{i}", "threshold")))
-        report(f"coalesced ({label})", *measure(n, lambda i: client.compact("s0", "threshold")))
-        cleanup(url)
-        stop = threading.Event()
-        worker = threading.Thread(target=stub_worker, args=(client, stop), daemon=True)
-        worker.start()
-        rounds = max(50, n // 10)
-        report(f"round trip ({label})",
-               *measure(rounds, lambda i: client.compact(f"r{i}", "overflow").wait(timeout=10)))
-        stop.set()
-        worker.join()
+        client.compact(client.sessions.create(), "threshold")  # warm-up outside the timing
+        sids = [client.sessions.create() for _ in range(n)]
+        base, new = interleaved(url, n, lambda i: client.compact(sids[i], "threshold"))
+        base2, again = interleaved(url, n, lambda i: client.compact(sids[0], "threshold"))
     cleanup(url)
+    return {"baseline_rpush": summary(base, 1.0) | {"ratio_p50": 1.0, "ratio_p99": 1.0},
+            "new_job": summary(new, pct(base, .5)),
+            "coalesced": summary(again, pct(base2, .5))}
+
+
+def first_call(url: str, mode: str) -> dict[str, float]:
+    out = subprocess.run([sys.executable, "-c", FIRST_CALL, url, PREFIX, mode], check=True,
+                         capture_output=True, text=True, timeout=120, cwd=RESULTS.parent.parent
+                         if os.environ.get("BENCH_CWD") is None else os.environ["BENCH_CWD"]
+                         ).stdout
+    cleanup(url)
+    values: dict[str, float] = json.loads(out)
+    values["first_over_later"] = round(values["first_ms"] / values["later_ms"], 2)
+    return {k: round(v, 3) for k, v in values.items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/15")
+    parser.add_argument("--redis-url", default=None)
     parser.add_argument("-n", type=int, default=2000)
+    parser.add_argument("--label", default="")
     args = parser.parse_args()
-    for sent_event in (True, False):
-        run(args.redis_url, args.n, sent_event)
+    with redis_url(args.redis_url) as url:
+        cleanup(url)
+        result: dict[str, Any] = {
+            "sent_event_on": compact_calls(url, args.n, True),
+            "sent_event_off": compact_calls(url, args.n, False),
+            "first_call_cold": first_call(url, "cold"),
+            "first_call_warm": first_call(url, "warm"),
+        }
+    for name, value in result.items():
+        print(f"{name:<16} {json.dumps(value)}")
+    RESULTS.mkdir(exist_ok=True)
+    name = f"enqueue-{args.label}.json" if args.label else "enqueue.json"
+    (RESULTS / name).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -28,3 +28,14 @@ def raw(redis_url: str) -> Iterator[redis.Redis[str]]:
     yield r
     r.close()
 
+
+
+def seed_sessions(url: str, *session_ids: str) -> None:
+    """Sessions the enqueue tests name (enqueue checks they exist), each with entries t1, t2."""
+    with CompactionClient(url) as c:
+        for sid in session_ids:
+            c.sessions.create(sid)
+            c.sessions.append_many(sid, [
+                {"type": "message", "id": "t1", "message": {"role": "user", "content": "a"}},
+                {"type": "message", "id": "t2", "message": {"role": "user", "content": "b"}},
+            ])

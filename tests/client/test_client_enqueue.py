@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import redis
+from client.conftest import seed_sessions
 
 from api_client import (
     AsyncCompactionClient,
@@ -31,6 +32,11 @@ from api_client import (
 )
 from helpers.jobs import worker_jobs
 from helpers.sessions import user
+
+
+@pytest.fixture(autouse=True)
+def _sessions(redis_url: str) -> None:
+    seed_sessions(redis_url, "s1")
 
 
 def free_port() -> int:
@@ -63,7 +69,7 @@ def queued_messages(raw: redis.Redis[str], queue: str) -> list[dict[str, Any]]:
 
 def test_compact_sends_the_task_by_name_with_the_job_id_only(client: CompactionClient,
                                                              raw: redis.Redis[str]) -> None:
-    sid = client.sessions.create("s1")
+    sid = "s1"
     client.sessions.append(sid, user("secret content"))
     handle = client.compact(sid, reason="manual", instructions="private instructions")
     (message,) = queued_messages(raw, "compactor.compact:6")  # manual: priority 6
@@ -166,7 +172,7 @@ def test_async_client_enqueues_and_waits(redis_url: str, raw: redis.Redis[str]) 
     async def scenario() -> tuple[Any, ...]:
         async with AsyncCompactionClient(ClientSettings(redis_url=redis_url)) as ac:
             sync = CompactionClient(redis_url)
-            sid = await ac.sessions.create("s1")
+            sid = "s1"
             handle = await ac.compact(sid, "overflow")
             again = await ac.compact(sid, "manual")
             asyncio.get_running_loop().call_later(

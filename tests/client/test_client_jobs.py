@@ -11,6 +11,7 @@ import time
 
 import pytest
 import redis
+from client.conftest import seed_sessions
 
 from api_client import (
     ClientSettings,
@@ -38,7 +39,7 @@ from worker.store.leases import LeaseOutcome
 
 @pytest.fixture
 def jobs(client: CompactionClient) -> JobStore:
-    client.sessions.create("s1")
+    seed_sessions(client.settings.redis_url, "s1", "s2")
     return JobStore(client.redis, client.settings, client.layout)
 
 
@@ -48,13 +49,20 @@ def session_events(raw: redis.Redis[str], sid: str = "s1") -> list[tuple[str, st
 
 def test_second_request_of_a_kind_coalesces_into_the_queued_job(jobs: JobStore) -> None:
     first = jobs.enqueue("s1", "compact", reason="manual", instructions="focus")
-    second = jobs.enqueue("s1", "compact", reason="manual", instructions="other")
+    second = jobs.enqueue("s1", "compact", reason="manual")
+    same = jobs.enqueue("s1", "compact", reason="manual", instructions="focus")
     other_kind = jobs.enqueue("s1", "prune")
     other_session = jobs.enqueue("s2", "compact")
     assert (first.outcome, first.coalesced, first.must_send) == ("created", False, True)
     assert (second.job_id, second.outcome, second.must_send) == (first.job_id, "coalesced", False)
+    assert same.job_id == first.job_id
     assert len({first.job_id, other_kind.job_id, other_session.job_id}) == 3
     assert jobs.get(first.job_id).instructions == "focus"  # the job in flight keeps its request
+    # other instructions would vanish in the queued job: refused, the job unchanged
+    with pytest.raises(JobConflictError, match="other instructions") as caught:
+        jobs.enqueue("s1", "compact", reason="manual", instructions="other")
+    assert caught.value.job_id == first.job_id
+    assert jobs.get(first.job_id).instructions == "focus"
 
 
 def test_running_job_still_coalesces_and_a_finished_one_does_not(jobs: JobStore) -> None:
@@ -149,6 +157,7 @@ def test_record_lifecycle_and_ttl(jobs: JobStore, raw: redis.Redis[str]) -> None
 
 def test_finished_record_expires(redis_url: str) -> None:
     client = CompactionClient(ClientSettings(redis_url=redis_url, job_ttl_s=1))
+    seed_sessions(redis_url, "s1")
     a = client.jobs.enqueue("s1", "prune")
     client.jobs.finish(a.job_id, "failed", error="x")
     deadline = time.monotonic() + 5

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import redis
+from client.conftest import seed_sessions
 
 from api_client import (
     AsyncCompactionClient,
@@ -98,7 +99,7 @@ def test_an_error_thrown_into_a_flow_is_handled_where_the_flow_says() -> None:
 @pytest.mark.parametrize("side", ["sync", "async"])
 def test_a_queued_job_cancelled_by_the_client_names_its_kind(
         client: CompactionClient, redis_url: str, kind: JobKind, side: str) -> None:
-    client.sessions.create("s1")
+    seed_sessions(redis_url, "s1")  # with the branch target t1
     job = _enqueue(client, kind)
     expected = job_error_text(kind, JobState.CANCELLED)
     if side == "sync":
@@ -168,6 +169,7 @@ def _free_port() -> int:
 
 def test_async_broker_down_fails_the_job_record_as_the_sync_client_does(redis_url: str) -> None:
     settings = ClientSettings(redis_url=redis_url, broker_url=f"redis://127.0.0.1:{_free_port()}/0")
+    seed_sessions(redis_url, "s1")
 
     async def scenario() -> None:
         async with AsyncCompactionClient(settings) as ac:

@@ -19,7 +19,7 @@ PUBLIC = {
     "CompactReason", "EventType", "JobEvent", "JobKind", "JobRecord", "JobState", "PruneResult",
     # what client.sessions and client.events() hand out (for type hints)
     "AsyncEventReader", "AsyncSessionStore", "EventReader", "SessionStore", "Snapshot",
-    "ClientSettings", "is_context_overflow", "should_compact",
+    "LlmContext", "ClientSettings", "is_context_overflow", "should_compact",
     # the errors
     "AlreadyCompactedError", "BrokerUnavailableError", "ClientError", "CompactorError",
     "ConfigurationError", "DanglingParentError", "EntryExistsError", "EntryNotFoundError",
@@ -27,6 +27,8 @@ PUBLIC = {
     "JobConflictError", "JobError", "JobFailedError", "JobNotFoundError", "JobTimeoutError",
     "ModelError", "NothingToCompactError", "PlanError", "SessionCycleError", "SessionError",
     "SessionExistsError", "SessionFormatError", "SessionNotFoundError", "StaleSnapshotError",
+    "InvalidEntryError", "InvalidTextError", "MessageSchemaError", "NestingTooDeepError",
+    "NonFiniteNumberError", "UnsafeEntryIdError", "UnserializableValueError",
 }
 
 

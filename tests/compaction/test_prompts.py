@@ -315,6 +315,10 @@ def test_wheel_ships_templates_and_loader_finds_them(tmp_path: Path) -> None:
             assert zf.read(f"worker/_prompts/{name}").decode() == (PROMPTS_DIR / name).read_text(
                 encoding="utf-8"
             )
+        for name in ("compaction-summary-context.md", "branch-summary-context.md"):
+            # the client's context building reads its own copy (it never imports worker)
+            assert zf.read(f"api_client/session/_wrappers/{name}") == zf.read(
+                f"worker/_prompts/{name}")
         site = tmp_path / "site"
         zf.extractall(site)
     # A non-editable install: the unpacked wheel first on the path, run from elsewhere.
@@ -336,3 +340,12 @@ def test_wheel_ships_templates_and_loader_finds_them(tmp_path: Path) -> None:
     assert module_file.startswith(str(site))
     assert Path(root) == site / "worker" / "_prompts"
     assert text == raw("system")
+    probe = (
+        "import api_client.session.convert as c, sys;"
+        "print(c._wrapper_root()); sys.stdout.write(c.wrap_compaction_summary('S'))"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, check=True,
+                            timeout=30, capture_output=True, text=True)
+    root, text = result.stdout.split("\n", 1)
+    assert Path(root) == site / "api_client" / "session" / "_wrappers"
+    assert text == raw("compaction-summary-context") + "\n\n<summary>\nS\n</summary>"

@@ -91,9 +91,14 @@ def test_prune_and_branch_summary(cli: object) -> None:
 
 def test_failed_job_exits_2_with_the_record(cli: object) -> None:
     _import(cli, "cli-fail")
-    code, out, _ = cli("branch-summary", "cli-fail", "--to", "nope0000", "--wait", "--json")  # type: ignore[operator]
+    # a missing branch target is refused at enqueue, before any job exists
+    code, out, err = cli("branch-summary", "cli-fail", "--to", "nope0000", "--wait", "--json")  # type: ignore[operator]
+    assert (code, out) == (2, "") and err == "compactor: error: Entry nope0000 not found\n"
+    # a job that fails in the worker: a second compaction right after the first
+    assert cli("compact", "cli-fail", "--wait", "--json")[0] == 0  # type: ignore[operator]
+    code, out, _ = cli("compact", "cli-fail", "--wait", "--json")  # type: ignore[operator]
     payload = json.loads(out)
-    assert code == 2 and payload["state"] == "failed" and payload["error"] == "Entry nope0000 not found"
+    assert code == 2 and payload["state"] == "failed" and "Already compacted" in payload["error"]
 
 
 def test_errors_are_one_line_and_exit_2(cli: object) -> None:

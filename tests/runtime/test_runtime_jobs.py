@@ -17,7 +17,7 @@ from runtime.runtime_support import (
     session_events,
 )
 
-from api_client import CompactionClient, JobFailedError, PruneResult
+from api_client import CompactionClient, JobFailedError, PruneResult, SessionNotFoundError
 from api_client.wire import TASK_COMPACT, route_for
 from worker.app import CompactorCelery
 from worker.compaction import get_tokenizer, plan_prune
@@ -150,7 +150,6 @@ def _dangling(client: CompactionClient, sid: str, ids: list[str]) -> None:
     (_cycle, "threshold", r"Auto-compaction failed: redis:{sid}:\d+: parentId cycle through entry "),
     (_dangling, "overflow",
      r"Context overflow recovery failed: redis:{sid}:\d+: entry \w+ has parentId 'gone0000'"),
-    (None, "manual", r"Session {sid} not found$"),
 ])
 def test_bad_session_fails_the_job_and_changes_nothing(
         client: CompactionClient, demo_text: str, damage: Any, reason: str, expected: str) -> None:
@@ -171,6 +170,15 @@ def test_bad_session_fails_the_job_and_changes_nothing(
         assert client.sessions.export_jsonl(sid) == text
     [end] = completions(client, sid, handle.id)
     assert end.state is not None and end.state.value == "failed" and end.error == str(failure.value)
+
+
+def test_a_missing_session_is_refused_at_enqueue(client: CompactionClient, demo_text: str) -> None:
+    sid = new_session(client, demo_text)
+    client.sessions.delete(sid)
+    for call in (lambda: client.compact(sid, reason="manual"), lambda: client.prune(sid)):
+        with pytest.raises(SessionNotFoundError, match=f"Session {sid} not found$"):
+            call()
+    assert client.redis.keys(f"*{{{sid}}}*") == []  # no record, no event stream left behind
 
 
 def test_a_second_delivery_does_nothing(app: CompactorCelery, client: CompactionClient,

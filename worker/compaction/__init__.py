@@ -5,6 +5,8 @@ Everything here works on the session model of :mod:`api_client.session` and is d
 
 from typing import Any
 
+from api_client.session.context import ContextMessage, SessionContext, build_session_context
+from api_client.session.convert import convert_to_llm, for_branch, for_compaction, for_context
 from worker.compaction.branch import (
     DEFAULT_CONTEXT_WINDOW,
     BranchCollection,
@@ -14,8 +16,6 @@ from worker.compaction.branch import (
     collect_entries_for_branch_summary,
     prepare_branch_entries,
 )
-from worker.compaction.context import ContextMessage, SessionContext, build_session_context
-from worker.compaction.convert import convert_to_llm, for_branch, for_compaction, for_context
 from worker.compaction.cutpoint import (
     CutPoint,
     find_cut_point,

@@ -1,4 +1,5 @@
-"""``buildSessionContext`` (SPEC §4): the messages a leaf sends to the model, before conversion."""
+"""``buildSessionContext`` (SPEC §4): the messages a leaf sends to the model, before conversion,
+and :func:`llm_context`, the same after ``convertToLlm`` (SPEC §5): what a platform sends."""
 
 from __future__ import annotations
 
@@ -6,20 +7,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from api_client.session import (
+from api_client.session._entries import (
     CompactionEntry,
     Entry,
     Message,
     MessageEntry,
     ModeChangeEntry,
     ModelChangeEntry,
-    SessionTree,
     ThinkingLevelChangeEntry,
     TtsrInjectionEntry,
 )
-from worker.compaction.convert import compaction_summary_message, for_context
+from api_client.session._tree import SessionTree
+from api_client.session.convert import compaction_summary_message, convert_to_llm, for_context
 
-__all__ = ["ContextMessage", "SessionContext", "build_session_context"]
+__all__ = ["ContextMessage", "LlmContext", "SessionContext", "build_session_context",
+           "llm_context"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,3 +85,34 @@ def build_session_context(tree: SessionTree, leaf_id: str | None = _UNSET, *, st
     path = tree.path_to(leaf_id, strict=strict)
     thinking, models, rules, mode, mode_data = _settings_of(path)
     return SessionContext(tuple(_messages_of(path)), thinking, models, rules, mode, mode_data)
+
+
+@dataclass(frozen=True)
+class LlmContext:
+    """The model-ready context of one leaf.
+
+    ``messages`` hold only the roles ``user``, ``assistant`` and ``toolResult``: summaries come
+    wrapped in the reference's context texts, bash/python runs as user text, pruned tool
+    results as their placeholder. ``session`` is the same context before conversion, each
+    message with the id of the entry it came from.
+    """
+
+    messages: list[Message]
+    session: SessionContext
+    leaf_id: str | None
+    revision: int = 0
+
+    @property
+    def thinking_level(self) -> str:
+        return self.session.thinking_level
+
+    @property
+    def models(self) -> dict[str, str]:
+        return self.session.models
+
+
+def llm_context(tree: SessionTree, leaf_id: str | None, *, revision: int = 0) -> LlmContext:
+    """Context of ``leaf_id`` (None: a reset leaf, the empty context), converted for a model."""
+    built = build_session_context(tree, leaf_id)
+    return LlmContext(convert_to_llm(m.message for m in built.messages), built, leaf_id,
+                      revision)

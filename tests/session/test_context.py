@@ -1,7 +1,7 @@
 import pytest
 
+from api_client.session.context import build_session_context
 from helpers.sessions import assistant, chain, tree, user
-from worker.compaction.context import build_session_context
 
 
 def comp(first_kept: str, summary: str = "S") -> dict:
