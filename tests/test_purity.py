@@ -84,3 +84,57 @@ def test_the_workers_job_lifecycle_is_not_in_api_client() -> None:
     assert {"lease_acquire.lua", "lease_renew.lua", "lease_release.lua", "running.lua"} <= lifecycle
     # One copy of each script: none stands in both packages.
     assert set(scripts) & lifecycle == set()
+
+
+# --- static layering: which worker packages may import which (every import statement counts,
+# lazy ones inside functions and TYPE_CHECKING ones included) ---------------------------------
+LEAVES = ["worker/tokens", "worker/jsjson.py", "worker/summarizer_types.py"]
+
+
+def _imported_modules(source: Path) -> list[str]:
+    tree = ast.parse(source.read_text(encoding="utf-8"))
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module)
+    return names
+
+
+def _sources(area: str) -> list[Path]:
+    target = ROOT / area
+    return [target] if target.is_file() else sorted(target.rglob("*.py"))
+
+
+def _offending(area: str, banned: tuple[str, ...]) -> list[str]:
+    return [f"{path.relative_to(ROOT)}: {name}" for path in _sources(area) for name in _imported_modules(path)
+            if any(name == b or name.startswith(b + ".") for b in banned)]
+
+
+@pytest.mark.parametrize(
+    ("area", "banned"),
+    [
+        ("worker/llm", ("worker.compaction",)),
+        ("worker/compaction", ("worker.llm",)),
+        *[(leaf, ("worker.compaction", "worker.llm", "worker.service", "worker.store")) for leaf in LEAVES],
+    ],
+)
+def test_layers_do_not_import(area: str, banned: tuple[str, ...]) -> None:
+    assert _sources(area), f"{area} has no sources (moved?)"
+    assert _offending(area, banned) == []
+
+
+def test_the_layer_check_sees_lazy_imports(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("def f():\n    from worker.llm.router import Router\n    import worker.compaction\n")
+    assert _imported_modules(module) == ["worker.llm.router", "worker.compaction"]
+
+
+@pytest.mark.parametrize("module", ["worker.tokens", "worker.llm.chunking"])
+def test_the_token_leaf_loads_neither_layer_above_it(module: str) -> None:
+    banned = ["worker.compaction", "httpx", "redis", "celery"] if module == "worker.llm.chunking" \
+        else ["worker.compaction", "worker.llm", "httpx", "redis", "celery", "tiktoken"]
+    out = subprocess.run([sys.executable, "-c", CHECK.format(module=module, banned=banned)],
+                         capture_output=True, text=True, check=True, timeout=60).stdout
+    assert out.strip() == "[]"

@@ -25,7 +25,7 @@ from worker.compaction.summarize import (
     short_request,
     turn_prefix_request,
 )
-from worker.llm.types import SummaryRequest
+from worker.summarizer_types import SummaryRequest
 
 __all__ = ["register"]
 

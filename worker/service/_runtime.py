@@ -78,8 +78,9 @@ def build_runtime(settings: WorkerSettings, *,
     client = worker_redis(settings)
     layout = KeyLayout(settings.key_prefix)
     on_close: list[Callable[[], Any]] = []
+    tokenizer = get_tokenizer(settings.tokenizer)
     if summarizer is None:
-        router = build_summarizer(settings, client)
+        router = build_summarizer(settings, client, tokenizer)
         on_close.append(router.close)
         summarizer = router.for_job
     return Runtime(
@@ -88,7 +89,7 @@ def build_runtime(settings: WorkerSettings, *,
         sessions=SessionStore(client, layout),
         jobs=JobStore(client, settings, layout),
         commits=CommitStore(client, layout, walk_limit=settings.commit_walk_limit),
-        tokenizer=get_tokenizer(settings.tokenizer),
+        tokenizer=tokenizer,
         hooks=load_hook_runner(settings),
         new_summarizer=summarizer,
         on_close=on_close,

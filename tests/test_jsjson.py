@@ -1,6 +1,6 @@
 import pytest
 
-from worker.compaction.jsjson import js_json, js_len, js_number, js_sort_key
+from worker.jsjson import js_json, js_len, js_number, js_sort_key
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,7 @@
 import pytest
 
 from helpers.sessions import assistant, chars, tool_result, user
-from worker.compaction.tokens import EstimateTokenizer, TiktokenTokenizer, get_tokenizer
+from worker.tokens import EstimateTokenizer, TiktokenTokenizer, get_tokenizer
 
 IMAGE = {"type": "image", "data": "AAAA", "mimeType": "image/png"}
 EST = EstimateTokenizer()

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from api_client.session import Message
-from worker.compaction.convert import convert_message
-from worker.compaction.jsjson import js_json, js_len
+from api_client.session.convert import convert_message
+from worker.jsjson import js_json, js_len
 
 __all__ = [
     "IMAGE_CHARS",
@@ -105,7 +105,13 @@ def message_text(message: Message) -> MessageText:
 class Tokenizer(Protocol):
     name: str
 
-    def count(self, message: Message) -> int: ...
+    def count(self, message: Message) -> int:
+        """Tokens of one agent message, as the reference counts it (SPEC §3, §16 Q1)."""
+        ...
+
+    def count_text(self, text: str) -> int:
+        """Tokens of a plain text (a prompt, a summary)."""
+        ...
 
 
 class EstimateTokenizer:
@@ -116,6 +122,9 @@ class EstimateTokenizer:
     def count(self, message: Message) -> int:
         text = message_text(message)
         return ceil4(sum(js_len(p) for p in text.pieces) + IMAGE_CHARS * text.images)
+
+    def count_text(self, text: str) -> int:
+        return ceil4(js_len(text))
 
 
 class TiktokenTokenizer:
@@ -150,6 +159,9 @@ class TiktokenTokenizer:
     def count(self, message: Message) -> int:
         text = message_text(message)
         return sum(self._count_piece(p) for p in text.pieces if p) + ceil4(IMAGE_CHARS) * text.images
+
+    def count_text(self, text: str) -> int:
+        return self._count_piece(text) if text else 0
 
     def count_all(self, pieces: Iterable[str]) -> int:
         return sum(self._count_piece(p) for p in pieces)
