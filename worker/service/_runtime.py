@@ -22,6 +22,7 @@ from worker.llm import Summarizer, build_summarizer
 from worker.settings import WorkerSettings
 from worker.store import CommitStore
 from worker.store.jobs import JobStore
+from worker.tokens import TOKEN_CACHE
 
 __all__ = ["Runtime", "build_runtime", "worker_redis"]
 
@@ -79,6 +80,7 @@ def build_runtime(settings: WorkerSettings, *,
     layout = KeyLayout(settings.key_prefix)
     on_close: list[Callable[[], Any]] = []
     tokenizer = get_tokenizer(settings.tokenizer)
+    TOKEN_CACHE.resize(settings.token_cache_entries)
     if summarizer is None:
         router = build_summarizer(settings, client, tokenizer)
         on_close.append(router.close)

@@ -5,6 +5,7 @@ One process-wide tokenizer per name (``get_tokenizer``), so every job and both l
 one token cache.
 """
 
+from worker.tokens.cache import TOKEN_CACHE, TokenCache
 from worker.tokens.counting import (
     IMAGE_CHARS,
     EstimateTokenizer,
@@ -19,9 +20,11 @@ from worker.tokens.counting import (
 
 __all__ = [
     "IMAGE_CHARS",
+    "TOKEN_CACHE",
     "EstimateTokenizer",
     "MessageText",
     "TiktokenTokenizer",
+    "TokenCache",
     "Tokenizer",
     "TokenizerName",
     "ceil4",
