@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from api_client.errors import PlanError
-from worker.cli._files import emit, leaf_path, load_file
+from worker.cli.session_files import emit, leaf_path, load_file
 from worker.compaction import (
     CompactionSettings,
     collect_entries_for_branch_summary,
