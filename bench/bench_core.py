@@ -14,7 +14,7 @@ from pathlib import Path
 
 from api_client.session import load_session
 from worker.compaction import CompactionSettings, get_tokenizer, plan_prune, prepare_compaction
-from worker.compaction.tokens import TiktokenTokenizer
+from worker.tokens import TiktokenTokenizer
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "pi"
 

@@ -7,7 +7,7 @@ from worker.compaction.branch import (
     collect_entries_for_branch_summary,
     prepare_branch_entries,
 )
-from worker.compaction.tokens import EstimateTokenizer
+from worker.tokens import EstimateTokenizer
 
 EST = EstimateTokenizer()
 

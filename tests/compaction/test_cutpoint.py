@@ -7,7 +7,7 @@ from worker.compaction.cutpoint import (
     find_turn_start_index,
     find_valid_cut_points,
 )
-from worker.compaction.tokens import EstimateTokenizer
+from worker.tokens import EstimateTokenizer
 
 EST = EstimateTokenizer()
 

@@ -8,7 +8,7 @@ from worker.compaction.prepare import (
     prepare_compaction,
     prompt_tokens,
 )
-from worker.compaction.tokens import EstimateTokenizer
+from worker.tokens import EstimateTokenizer
 
 EST = EstimateTokenizer()
 

@@ -2,7 +2,7 @@ import pytest
 
 from helpers.sessions import assistant, chain, chars, tool_result, user
 from worker.compaction.prune import apply_prune, plan_prune, prune_notice
-from worker.compaction.tokens import EstimateTokenizer
+from worker.tokens import EstimateTokenizer
 
 EST = EstimateTokenizer()
 

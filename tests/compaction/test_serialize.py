@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from worker.compaction.jsjson import js_property_order
 from worker.compaction.serialize import serialize_conversation
+from worker.jsjson import js_property_order
 
 
 def user(content: Any) -> dict[str, Any]:

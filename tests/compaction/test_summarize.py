@@ -14,8 +14,8 @@ from worker.compaction.summarize import (
     compact,
     summarize_branch,
 )
-from worker.compaction.tokens import EstimateTokenizer
-from worker.llm.types import CancelToken, SummaryRequest, SummaryResult, Usage
+from worker.summarizer_types import CancelToken, SummaryRequest, SummaryResult, Usage
+from worker.tokens import EstimateTokenizer
 
 EST = EstimateTokenizer()
 

@@ -59,16 +59,31 @@ def test_message_costs_count_what_the_message_says() -> None:
     assert cl100k(HEX) < message_cost(message) <= cl100k(HEX) + 10
 
 
-def test_without_the_core_the_counter_is_chars_over_4() -> None:
+def test_the_estimate_setting_counts_chars_over_4_without_the_core() -> None:
     code = (
         "import sys; sys.modules['worker.compaction'] = None\n"
         "from worker.llm import chunking as c\n"
-        "print(c.COUNTER, c.estimate_text('abcdefghi'), "
-        "c.message_cost({'role': 'user', 'content': 'x' * 40}))\n"
+        "from worker.tokens import get_tokenizer\n"
+        "e = c.RequestCounter(get_tokenizer('estimate'))\n"
+        "print(e.name, e.text('abcdefghi'), e.message({'role': 'user', 'content': 'x' * 40}))\n"
     )
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
     assert out.stdout.split() == ["chars/4", "3", "18"]  # ceil(9 / 4); ceil(40 / 4) + 8 overhead
+
+
+@pytest.mark.parametrize(("setting", "counter"), [("estimate", "chars/4"), ("tiktoken", "cl100k")])
+def test_the_router_counts_with_the_configured_tokenizer(setting: str, counter: str) -> None:
+    from worker.llm import build_summarizer
+    from worker.llm.settings import LlmSettings
+    from worker.tokens import get_tokenizer
+
+    router = build_summarizer(LlmSettings(), tokenizer=get_tokenizer(setting))
+    try:
+        assert router.counter.name == counter
+        assert router.counter.text(HEX) == get_tokenizer(setting).count_text(HEX)
+    finally:
+        router.close()
 
 
 @pytest.mark.parametrize(

@@ -14,8 +14,8 @@ from llm.llm_fakes import FakeLLMServer, cl100k, openai
 from api_client.session import load_session
 from worker.compaction.prepare import CompactionSettings, prepare_compaction
 from worker.compaction.summarize import SPLIT_TURN_SEPARATOR, compact
-from worker.compaction.tokens import get_tokenizer
 from worker.llm.router import Router
+from worker.tokens import get_tokenizer
 
 pytestmark = pytest.mark.fixtures
 

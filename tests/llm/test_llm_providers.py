@@ -28,7 +28,7 @@ from worker.llm._http import make_client
 from worker.llm.build import build_providers, build_summarizer
 from worker.llm.providers import HttpContext, Provider
 from worker.llm.settings import LlmSettings, ModelCandidate
-from worker.llm.types import Usage
+from worker.summarizer_types import Usage
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from llm.llm_fakes import (
 
 from worker.llm import errors as E
 from worker.llm.router import Router
-from worker.llm.types import Usage
+from worker.summarizer_types import Usage
 
 MakeRouter = Callable[..., Router]
 RATE = {"error": {"message": "Rate limit reached", "type": "rate_limit_exceeded"}}

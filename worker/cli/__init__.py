@@ -1,4 +1,11 @@
-"""The ``compactor`` command. Subcommands live in private modules, each registering itself."""
+"""The ``compactor`` command. Each command module adds its subcommands; all are registered here.
+
+- ``file_commands``: ``session migrate``; ``inspect_commands``: ``inspect context|plan|prune|branch``;
+  ``prompt_commands``: ``inspect prompt`` (all on session files, no Redis; shared helpers in
+  ``session_files``);
+- ``runtime_commands``: ``worker``, ``flower``, ``session import|export``, the job commands,
+  ``demo``.
+"""
 
 from __future__ import annotations
 
@@ -14,12 +21,13 @@ EXIT_USAGE = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from worker.cli import _files, _runtime
+    from worker.cli import file_commands, inspect_commands, prompt_commands, runtime_commands
 
     parser = argparse.ArgumentParser(prog="compactor", description="Distributed context compaction")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    _files.register(commands)
-    _runtime.register(commands)
+    file_commands.register(commands)
+    prompt_commands.register(inspect_commands.register(commands))
+    runtime_commands.register(commands)
     return parser
 
 

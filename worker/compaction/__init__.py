@@ -33,7 +33,7 @@ from worker.compaction.prepare import (
 )
 from worker.compaction.prune import PrunePlan, apply_prune, plan_prune
 from worker.compaction.serialize import serialize_conversation
-from worker.compaction.tokens import Tokenizer, get_tokenizer
+from worker.tokens import Tokenizer, get_tokenizer
 
 __all__ = [
     "DEFAULT_CONTEXT_WINDOW",

@@ -22,7 +22,7 @@ from worker.compaction.fileops import (
     compute_file_lists,
     extract_file_ops,
 )
-from worker.compaction.tokens import Tokenizer
+from worker.tokens import Tokenizer
 
 __all__ = [
     "DEFAULT_CONTEXT_WINDOW",

@@ -13,7 +13,7 @@ from api_client.session import (
     MessageEntry,
 )
 from worker.compaction.convert import for_compaction
-from worker.compaction.tokens import Tokenizer
+from worker.tokens import Tokenizer
 
 __all__ = ["CutPoint", "find_cut_point", "find_turn_start_index", "find_valid_cut_points", "is_valid_cut_point"]
 

@@ -17,7 +17,7 @@ from worker.compaction.fileops import (
     extract_file_ops,
     strip_file_operation_tags,
 )
-from worker.compaction.tokens import Tokenizer
+from worker.tokens import Tokenizer
 
 __all__ = [
     "CompactionSettings",

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from api_client.session import Entry, Message, MessageEntry
-from worker.compaction.tokens import Tokenizer
+from worker.tokens import Tokenizer
 
 __all__ = [
     "MINIMUM_SAVINGS",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from worker.compaction.jsjson import js_json, js_property_order
+from worker.jsjson import js_json, js_property_order
 
 __all__ = ["serialize_conversation"]
 

@@ -17,8 +17,8 @@ from worker.compaction.convert import convert_to_llm
 from worker.compaction.fileops import format_file_operations
 from worker.compaction.prepare import Preparation
 from worker.compaction.serialize import serialize_conversation
-from worker.compaction.tokens import Tokenizer
-from worker.llm.types import CancelToken, Purpose, Summarizer, SummaryRequest, SummaryResult
+from worker.summarizer_types import CancelToken, Purpose, Summarizer, SummaryRequest, SummaryResult
+from worker.tokens import Tokenizer
 
 __all__ = [
     "NO_PRIOR_HISTORY",

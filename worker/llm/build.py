@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from worker.llm._http import make_client
+from worker.llm.chunking import RequestCounter
 from worker.llm.cooldown import CooldownStore, MemoryCooldownStore, RedisCooldownStore
 from worker.llm.providers import (
     AnthropicProvider,
@@ -18,6 +19,7 @@ from worker.llm.providers import (
 )
 from worker.llm.router import Router
 from worker.llm.settings import LlmSettings, ModelCandidate
+from worker.tokens import Tokenizer, get_tokenizer
 
 if TYPE_CHECKING:
     import redis
@@ -55,8 +57,11 @@ def _cooldown(settings: LlmSettings, redis_client: Any) -> CooldownStore:
                               prefix=settings.llm_cooldown_prefix)
 
 
-def build_summarizer(settings: LlmSettings | None = None, redis_client: redis.Redis[Any] | None = None) -> Router:
+def build_summarizer(settings: LlmSettings | None = None, redis_client: redis.Redis[Any] | None = None,
+                     tokenizer: Tokenizer | None = None) -> Router:
     """The router for ``settings`` (``LlmSettings()`` from the environment when omitted).
+
+    ``tokenizer``: the one the planner uses (``COMPACTOR_TOKENIZER``); cl100k when omitted.
 
     Raises ``InsecureEndpointError`` for a remote endpoint on plain http off loopback. Call
     ``router.for_job()`` per job so its calls share one attempt budget; ``close()`` at shutdown.
@@ -70,4 +75,5 @@ def build_summarizer(settings: LlmSettings | None = None, redis_client: redis.Re
         client.close()
         raise
     return Router(providers, policy=settings.retry_policy(), cooldown=_cooldown(settings, redis_client),
-                  on_close=client.close)
+                  on_close=client.close,
+                  counter=RequestCounter(tokenizer or get_tokenizer("tiktoken")))

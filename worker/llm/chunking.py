@@ -1,33 +1,31 @@
 """Token counts, and the split of a conversation into chunks that fit a model window.
 
-Counts use the core's cl100k tokenizer when the core is importable: the reference estimator
+Counts use the configured tokenizer (``COMPACTOR_TOKENIZER``, ``worker.tokens``), the one the
+planner uses, with its one process-wide cache: cl100k by default, since the reference estimator
 (chars/4) undercounts hex dumps, minified JSON and code several times over, and a chunk planned
-with it overflowed a real server. Without the core, chars/4. Either way the router fills only
-``SAFETY`` of a window: the server's own tokenizer is not cl100k. The fit check, the chunk
-planner and the "summary is smaller" rule all use the one counter below (``COUNTER``).
+with it overflowed a real server. Either way the router fills only ``SAFETY`` of a window: the
+server's own tokenizer is not cl100k. The fit check, the chunk planner and the "summary is
+smaller" rule all use one ``RequestCounter``; the module-level functions are the default one's.
 """
 
 from __future__ import annotations
 
-import math
 import re
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from api_client.session import Message
 from worker.llm.errors import ContextOverflow
-from worker.llm.types import SummaryRequest
-
-if TYPE_CHECKING:
-    from worker.compaction.tokens import TiktokenTokenizer
+from worker.summarizer_types import SummaryRequest
+from worker.tokens import Tokenizer, get_tokenizer
 
 __all__ = [
     "COUNTER",
+    "DEFAULT_COUNTER",
     "SAFETY",
     "OverflowNumbers",
+    "RequestCounter",
     "clip_message",
     "estimate_request",
     "estimate_text",
@@ -41,67 +39,93 @@ __all__ = [
 SAFETY = 0.9  # share of a context window we plan to fill
 _MESSAGE_OVERHEAD = 8  # role labels and separators the serialization adds per message
 _KEEP = 200  # strings up to this many chars are never clipped (ids, names, short texts)
-_RECENT = 32  # texts (prompts) whose counts are kept: one request is checked several times
 
 
-def _core_tokenizer() -> TiktokenTokenizer | None:
-    try:
-        from worker.compaction.tokens import TiktokenTokenizer, get_tokenizer
-    except ImportError:  # the core is optional for the model layer
-        return None
-    tokenizer = get_tokenizer("tiktoken")
-    return tokenizer if isinstance(tokenizer, TiktokenTokenizer) else None
+class RequestCounter:
+    """Token counts of requests, texts and messages with one tokenizer."""
 
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.name = "cl100k" if tokenizer.name == "tiktoken" else "chars/4"
 
-_TOKENIZER = _core_tokenizer()
-COUNTER = "cl100k" if _TOKENIZER is not None else "chars/4"
-_recent: OrderedDict[str, int] = OrderedDict()
-_recent_lock = threading.Lock()
+    def text(self, text: str | None) -> int:
+        """Tokens of ``text`` (cached by content in the tokenizer)."""
+        return self.tokenizer.count_text(text) if text else 0
 
+    def request(self, request: SummaryRequest) -> int:
+        return self.text(request.system_prompt) + self.text(request.prompt)
 
-def _count(text: str) -> int:
-    if _TOKENIZER is None:
-        return math.ceil(len(text) / 4)
-    return len(_TOKENIZER.encoding().encode(text, disallowed_special=()))
+    def fits(self, request: SummaryRequest, budget: float) -> bool:
+        """``self.request(request) <= budget``, without tokenizing when it clearly fits.
 
-
-def estimate_text(text: str | None) -> int:
-    """Tokens of ``text``; the last few (long) texts are remembered."""
-    if not text:
-        return 0
-    with _recent_lock:
-        known = _recent.get(text)
-        if known is not None:
-            _recent.move_to_end(text)
-            return known
-    counted = _count(text)
-    with _recent_lock:
-        _recent[text] = counted
-        if len(_recent) > _RECENT:
-            _recent.popitem(last=False)
-    return counted
-
-
-def estimate_request(request: SummaryRequest) -> int:
-    return estimate_text(request.system_prompt) + estimate_text(request.prompt)
-
-
-def request_fits(request: SummaryRequest, budget: float) -> bool:
-    """``estimate_request(request) <= budget``, without tokenizing when it clearly fits.
-
-    A cl100k token is at least one UTF-8 byte, so the byte length bounds the count.
-    """
-    if _TOKENIZER is not None:
+        Both tokenizers count at most one token per UTF-8 byte (a cl100k token is at least one
+        byte; chars/4 counts UTF-16 units), so the byte length bounds the count.
+        """
         size = len(request.system_prompt.encode()) + len(request.prompt.encode())
-        if size <= budget:
-            return True
-    return estimate_request(request) <= budget
+        return size <= budget or self.request(request) <= budget
+
+    def message(self, message: Message) -> int:
+        return self.tokenizer.count(message) + _MESSAGE_OVERHEAD
+
+    def clip_message(self, message: Message, max_tokens: int) -> Message:
+        """A copy of ``message`` whose long strings are cut in the middle to fit about
+        ``max_tokens``."""
+        strings = _strings(message)
+        chars = sum(len(s) for s in strings)
+        # chars per token of this very message: dense text (hex, JSON) must be cut harder
+        density = chars / max(1, self.text("".join(strings))) if chars else 4.0
+        short = sum(len(s) for s in strings if len(s) <= _KEEP)
+        long_total = chars - short
+        budget = max(_KEEP, int(max_tokens * density) - short)
+        ratio = min(1.0, budget / long_total) if long_total else 1.0
+        clipped: Message = _clip(message, ratio)
+        return clipped
+
+    def next_chunk(self, request: SummaryRequest, messages: Sequence[Message], costs: Sequence[int],
+                   start: int, previous: str | None, limit: int) -> tuple[SummaryRequest, int]:
+        """The request for the chunk starting at ``start`` and the index after its last message.
+
+        Greedy: as many whole messages as fit ``limit`` tokens (prompt and system prompt
+        included); a single message larger than that is clipped in the middle.
+        """
+        assert request.rechunk is not None
+        base = self.request(request.rechunk((), previous))
+        if base >= limit:
+            raise ContextOverflow(f"the prompt without any conversation (~{base} tokens) does not fit "
+                                  f"{limit} tokens")
+        end, total = start, base
+        while end < len(messages) and (end == start or total + costs[end] <= limit):
+            total += costs[end]
+            end += 1
+        chunk = list(messages[start:end])
+        sub = request.rechunk(chunk, previous)
+        size = self.request(sub)
+        while size > limit and len(chunk) > 1:  # the serialization came out larger: drop the excess
+            scale = max(1.0, (size - base) / max(1, sum(costs[start:end])))
+            over = float(size - limit)
+            while over > 0 and len(chunk) > 1:
+                over -= costs[end - 1] * scale
+                chunk.pop()
+                end -= 1
+            sub = request.rechunk(chunk, previous)
+            size = self.request(sub)
+        room = limit - base
+        for _ in range(4):  # one message too large: clip it, tighter each round
+            if self.request(sub) <= limit:
+                return sub, end
+            room = room * 3 // 4
+            sub = request.rechunk([self.clip_message(messages[start], room)], previous)
+        raise ContextOverflow(f"a single message does not fit {limit} tokens even when clipped")
 
 
-def message_cost(message: Message) -> int:
-    if _TOKENIZER is not None:  # cached per text piece by the core
-        return _TOKENIZER.count(message) + _MESSAGE_OVERHEAD
-    return _count("".join(_strings(message))) + _MESSAGE_OVERHEAD
+DEFAULT_COUNTER = RequestCounter(get_tokenizer("tiktoken"))
+COUNTER = DEFAULT_COUNTER.name
+estimate_text = DEFAULT_COUNTER.text
+estimate_request = DEFAULT_COUNTER.request
+request_fits = DEFAULT_COUNTER.fits
+message_cost = DEFAULT_COUNTER.message
+clip_message = DEFAULT_COUNTER.clip_message
+next_chunk = DEFAULT_COUNTER.next_chunk
 
 
 def _strings(value: Any) -> list[str]:
@@ -112,20 +136,6 @@ def _strings(value: Any) -> list[str]:
     if isinstance(value, list):
         return [s for item in value for s in _strings(item)]
     return []
-
-
-def clip_message(message: Message, max_tokens: int) -> Message:
-    """A copy of ``message`` whose long strings are cut in the middle to fit about ``max_tokens``."""
-    strings = _strings(message)
-    chars = sum(len(s) for s in strings)
-    # chars per token of this very message: dense text (hex, JSON) must be cut harder
-    density = chars / max(1, _count("".join(strings))) if chars else 4.0
-    short = sum(len(s) for s in strings if len(s) <= _KEEP)
-    long_total = chars - short
-    budget = max(_KEEP, int(max_tokens * density) - short)
-    ratio = min(1.0, budget / long_total) if long_total else 1.0
-    clipped: Message = _clip(message, ratio)
-    return clipped
 
 
 def _clip(value: Any, ratio: float) -> Any:
@@ -140,42 +150,6 @@ def _clip(value: Any, ratio: float) -> Any:
     if isinstance(value, list):
         return [_clip(item, ratio) for item in value]
     return value
-
-
-def next_chunk(request: SummaryRequest, messages: Sequence[Message], costs: Sequence[int], start: int,
-               previous: str | None, limit: int) -> tuple[SummaryRequest, int]:
-    """The request for the chunk starting at ``start`` and the index after its last message.
-
-    Greedy: as many whole messages as fit ``limit`` tokens (prompt and system prompt included);
-    a single message larger than that is clipped in the middle.
-    """
-    assert request.rechunk is not None
-    base = estimate_request(request.rechunk((), previous))
-    if base >= limit:
-        raise ContextOverflow(f"the prompt without any conversation (~{base} tokens) does not fit {limit} tokens")
-    end, total = start, base
-    while end < len(messages) and (end == start or total + costs[end] <= limit):
-        total += costs[end]
-        end += 1
-    chunk = list(messages[start:end])
-    sub = request.rechunk(chunk, previous)
-    size = estimate_request(sub)
-    while size > limit and len(chunk) > 1:  # the serialization came out larger: drop about the excess
-        scale = max(1.0, (size - base) / max(1, sum(costs[start:end])))
-        over = float(size - limit)
-        while over > 0 and len(chunk) > 1:
-            over -= costs[end - 1] * scale
-            chunk.pop()
-            end -= 1
-        sub = request.rechunk(chunk, previous)
-        size = estimate_request(sub)
-    room = limit - base
-    for _ in range(4):  # one message too large: clip it, tighter each round
-        if estimate_request(sub) <= limit:
-            return sub, end
-        room = room * 3 // 4
-        sub = request.rechunk([clip_message(messages[start], room)], previous)
-    raise ContextOverflow(f"a single message does not fit {limit} tokens even when clipped")
 
 
 # --- what an overflow error says --------------------------------------------------------------

@@ -20,13 +20,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from worker.llm.chunking import (
+    DEFAULT_COUNTER,
     SAFETY,
-    estimate_request,
-    estimate_text,
-    message_cost,
-    next_chunk,
+    RequestCounter,
     parse_overflow,
-    request_fits,
     shrink_limit,
 )
 from worker.llm.cooldown import CooldownStore, MemoryCooldownStore
@@ -42,7 +39,7 @@ from worker.llm.errors import (
 )
 from worker.llm.providers.base import Provider
 from worker.llm.retry_policy import Failure, RetryPolicy, decide
-from worker.llm.types import CancelToken, SummaryRequest, SummaryResult, Usage
+from worker.summarizer_types import CancelToken, SummaryRequest, SummaryResult, Usage
 
 __all__ = ["MAX_SHRINKS", "MIN_CHUNK_OUTPUT", "AttemptBudget", "JobSummarizer", "Router"]
 
@@ -123,7 +120,8 @@ def _chunkable(request: SummaryRequest) -> bool:
 class Router:
     def __init__(self, providers: Sequence[Provider], *, policy: RetryPolicy | None = None,
                  cooldown: CooldownStore | None = None, rng: Callable[[], float] = random.random,
-                 on_close: Callable[[], None] | None = None, max_shrinks: int = MAX_SHRINKS) -> None:
+                 on_close: Callable[[], None] | None = None, max_shrinks: int = MAX_SHRINKS,
+                 counter: RequestCounter = DEFAULT_COUNTER) -> None:
         if not providers:
             raise ValueError("the router needs at least one candidate")
         self.providers = list(providers)
@@ -132,6 +130,7 @@ class Router:
         self._rng = rng
         self._on_close = on_close
         self.max_shrinks = max_shrinks
+        self.counter = counter  # the configured tokenizer's counts (fit checks, chunk plans)
 
     def summarize(self, request: SummaryRequest, cancel: CancelToken | None = None) -> SummaryResult:
         """One request with its own attempt budget; use ``for_job()`` to share one per job."""
@@ -188,7 +187,7 @@ class Router:
         return int(window * SAFETY) - reserve
 
     def _fits(self, provider: Provider, request: SummaryRequest, window: int | None) -> bool:
-        return not window or request_fits(request, self._budget(provider, request, window))
+        return not window or self.counter.fits(request, self._budget(provider, request, window))
 
     def _larger_later(self, index: int, request: SummaryRequest, window: int | None) -> bool:
         """Is there a later usable candidate with a larger known window that fits the request?"""
@@ -209,7 +208,7 @@ class Router:
                 raise ContextOverflow(f"input does not fit the window of {window} tokens; "
                                       "a later candidate has a larger one", **who)
             if not _chunkable(request):
-                raise ContextOverflow(f"input of ~{estimate_request(request)} tokens does not fit "
+                raise ContextOverflow(f"input of ~{self.counter.request(request)} tokens does not fit "
                                       f"{_label(provider)} and this request cannot be split", **who)
             assert window is not None
             plan = _Plan(self._budget(provider, request, window), window, request.previous_summary)
@@ -220,7 +219,7 @@ class Router:
         except ContextOverflow as err:
             if self._larger_later(index, request, window) or not _chunkable(request):
                 raise
-            refused = _Refused(err, estimate_request(request), provider.output_reserve(max_tokens, request))
+            refused = _Refused(err, self.counter.request(request), provider.output_reserve(max_tokens, request))
         plan = _Plan(0, window, request.previous_summary)
         self._shrink(provider, request, plan, refused, call)
         return self._shrinking(index, provider, request, plan, call)
@@ -298,21 +297,21 @@ class Router:
         label = _label(provider)
         who: Who = {"provider": provider.candidate.provider, "model": provider.candidate.model}
         messages = list(request.conversation)
-        costs = [message_cost(m) for m in messages]
+        costs = [self.counter.message(m) for m in messages]
         while plan.start < len(messages):
-            sub, end = next_chunk(request, messages, costs, plan.start, plan.previous, plan.limit)
-            replaced = sum(costs[plan.start:end]) + estimate_text(plan.previous)
+            sub, end = self.counter.next_chunk(request, messages, costs, plan.start, plan.previous, plan.limit)
+            replaced = sum(costs[plan.start:end]) + self.counter.text(plan.previous)
             # An answer that merely fits the output budget must still be smaller than its input.
             max_tokens = min(self._max_tokens(provider, request, plan.window), max(MIN_CHUNK_OUTPUT, replaced // 2))
             try:
                 text = self._attempts(index, provider, sub, call, max_tokens)
             except ContextOverflow as err:
-                raise _Refused(err, estimate_request(sub), provider.output_reserve(max_tokens, sub)) from err
+                raise _Refused(err, self.counter.request(sub), provider.output_reserve(max_tokens, sub)) from err
             call.chunks += 1
-            call.note(f"{label}: chunk {call.chunks} (messages {plan.start}-{end - 1}, ~{estimate_request(sub)} "
+            call.note(f"{label}: chunk {call.chunks} (messages {plan.start}-{end - 1}, ~{self.counter.request(sub)} "
                       f"tokens, max_tokens {max_tokens})", level=logging.INFO)
-            if estimate_text(text) >= replaced:
-                raise SummaryNotSmaller(f"chunk summary (~{estimate_text(text)} tokens) is not smaller than "
+            if self.counter.text(text) >= replaced:
+                raise SummaryNotSmaller(f"chunk summary (~{self.counter.text(text)} tokens) is not smaller than "
                                         f"what it replaces (~{replaced} tokens)", **who)
             plan.previous, plan.start = text, end
         assert plan.previous is not None

@@ -12,7 +12,8 @@ from worker.service._errors import (
     LeaseLostError,
 )
 from worker.service._job import JobOutcome, run_job
-from worker.service._runtime import Runtime, build_runtime, worker_redis
+from worker.service.composition import build_runtime, worker_redis
+from worker.service.ports import Runtime
 
 __all__ = [
     "TRANSIENT",

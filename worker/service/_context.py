@@ -10,7 +10,7 @@ from api_client.session import JsonObject
 from api_client.wire import EventType, JobEvent, JobRecord, now_iso
 from worker.llm import Summarizer, SummaryResult, Usage
 from worker.service._control import JobControl
-from worker.service._runtime import Runtime
+from worker.service.ports import Runtime
 
 __all__ = [
     "JobContext",

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from types import TracebackType
 
 from api_client.errors import CompactorError
 from worker.service._errors import DeadlineExceededError, JobCancelled, JobStopped, LeaseLostError
-from worker.store.jobs import JobStore
+from worker.service.ports import SYSTEM_CLOCK, Clock, JobLeases
 from worker.store.leases import LeaseOutcome
 
 __all__ = ["JobControl"]
@@ -27,14 +26,15 @@ _POLL_S = 0.2  # the cancel flag is read at most this often
 class JobControl:
     """Cancel token + lease heartbeat for one delivery of one job (a context manager)."""
 
-    def __init__(self, jobs: JobStore, job_id: str, worker_id: str, *, deadline_s: float,
-                 lease_ttl_s: float) -> None:
+    def __init__(self, jobs: JobLeases, job_id: str, worker_id: str, *, deadline_s: float,
+                 lease_ttl_s: float, clock: Clock = SYSTEM_CLOCK) -> None:
         self.jobs = jobs
+        self.clock = clock
         self.job_id = job_id
         self.worker_id = worker_id
         self.deadline_s = deadline_s
         self.lease_ttl_s = lease_ttl_s
-        self.started = time.monotonic()
+        self.started = self.clock.monotonic()
         self.deadline = self.started + deadline_s
         self._stop: JobStopped | None = None
         self._next_poll = 0.0
@@ -45,7 +45,7 @@ class JobControl:
     def is_cancelled(self) -> bool:
         if self._stop is not None:
             return True
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if now >= self.deadline:
             self._stop = DeadlineExceededError(self.deadline_s)
         elif now >= self._next_poll:
@@ -69,7 +69,7 @@ class JobControl:
         return self._stop
 
     def elapsed_ms(self) -> int:
-        return int((time.monotonic() - self.started) * 1000)
+        return int((self.clock.monotonic() - self.started) * 1000)
 
     # -- lease heartbeat ---------------------------------------------------------------------
     def __enter__(self) -> JobControl:

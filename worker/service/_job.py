@@ -23,7 +23,7 @@ from worker.service._errors import (
     LeaseLostError,
 )
 from worker.service._prune import run_prune
-from worker.service._runtime import Runtime
+from worker.service.ports import Runtime
 from worker.store.leases import LeaseOutcome
 
 __all__ = ["JobOutcome", "run_job"]
@@ -79,7 +79,7 @@ def _run_leased(rt: Runtime, job_id: str) -> JobOutcome:
     log.info("job %s (%s) attempt %d started", job_id, record.kind.value, attempt)
     s = rt.settings
     with JobControl(rt.jobs, job_id, rt.worker_id, deadline_s=s.job_deadline_s,
-                    lease_ttl_s=s.lease_ttl_s) as control:
+                    lease_ttl_s=s.lease_ttl_s, clock=rt.clock) as control:
         ctx = JobContext(rt, record, control, rt.new_summarizer())
         try:
             success = _earlier_effect(ctx) or HANDLERS[record.kind](ctx)

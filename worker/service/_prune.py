@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 
 from api_client.session import dump_record
@@ -33,7 +32,7 @@ def _rewrites(ctx: JobContext, snap: Snapshot, plan: PrunePlan) -> list[tuple[st
     longer holds what was planned on (changed since the snapshot)."""
     by_id = snap.session.tree().by_id
     ids = list(plan.pruned_entry_ids)
-    now_ms = int(time.time() * 1000)  # one shared prunedAt, as the reference does
+    now_ms = int(ctx.rt.clock.time() * 1000)  # one shared prunedAt, as the reference does
     out: list[tuple[str, str, str]] = []
     for entry_id, line in zip(ids, ctx.rt.commits.lines(ctx.session_id, ids), strict=True):
         if line is None or json.loads(line) != by_id[entry_id].raw:

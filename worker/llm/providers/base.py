@@ -9,7 +9,7 @@ import httpx
 
 from worker.llm.errors import ModelCallError
 from worker.llm.settings import ModelCandidate
-from worker.llm.types import CancelToken, SummaryRequest, Usage
+from worker.summarizer_types import CancelToken, SummaryRequest, Usage
 
 __all__ = ["HttpContext", "Provider", "Reply", "as_int"]
 

@@ -20,7 +20,7 @@ from worker.llm.providers._facts import (
 )
 from worker.llm.providers.base import Reply
 from worker.llm.settings import ModelCandidate
-from worker.llm.types import CancelToken, SummaryRequest, Usage
+from worker.summarizer_types import CancelToken, SummaryRequest, Usage
 
 __all__ = ["ExtractiveProvider", "extractive_summary"]
 

@@ -17,7 +17,7 @@ from worker.llm.errors import (
 )
 from worker.llm.providers.base import HttpContext, Reply
 from worker.llm.settings import ModelCandidate
-from worker.llm.types import CancelToken, SummaryRequest, Usage
+from worker.summarizer_types import CancelToken, SummaryRequest, Usage
 
 __all__ = ["RemoteEndpointProvider", "check_endpoint_url", "is_loopback_host"]
 

@@ -1,6 +1,6 @@
 import pytest
 
-from worker.compaction.jsjson import js_json, js_len, js_number, js_sort_key
+from worker.jsjson import js_json, js_len, js_number, js_sort_key
 
 
 @pytest.mark.parametrize(
@@ -41,3 +41,11 @@ def test_js_sort_key_orders_by_utf16_code_units() -> None:
 @pytest.mark.parametrize(("number", "text"), [(0.0, "0"), (123456789.0, "123456789"), (1.5e300, "1.5e+300"), (5e-324, "5e-324")])
 def test_js_number(number: float, text: str) -> None:
     assert js_number(number) == text
+
+
+@pytest.mark.parametrize("start", range(0, 0x3000, 0x400))
+def test_the_fast_string_path_escapes_as_the_char_by_char_one(start: int) -> None:
+    from worker.jsjson import _escape_char
+
+    text = "".join(chr(c) for c in range(start, start + 0x400) if not 0xD800 <= c <= 0xDFFF) + "\n\"\\😀"
+    assert js_json(text) == '"' + "".join(_escape_char(c) for c in text) + '"'

@@ -1,7 +1,7 @@
-"""Operator commands over session files: ``session migrate`` and ``inspect ...``.
+"""What the file commands share: loading a session file, the path to a leaf, printing a result,
+and the ``session`` command group that file and runtime commands both add to.
 
-They answer "why did it cut here?" without Redis or a model, and are the contract that
-acceptance checks use: with ``--json`` each prints exactly one JSON object.
+With ``--json`` every command prints exactly one JSON object (the acceptance checks' contract).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import Any
 from api_client.errors import SessionFormatError
 from api_client.session import Entry, Session, load_session
 
-__all__ = ["load_file", "register", "session_subparsers"]
+__all__ = ["emit", "leaf_path", "load_file", "session_subparsers"]
+
 
 def session_subparsers(commands: Any) -> Any:
     """The shared ``session`` command group (runtime commands add import/export to it)."""
@@ -61,17 +62,3 @@ def _readable(payload: dict[str, Any]) -> str:
             value = f"{len(value)} items: {', '.join(map(str, value[:4]))}, ..., {', '.join(map(str, value[-2:]))}"
         lines.append(f"{key}: {value}")
     return "\n".join(lines)
-
-
-def _migrate(args: argparse.Namespace) -> int:
-    sys.stdout.write(load_file(args.file).to_jsonl())
-    return 0
-
-
-def register(commands: Any) -> None:
-    from worker.cli import _inspect
-
-    migrate = session_subparsers(commands).add_parser("migrate", help="print the session migrated to v3 JSONL")
-    migrate.add_argument("file", metavar="FILE")
-    migrate.set_defaults(handler=_migrate)
-    _inspect.register(commands)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from api_client.errors import ConfigurationError, JobError
+from worker.cli.session_files import session_subparsers
 
 if TYPE_CHECKING:
     from api_client import CompactionClient, JobHandle, JobRecord
@@ -272,8 +273,6 @@ def _job_options(parser: argparse.ArgumentParser) -> None:
 
 
 def register(commands: Any) -> None:
-    from worker.cli._files import session_subparsers
-
     worker = commands.add_parser("worker", help="run a Celery worker (extra args go to Celery)")
     worker.set_defaults(handler=_worker, accepts_extra=True)
     flower = commands.add_parser("flower", help="run Flower (extra args go to Flower)")

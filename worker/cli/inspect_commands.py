@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from worker.cli._files import emit, leaf_path, load_file
+from worker.cli.session_files import emit, leaf_path, load_file
 from worker.compaction import (
     CompactionSettings,
     build_session_context,
@@ -94,9 +94,8 @@ def _add_common(parser: argparse.ArgumentParser, *, leaf: bool = True, tokenizer
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def register(commands: Any) -> None:
-    from worker.cli import _prompt
-
+def register(commands: Any) -> Any:
+    """Add ``inspect`` and its views; returns its subcommands (``inspect prompt`` joins them)."""
     inspect = commands.add_parser("inspect", help="explain planning decisions for a session file")
     sub = inspect.add_subparsers(dest="inspect_command", required=True, metavar="WHAT")
     context = sub.add_parser("context", help="the session context of SPEC §4")
@@ -117,7 +116,7 @@ def register(commands: Any) -> None:
     branch.add_argument("--context-window", type=int, default=DEFAULT_CONTEXT_WINDOW)
     branch.add_argument("--reserve-tokens", type=int, default=16_384)
     branch.set_defaults(handler=_branch)
-    _prompt.register(sub)
+    return sub
 
 
 

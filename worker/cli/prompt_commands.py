@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from api_client.errors import PlanError
-from worker.cli._files import emit, leaf_path, load_file
+from worker.cli.session_files import emit, leaf_path, load_file
 from worker.compaction import (
     CompactionSettings,
     collect_entries_for_branch_summary,
@@ -25,7 +25,7 @@ from worker.compaction.summarize import (
     short_request,
     turn_prefix_request,
 )
-from worker.llm.types import SummaryRequest
+from worker.summarizer_types import SummaryRequest
 
 __all__ = ["register"]
 

@@ -1,4 +1,8 @@
-"""The model layer's interface (docs/CONTRACTS.md). Stdlib only: the pure core imports it."""
+"""The summarizer interface (docs/CONTRACTS.md) between the planner and the model layer.
+
+Stdlib only, and below both: ``worker.compaction`` builds these requests, ``worker.llm``
+answers them, and neither imports the other.
+"""
 
 from __future__ import annotations
 

@@ -1,0 +1,249 @@
+"""The worker's own cost beside the model, on the reference agent's large sessions.
+
+    .venv/bin/python bench/bench_overhead.py [--runs 3] [--no-redis]
+
+What one threshold compaction job does outside the model call, in the worker process: the prune
+pass, the plan, building the three requests and the router's fit checks (a candidate with a
+200k window that answers instantly), and counting the context after the commit. Measured:
+
+* ``cold``: the first plan of a fresh process (tiktoken's encoding already loaded: that is
+  process start-up, reported apart as ``encoding_load_ms``), median over ``--runs`` processes;
+* ``warm``: the same session planned again in that process (median of 5);
+* ``grow10``: the session grown by 10 % (copies of its last messages with changed text) planned
+  in the warm process: only the new entries should be tokenized;
+* ``redis``: snapshot load and the compaction commit against a private redis-server.
+
+Ratios: warm/cold, grow10/cold, and cold and warm as a share of a 2 s model call (the baseline).
+Targets (issue 13): warm ≤ 5 %, cold ≤ 10 % of 2 s; grow10 ≤ 15 % of cold. Results JSON goes to
+``bench/results/overhead.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO.parent.parent / "shared" / "fixtures" / "pi"
+if not FIXTURES.is_dir():
+    FIXTURES = Path("/work/shared/fixtures/pi")
+RESULTS = REPO / "bench" / "results"
+SESSIONS = ("large-session", "before-compaction")
+MODEL_CALL_MS = 2000.0  # the baseline: one summarization call of a hosted model
+WINDOW = 200_000
+
+
+# --- the child: one fresh process, one session ----------------------------------------------
+def _grown(text: str, share: float = 0.10) -> str:
+    """``text`` with copies of its last message entries appended (texts changed) until the
+    session is ``share`` larger."""
+    lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+    messages = [e for e in lines if e.get("type") == "message"]
+    target, added, out = len(text) * share, 0, list(lines)
+    leaf = lines[-1].get("id")
+    index = 0
+    while added < target:
+        source = messages[-1 - (index % len(messages))]
+        copy = _changed(json.loads(json.dumps(source)), index)
+        copy["id"], copy["parentId"] = uuid.uuid4().hex[:8], leaf
+        leaf = copy["id"]
+        out.append(copy)
+        added += len(json.dumps(copy))
+        index += 1
+    return "\n".join(json.dumps(e, ensure_ascii=False) for e in out) + "\n"
+
+
+def _changed(value: Any, salt: int) -> Any:
+    if isinstance(value, dict):
+        return {k: (f"[copy {salt}] {v}" if k in ("text", "thinking", "output") and isinstance(v, str)
+                    else _changed(v, salt)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_changed(v, salt) for v in value]
+    return value
+
+
+def _router(tokenizer_name: str) -> Any:
+    from worker.llm.chunking import RequestCounter
+    from worker.llm.providers.base import Reply
+    from worker.llm.router import Router
+    from worker.llm.settings import ModelCandidate
+    from worker.summarizer_types import Usage
+    from worker.tokens import get_tokenizer
+
+    class Instant:
+        candidate = ModelCandidate(provider="openai", model="bench", context_window=WINDOW)
+        uses_http = False
+
+        def problem(self) -> None:
+            return None
+
+        def output_reserve(self, max_tokens: int, request: Any) -> int:
+            return max_tokens
+
+        def complete(self, request: Any, max_tokens: int, cancel: Any) -> Reply:
+            return Reply("## Goal\nBenchmark summary.", Usage(100, 10))
+
+    return Router([Instant()], counter=RequestCounter(get_tokenizer(tokenizer_name)))
+
+
+def _job(path: list[Any], tokenizer: Any, router: Any) -> None:
+    """The worker's part of a threshold compaction job, without Redis."""
+    from api_client.session import SessionTree, parse_entry
+    from worker.compaction import (
+        CompactionSettings,
+        build_session_context,
+        compact,
+        plan_prune,
+        prepare_compaction,
+    )
+
+    plan_prune(path, tokenizer)
+    prep = prepare_compaction(path, CompactionSettings(), tokenizer)
+    assert prep is not None
+    outcome = compact(prep, router.for_job())
+    entry = {"type": "compaction", "id": "benchcmp", "parentId": path[-1].id,
+             "timestamp": "2025-01-01T00:00:00.000Z", "summary": outcome.summary,
+             "firstKeptEntryId": outcome.first_kept_entry_id, "tokensBefore": outcome.tokens_before}
+    tree = SessionTree([*path, parse_entry(entry)])
+    context = build_session_context(tree, "benchcmp", strict=False)
+    sum(tokenizer.count(m.message) for m in context.messages)
+
+
+def _path_of(text: str) -> list[Any]:
+    from api_client.session import load_session
+
+    tree = load_session(text).tree()
+    return list(tree.path_to(tree.leaf_id))
+
+
+def _ms(fn: Any) -> float:
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1000
+
+
+def child(name: str, tokenizer_name: str) -> dict[str, Any]:
+    from worker.compaction import get_tokenizer
+
+    text = (FIXTURES / f"{name}.jsonl").read_text(encoding="utf-8")
+    path, grown = _path_of(text), _path_of(_grown(text))
+    tokenizer = get_tokenizer(tokenizer_name)
+    load = 0.0
+    if tokenizer_name == "tiktoken":
+        from worker.tokens import TiktokenTokenizer
+
+        load = _ms(TiktokenTokenizer.encoding)
+    router = _router(tokenizer_name)
+    cold = _ms(lambda: _job(path, tokenizer, router))
+    warm = statistics.median(_ms(lambda: _job(path, tokenizer, router)) for _ in range(5))
+    grow = _ms(lambda: _job(grown, tokenizer, router))
+    from worker.tokens import TOKEN_CACHE
+
+    return {"entries": len(path), "grown_entries": len(grown), "encoding_load_ms": load,
+            "cold_ms": cold, "warm_ms": warm, "grow10_ms": grow, "cache_entries": len(TOKEN_CACHE)}
+
+
+# --- Redis: the snapshot load and the commit --------------------------------------------------
+def redis_part(name: str, runs: int = 5) -> dict[str, float]:
+    import redis
+
+    from api_client.keys import KeyLayout
+    from api_client.session_store import SessionStore
+    from worker.demo import embedded_redis
+    from worker.store import CommitStore
+
+    text = (FIXTURES / f"{name}.jsonl").read_text(encoding="utf-8")
+    with embedded_redis() as url:
+        client = redis.Redis.from_url(url, decode_responses=True)
+        layout = KeyLayout()
+        sessions, commits = SessionStore(client, layout), CommitStore(client, layout)
+        sid = sessions.import_jsonl(text)
+        loads, commit_ms = [], []
+        for _ in range(runs):
+            snap: Any = None
+
+            def load() -> None:
+                nonlocal snap
+                snap = sessions.load(sid)
+
+            loads.append(_ms(load))
+            first = snap.session.tree().path_to(snap.leaf_id)[-1].id
+            entry = {"type": "compaction", "timestamp": "2025-01-01T00:00:00.000Z",
+                     "summary": "## Goal\nBenchmark summary.", "firstKeptEntryId": first,
+                     "tokensBefore": 1}
+            job = layout.new_job_id(sid)
+            client.hset(layout.job(job).record, mapping={"state": "running"})
+            outcome: Any = None
+
+            def commit() -> None:
+                nonlocal outcome
+                outcome = commits.append_entry(job, snap.leaf_id, entry, {})  # noqa: B023
+
+            commit_ms.append(_ms(commit))
+            assert outcome.applied, outcome
+        client.close()
+    return {"snapshot_load_ms": statistics.median(loads), "commit_ms": statistics.median(commit_ms)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--no-redis", action="store_true")
+    parser.add_argument("--child", nargs=2, metavar=("SESSION", "TOKENIZER"))
+    parser.add_argument("--out", default=str(RESULTS / "overhead.json"))
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(*args.child)))
+        return
+    report: dict[str, Any] = {"baseline": f"one model call of {MODEL_CALL_MS:.0f} ms", "sessions": {}}
+    for name in SESSIONS:
+        if not (FIXTURES / f"{name}.jsonl").exists():
+            print(f"{name}: fixture missing, skipped")
+            continue
+        for tok in ("tiktoken", "estimate"):
+            samples = [json.loads(subprocess.run(
+                [sys.executable, __file__, "--child", name, tok], capture_output=True, check=True,
+                text=True, cwd=REPO).stdout) for _ in range(args.runs)]
+            row: dict[str, Any] = {k: statistics.median(s[k] for s in samples) for k in samples[0]}
+            row.update(_ratios(row))
+            if tok == "tiktoken" and not args.no_redis:
+                row.update(redis_part(name))
+                row["cold_with_redis_of_model_call"] = (
+                    row["cold_ms"] + row["snapshot_load_ms"] + row["commit_ms"]) / MODEL_CALL_MS
+                row["warm_with_redis_of_model_call"] = (
+                    row["warm_ms"] + row["snapshot_load_ms"] + row["commit_ms"]) / MODEL_CALL_MS
+            report["sessions"][f"{name}/{tok}"] = row
+            _print(f"{name}/{tok}", row)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {args.out}")
+
+
+def _ratios(row: dict[str, Any]) -> dict[str, float]:
+    return {"warm_of_cold": row["warm_ms"] / row["cold_ms"],
+            "grow10_of_cold": row["grow10_ms"] / row["cold_ms"],
+            "cold_of_model_call": row["cold_ms"] / MODEL_CALL_MS,
+            "warm_of_model_call": row["warm_ms"] / MODEL_CALL_MS}
+
+
+def _print(label: str, row: dict[str, Any]) -> None:
+    line = (f"{label:30s} cold {row['cold_ms']:7.1f} ms ({row['cold_of_model_call']:6.1%} of 2 s)  "
+            f"warm {row['warm_ms']:6.1f} ms ({row['warm_of_model_call']:6.1%}; "
+            f"{row['warm_of_cold']:5.1%} of cold)  +10 % {row['grow10_ms']:6.1f} ms "
+            f"({row['grow10_of_cold']:5.1%} of cold)")
+    if "snapshot_load_ms" in row:
+        line += (f"\n{'':30s} snapshot load {row['snapshot_load_ms']:.1f} ms, commit "
+                 f"{row['commit_ms']:.1f} ms; cold+redis {row['cold_with_redis_of_model_call']:.1%}, "
+                 f"warm+redis {row['warm_with_redis_of_model_call']:.1%} of 2 s")
+    print(line)
+
+
+if __name__ == "__main__":
+    main()

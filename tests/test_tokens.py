@@ -1,0 +1,158 @@
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from api_client.session import load_session
+from helpers.sessions import assistant, chain, chars, tool_result, user
+from worker.compaction import CompactionSettings, compact, plan_prune, prepare_compaction
+from worker.summarizer_types import SummaryResult, Usage
+from worker.tokens import EstimateTokenizer, TiktokenTokenizer, TokenCache, get_tokenizer
+from worker.tokens.counting import SEGMENT_MIN_CHARS, segments
+
+IMAGE = {"type": "image", "data": "AAAA", "mimeType": "image/png"}
+EST = EstimateTokenizer()
+
+
+@pytest.mark.parametrize(
+    ("message", "tokens"),
+    [
+        (user(chars(9)), 3),
+        ({"role": "user", "content": [{"type": "text", "text": chars(8)}, IMAGE]}, 2),  # images count 0 for users
+        ({"role": "user", "content": 42}, 0),
+        (assistant(chars(3), tools=[("read", {"path": "a"})]), 5),  # 3 + len("read") + len('{"path":"a"}')=12 -> ceil(19/4)
+        ({"role": "assistant", "content": [{"type": "thinking", "thinking": chars(8)}]}, 2),
+        (tool_result(chars(4)), 1),
+        ({"role": "toolResult", "content": [IMAGE]}, 1200),
+        ({"role": "toolResult", "content": "abcde"}, 2),
+        ({"role": "bashExecution", "command": "ls", "output": chars(6)}, 2),
+        ({"role": "bashExecution", "command": "ls", "output": chars(6), "excludeFromContext": True}, 2),
+        ({"role": "compactionSummary", "summary": chars(40)}, 10),
+        ({"role": "branchSummary", "summary": chars(41)}, 11),
+        # Q1: custom counts its converted text; an image 4800 chars.
+        ({"role": "custom", "customType": "t", "content": chars(16), "display": True}, 4),
+        ({"role": "custom", "customType": "t", "content": [IMAGE], "display": True}, 1200),
+        ({"role": "hookMessage", "customType": "t", "content": chars(16)}, 4),
+        ({"role": "pythonExecution", "code": "x", "output": "", "exitCode": 0, "excludeFromContext": True}, 0),
+        # "Ran Python:\n```python\nx\n```\n(no output)" = 38 chars -> 10
+        ({"role": "pythonExecution", "code": "x", "output": "", "exitCode": 0}, 10),
+        ({"role": "unknownRole", "content": chars(100)}, 0),
+        ({"role": "user", "content": "😀😀"}, 1),  # 4 UTF-16 units
+    ],
+)
+def test_estimate(message: dict, tokens: int) -> None:
+    assert EST.count(message) == tokens
+
+
+def test_tiktoken_counts_cl100k_offline() -> None:
+    tok = TiktokenTokenizer()
+    assert tok.count(user("hello world")) == 2
+    assert tok.count({"role": "toolResult", "content": [IMAGE]}) == 1200
+
+
+def test_tiktoken_cache_reuses_counts_of_old_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    tok = TiktokenTokenizer()
+    text = "some tool output " * 200
+    first = tok.count(tool_result(text))
+
+    def no_encoding() -> None:
+        raise AssertionError("old text was tokenized again")
+
+    monkeypatch.setattr(tok, "encoding", no_encoding)
+    assert tok.count(tool_result(str(text))) == first  # an equal string from a fresh snapshot
+
+
+def test_get_tokenizer_rejects_unknown_names() -> None:
+    with pytest.raises(ValueError, match="unknown tokenizer"):
+        get_tokenizer("bpe")
+    assert get_tokenizer("estimate") is get_tokenizer("estimate")
+
+
+# --- the content-keyed cache (worker.tokens.cache) -----------------------------------------------
+def test_the_cache_is_bounded_and_evicts_the_least_recently_used() -> None:
+    cache = TokenCache(max_entries=3)
+    for text in ("a", "b", "c"):
+        cache.count(text, len)
+    cache.count("a", lambda _: 99)  # a hit: "a" becomes the most recent
+    cache.count("d", len)  # evicts "b"
+    assert len(cache) == 3
+    assert cache.count("a", lambda _: 99) == 1
+    assert cache.count("b", lambda _: 99) == 99  # counted again
+    cache.resize(1)
+    assert len(cache) == 1
+
+
+def test_the_cache_is_keyed_by_content_not_by_the_string_object() -> None:
+    cache = TokenCache()
+    calls: list[str] = []
+    text = "tool output " * 100
+    assert cache.count(text, lambda t: calls.append(t) or 7) == 7
+    assert cache.count("".join(["tool output "] * 100), lambda t: calls.append(t) or 0) == 7
+    assert len(calls) == 1 and cache.hits == 1 and cache.misses == 1
+
+
+def test_eight_threads_share_one_cache_and_agree_on_every_count() -> None:
+    cache = TokenCache(max_entries=500)
+    tok = TiktokenTokenizer(cache)
+    texts = [f"message {i}: " + "word " * (i % 50) for i in range(1000)]
+    expected = [len(tok.encoding().encode(t)) for t in texts]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(lambda _: [tok.count_text(t) for t in texts], range(8)))
+    assert all(r == expected for r in results)
+    assert len(cache) <= 500
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[User]: hi\n[Assistant]: hello\n\n[Tool result]: x\n" * 100,
+        "a\n[b" * 2000,
+        "'s\n['s\n\n\n[ \n[\n[\t[x]\n [y]\r\n[z]" * 300,
+        "123\n[456]\n[789" * 700,
+        "punct!!\n[¿qué?]\n[😀]\n\n\n[end" * 400,
+    ],
+)
+def test_segmented_counts_equal_the_count_of_the_whole_text(text: str) -> None:
+    tok = TiktokenTokenizer()
+    assert len(text) > SEGMENT_MIN_CHARS and len(segments(text)) > 1
+    assert tok.count_text(text) == len(tok.encoding().encode(text, disallowed_special=()))
+
+
+def _requests(path: list[Any]) -> list[str]:
+    prep = prepare_compaction(path, CompactionSettings(), get_tokenizer("estimate"))
+    assert prep is not None
+    seen: list[str] = []
+
+    class Recorder:
+        def summarize(self, request: Any, cancel: Any = None) -> SummaryResult:
+            seen.append(request.prompt)
+            return SummaryResult("summary", "m", "p", Usage(), 1)
+
+    compact(prep, Recorder())
+    return seen
+
+
+def test_segmented_counts_are_exact_on_the_reference_prompts(pi_file: Path) -> None:
+    tree = load_session(pi_file.read_text(encoding="utf-8")).tree()
+    tok = TiktokenTokenizer()
+    for prompt in _requests(list(tree.path_to(tree.leaf_id))):
+        assert tok.count_text(prompt) == len(tok.encoding().encode(prompt, disallowed_special=()))
+
+
+def test_a_grown_session_tokenizes_only_its_new_text(pi_file: Path) -> None:
+    text = pi_file.read_text(encoding="utf-8")
+    tree = load_session(text).tree()
+    path = list(tree.path_to(tree.leaf_id))
+    new = [{"type": "message", "id": "n1", "parentId": path[-1].id, "message": user("[new] " + "fresh words " * 50)},
+           {"type": "message", "id": "n2", "parentId": "n1", "message": assistant("[new] answer")}]
+    grown = [*path, *chain(*new)]
+    tok = TiktokenTokenizer()
+    prepare_compaction(path, CompactionSettings(), tok)
+    plan_prune(path, tok)
+    encoded: list[str] = []
+    real = tok._encoded_len
+    tok._encoded_len = lambda t: encoded.append(t) or real(t)  # type: ignore[method-assign]
+    prepare_compaction(grown, CompactionSettings(), tok)
+    plan_prune(grown, tok)
+    assert encoded and all("[new]" in t for t in encoded)

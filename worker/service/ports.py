@@ -1,0 +1,171 @@
+"""What the service sees of its collaborators: small Protocols, and the bundle a job runs with.
+
+The service (``run_job`` and the job kinds) depends only on these. The Redis implementations
+(``api_client``'s session and job stores, ``worker.store.CommitStore``), the pluggy hook runner
+and the model router are wired in one place, ``worker.service.composition``; tests/service runs
+the service on in-memory implementations of the same Protocols.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from api_client.session import Entry, JsonObject
+from api_client.session_store import Snapshot
+from api_client.wire import JobEvent, JobRecord, JobState
+from worker.compaction import CompactionSettings, Preparation
+from worker.hooks import (
+    BeforeCompactResult,
+    BeforeTreeResult,
+    CancelSignal,
+    CompactingResult,
+    TreePreparation,
+)
+from worker.settings import WorkerSettings
+from worker.store import CommitOutcome
+from worker.store.leases import LeaseOutcome
+from worker.summarizer_types import Summarizer
+from worker.tokens import Tokenizer
+
+__all__ = [
+    "SYSTEM_CLOCK",
+    "Clock",
+    "Commits",
+    "Hooks",
+    "JobLeases",
+    "JobRecords",
+    "Runtime",
+    "Sessions",
+]
+
+log = logging.getLogger("worker.service")
+
+
+class Sessions(Protocol):
+    """Snapshots of a session (entries, stored leaf, revision) in one read."""
+
+    def load(self, session_id: str) -> Snapshot: ...
+
+
+class Commits(Protocol):
+    """The conditional writes of a job (one per job: its recorded effect) and what they read."""
+
+    def effect(self, job_id: str) -> str | None: ...
+
+    def entry(self, session_id: str, entry_id: str) -> JsonObject | None: ...
+
+    def lines(self, session_id: str, entry_ids: Sequence[str]) -> list[str | None]: ...
+
+    def append_entry(self, job_id: str, snapshot_leaf: str | None, entry: Mapping[str, Any],
+                     result: Mapping[str, Any]) -> CommitOutcome: ...
+
+    def branch(self, job_id: str, snapshot_leaf: str | None, destination: str | None,
+               entry: Mapping[str, Any] | None, result: Mapping[str, Any]) -> CommitOutcome: ...
+
+    def rewrite(self, job_id: str, rewrites: Sequence[tuple[str, str, str]],
+                result: Mapping[str, Any] | None, *,
+                snapshot_leaf: str | None = None) -> CommitOutcome: ...
+
+
+class JobLeases(Protocol):
+    """Who runs a job now, and whether it should stop (``JobControl`` polls these)."""
+
+    def acquire_lease(self, job_id: str, worker_id: str, ttl_s: float) -> LeaseOutcome: ...
+
+    def renew_lease(self, job_id: str, worker_id: str, ttl_s: float) -> bool: ...
+
+    def release_lease(self, job_id: str, worker_id: str) -> bool: ...
+
+    def is_cancel_requested(self, job_id: str) -> bool: ...
+
+
+class JobRecords(JobLeases, Protocol):
+    """A job's record and events, from the worker's side."""
+
+    def mark_running(self, job_id: str, attempt: int | None = None) -> int | None: ...
+
+    def get(self, job_id: str) -> JobRecord: ...
+
+    def publish(self, event: JobEvent) -> str: ...
+
+    def finish(self, job_id: str, state: JobState | str, *, event: JobEvent | None = None,
+               record: JobRecord | None = None, **result: Any) -> bool: ...
+
+
+class Hooks(Protocol):
+    """The hook events the service dispatches (SPEC §13); ``worker.hooks.HookRunner``."""
+
+    def before_compact(self, preparation: Preparation, branch_entries: Sequence[Entry],
+                       custom_instructions: str | None, cancel: CancelSignal | None, *,
+                       session_id: str | None = None) -> BeforeCompactResult | None: ...
+
+    def compacting(self, session_id: str | None, messages: Sequence[Mapping[str, Any]], *,
+                   cancel: CancelSignal | None = None) -> CompactingResult | None: ...
+
+    def compact_done(self, entry: Mapping[str, Any], from_extension: bool, *,
+                     session_id: str | None = None) -> None: ...
+
+    def before_tree(self, preparation: Mapping[str, Any] | TreePreparation,
+                    cancel: CancelSignal | None, *,
+                    session_id: str | None = None) -> BeforeTreeResult | None: ...
+
+    def tree_done(self, new_leaf_id: str | None, old_leaf_id: str | None,
+                  summary_entry: Mapping[str, Any] | None, from_extension: bool | None, *,
+                  session_id: str | None = None) -> None: ...
+
+
+class Clock(Protocol):
+    def monotonic(self) -> float:
+        """Seconds for deadlines and durations."""
+        ...
+
+    def time(self) -> float:
+        """Wall-clock seconds since the epoch (``prunedAt``)."""
+        ...
+
+
+class _SystemClock:
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def time(self) -> float:
+        return time.time()
+
+
+SYSTEM_CLOCK: Clock = _SystemClock()
+
+
+@dataclass
+class Runtime:
+    """Everything a worker process shares between jobs (built by ``composition.build_runtime``)."""
+
+    settings: WorkerSettings
+    sessions: Sessions
+    jobs: JobRecords
+    commits: Commits
+    tokenizer: Tokenizer
+    hooks: Hooks
+    # A fresh summarizer per job (the router's per-job attempt budget).
+    new_summarizer: Callable[[], Summarizer]
+    clock: Clock = SYSTEM_CLOCK
+    on_close: list[Callable[[], Any]] = field(default_factory=list)
+
+    @property
+    def worker_id(self) -> str:
+        return self.settings.worker_id
+
+    @property
+    def compaction_settings(self) -> CompactionSettings:
+        return CompactionSettings(keep_recent_tokens=self.settings.keep_recent_tokens,
+                                  reserve_tokens=self.settings.reserve_tokens)
+
+    def close(self) -> None:
+        for fn in self.on_close:
+            try:
+                fn()
+            except Exception as err:  # closing must not mask the reason of a shutdown
+                log.warning("runtime close: %s", err)

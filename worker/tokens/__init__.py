@@ -1,0 +1,33 @@
+"""Token counting: a leaf that the planner (``worker.compaction``) and the model layer
+(``worker.llm``) both import, and that imports neither (tests/test_purity.py pins it).
+
+One process-wide tokenizer per name (``get_tokenizer``), so every job and both layers share
+one token cache.
+"""
+
+from worker.tokens.cache import TOKEN_CACHE, TokenCache
+from worker.tokens.counting import (
+    IMAGE_CHARS,
+    EstimateTokenizer,
+    MessageText,
+    TiktokenTokenizer,
+    Tokenizer,
+    TokenizerName,
+    ceil4,
+    get_tokenizer,
+    message_text,
+)
+
+__all__ = [
+    "IMAGE_CHARS",
+    "TOKEN_CACHE",
+    "EstimateTokenizer",
+    "MessageText",
+    "TiktokenTokenizer",
+    "TokenCache",
+    "Tokenizer",
+    "TokenizerName",
+    "ceil4",
+    "get_tokenizer",
+    "message_text",
+]

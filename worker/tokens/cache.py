@@ -1,0 +1,73 @@
+"""The process-wide token cache: counts of texts, keyed by a digest of their content.
+
+One instance (``TOKEN_CACHE``) serves every job of the process and both layers (the planner's
+message counts and the model layer's prompt counts), so a session that grew since the last plan
+costs only its new text: equal text in a fresh snapshot has the same key.
+
+Bounded: at most ``max_entries`` counts, least recently used evicted first. A key is a 16-byte
+BLAKE2b digest, not the text itself, so memory does not grow with the size of the texts: an
+entry costs about 200 bytes (digest, count, the LRU's links), 100 000 entries about 20 MB
+(``COMPACTOR_TOKEN_CACHE_ENTRIES``). Thread-safe (one lock; threads-pool workers share it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+
+__all__ = ["DEFAULT_ENTRIES", "TOKEN_CACHE", "TokenCache", "content_key"]
+
+DEFAULT_ENTRIES = 100_000
+
+
+def content_key(text: str) -> bytes:
+    """A 16-byte digest of ``text`` (lone surrogates allowed: session JSON may carry them)."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+class TokenCache:
+    """An LRU map from a text's digest to its token count."""
+
+    def __init__(self, max_entries: int = DEFAULT_ENTRIES) -> None:
+        self._counts: OrderedDict[bytes, int] = OrderedDict()
+        self._lock = threading.Lock()
+        self.max_entries = max_entries
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._counts)
+
+    def count(self, text: str, counter: Callable[[str], int]) -> int:
+        """The cached count of ``text``, else ``counter(text)`` (outside the lock), remembered."""
+        key = content_key(text)
+        with self._lock:
+            known = self._counts.get(key)
+            if known is not None:
+                self._counts.move_to_end(key)
+                self.hits += 1
+                return known
+            self.misses += 1
+        counted = counter(text)
+        with self._lock:
+            self._counts[key] = counted
+            while len(self._counts) > self.max_entries:
+                self._counts.popitem(last=False)
+        return counted
+
+    def resize(self, max_entries: int) -> None:
+        """Keep at most ``max_entries`` counts from now on (0: cache nothing)."""
+        with self._lock:
+            self.max_entries = max(0, max_entries)
+            while len(self._counts) > self.max_entries:
+                self._counts.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._counts.clear()
+            self.hits = self.misses = 0
+
+
+TOKEN_CACHE = TokenCache()
