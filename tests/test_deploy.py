@@ -51,3 +51,55 @@ def test_compose_config_when_a_compose_cli_is_installed() -> None:
     result = subprocess.run([*command, "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True,
                             env={"PATH": "/usr/bin:/bin", "FLOWER_BASIC_AUTH": "a:b"}, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+# -- the Grafana dashboard ----------------------------------------------------------------------
+DASHBOARD = REPO / "deploy" / "grafana-dashboard.json"
+_SUFFIXES = ("_bucket", "_count", "_sum")
+
+
+def _dashboard_exprs() -> list[str]:
+    import json
+
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+    return [target["expr"] for panel in panels for target in panel["targets"]]
+
+
+def _metric(name: str) -> str:
+    from worker.metrics import METRIC_LABELS
+
+    if name in METRIC_LABELS:
+        return name
+    for suffix in _SUFFIXES:
+        if name.endswith(suffix) and name.removesuffix(suffix) in METRIC_LABELS:
+            return name.removesuffix(suffix)
+    raise AssertionError(f"the dashboard queries {name}, which worker/metrics.py does not export")
+
+
+@pytest.mark.parametrize("expr", _dashboard_exprs())
+def test_every_dashboard_query_uses_exported_metrics_and_labels(expr: str) -> None:
+    from worker.metrics import METRIC_LABELS
+
+    names = re.findall(r"\bcompactor_[a-z_]+", expr)
+    assert names, "a panel that queries no Compactor metric"
+    labels: set[str] = set()
+    for name in names:
+        metric = _metric(name)
+        labels |= set(METRIC_LABELS[metric]) | ({"le"} if name.endswith("_bucket") else set())
+    used = set(re.findall(r"by \(([^)]*)\)", expr))
+    grouped = {label.strip() for group in used for label in group.split(",")}
+    matched = set(re.findall(r"([a-z_]+)=~?\"", expr))
+    assert grouped | matched <= labels, f"labels {sorted((grouped | matched) - labels)} not on {names}"
+
+
+def test_the_dashboard_covers_what_on_call_needs() -> None:
+    import json
+
+    dashboard = json.loads(DASHBOARD.read_text())
+    queried = {_metric(n) for e in _dashboard_exprs() for n in re.findall(r"\bcompactor_[a-z_]+", e)}
+    from worker.metrics import METRIC_NAMES
+
+    assert queried == set(METRIC_NAMES)  # every metric has a panel
+    ids = [panel["id"] for panel in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+    assert {p["datasource"]["uid"] for p in dashboard["panels"]} == {"${datasource}"}

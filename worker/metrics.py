@@ -37,6 +37,7 @@ from prometheus_client import (
 __all__ = [
     "DEFAULT_ADDRESS",
     "DEFAULT_PORT",
+    "METRIC_LABELS",
     "METRIC_NAMES",
     "Probe",
     "enabled",
@@ -77,8 +78,11 @@ _DEFINITIONS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
      "Cost of successful model calls at the candidate's configured prices (USD)", ("candidate",)),
 )
 # Served by the scrape-time collector of worker.queue_depth (not stored per process).
-_SCRAPED = ("compactor_queue_depth", "compactor_broker_up")
-METRIC_NAMES: tuple[str, ...] = (*(d[0] for d in _DEFINITIONS), *_SCRAPED)
+_SCRAPED: dict[str, tuple[str, ...]] = {"compactor_queue_depth": ("queue",),
+                                        "compactor_broker_up": ()}
+# Every exported metric and its labels (the dashboard test checks its queries against these).
+METRIC_LABELS: dict[str, tuple[str, ...]] = {**{d[0]: d[3] for d in _DEFINITIONS}, **_SCRAPED}
+METRIC_NAMES: tuple[str, ...] = tuple(METRIC_LABELS)
 
 
 class Probe(Protocol):
