@@ -170,3 +170,16 @@ def test_the_dashboard_covers_what_on_call_needs() -> None:
     ids = [panel["id"] for panel in dashboard["panels"]]
     assert len(ids) == len(set(ids))
     assert {p["datasource"]["uid"] for p in dashboard["panels"]} == {"${datasource}"}
+
+
+def test_the_readme_documents_every_metric_and_the_port() -> None:
+    from worker.metrics import DEFAULT_ADDRESS, DEFAULT_PORT, METRIC_LABELS
+
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Metrics"):readme.index("## Deploying")]
+    rows = dict(re.findall(r"^\| `(compactor_[a-z_]+)` \| [a-z]+ \| ([^|]*) \|", section, re.M))
+    assert set(rows) == set(METRIC_LABELS)
+    for name, labels in METRIC_LABELS.items():
+        assert set(re.findall(r"`([a-z_]+)`", rows[name])) == set(labels), name
+    assert "COMPACTOR_METRICS_PORT" in section and str(DEFAULT_PORT) in section
+    assert f"`{DEFAULT_ADDRESS}`" in section
