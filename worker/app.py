@@ -18,11 +18,12 @@ from kombu.entity import Queue
 
 from api_client.wire import BROKER_TRANSPORT_OPTIONS, QUEUE_COMPACT, QUEUES
 from worker import metrics
+from worker.health import HealthStep, worker_health
 from worker.llm import Summarizer
 from worker.service import Runtime, build_runtime
 from worker.settings import WorkerSettings, check_startup
 
-__all__ = ["CompactorCelery", "broker_transport_options", "create_app"]
+__all__ = ["CompactorCelery", "broker_transport_options", "create_app", "start_metrics"]
 
 log = logging.getLogger("worker.app")
 
@@ -108,17 +109,31 @@ class StartupCheck(bootsteps.Step):  # type: ignore[misc]
         app: CompactorCelery = worker.app
         settings: WorkerSettings = app.compactor_settings
         check_startup(settings)
-        if settings.metrics_port is not None:
-            if settings.pool == "threads":
-                metrics.start(settings.metrics_port)
-            else:
-                log.warning("metrics are served by threads-pool workers only; not started")
+        if settings.metrics_enabled:
+            start_metrics(settings)
         if settings.pool == "prefork":
             # Children build their own runtime after the fork; load it once here to fail early.
             build_runtime(settings, summarizer=app._summarizer).close()
         else:
             app.runtime()
         super().__init__(worker, **kwargs)
+
+
+def start_metrics(settings: WorkerSettings) -> None:
+    """Serve /metrics, /livez and /readyz (main process; before a prefork pool forks)."""
+    import redis
+
+    from worker.queue_depth import QueueDepthCollector
+
+    depth = QueueDepthCollector(settings.resolved_broker_url, QUEUES)
+    health = worker_health()
+    # Probes must answer within their timeout: a client of their own with short timeouts.
+    sessions = redis.Redis.from_url(settings.redis_url, socket_timeout=2, socket_connect_timeout=2)
+    health.dependencies = {"redis": sessions.ping, "broker": depth.read}
+    assert settings.metrics_port
+    metrics.start(settings.metrics_port, address=str(settings.metrics_address),
+                  multiprocess_mode=settings.pool == "prefork", collectors=[depth],
+                  live=health.live, ready=health.ready)
 
 
 def create_app(settings: WorkerSettings | None = None, *,
@@ -132,6 +147,7 @@ def create_app(settings: WorkerSettings | None = None, *,
                           backend=settings.resolved_result_backend, set_as_current=False)
     configure(app, settings)
     app.steps["worker"].add(StartupCheck)
+    app.steps["consumer"].add(HealthStep)
     register_tasks(app)
     return app
 

@@ -1,54 +1,255 @@
-"""Optional Prometheus metrics of a worker process (``COMPACTOR_METRICS_PORT`` turns them on).
+"""Prometheus metrics of a worker (``COMPACTOR_METRICS_PORT`` turns them on; README "Metrics").
 
-Counts jobs by kind and final state, stale re-plans, and job durations; served at
-``http://<worker>:<port>/metrics``. With the prefork pool every child has its own counters, so
-serve them only from a threads-pool worker (the default); elsewhere this module stays off.
+:func:`start` defines the metrics and serves them at ``http://<address>:<port>/metrics`` next to
+the probes ``/livez`` and ``/readyz`` (:mod:`worker.health`). Until it runs, every ``observe_*``
+call is a no-op, so the service and the router call them unconditionally.
+
+Pools: the threads pool counts in this process. The prefork pool counts in its children, so
+:func:`start` switches prometheus_client to its multiprocess mode first (one file per process in a
+fresh directory, summed at scrape time by the main process, which serves the endpoint).
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
+import shutil
+import socket
+import tempfile
 import threading
-from typing import Any
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Protocol
 
-__all__ = ["enabled", "observe_job", "observe_stale", "start"]
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+    multiprocess,
+    values,
+)
+
+__all__ = [
+    "DEFAULT_ADDRESS",
+    "DEFAULT_PORT",
+    "METRIC_LABELS",
+    "METRIC_NAMES",
+    "Probe",
+    "enabled",
+    "observe_job",
+    "observe_model_call",
+    "observe_stale",
+    "observe_started",
+    "server_address",
+    "start",
+]
 
 log = logging.getLogger("worker.metrics")
+
+DEFAULT_PORT = 9808  # what compose and the Kubernetes manifests use
+DEFAULT_ADDRESS = "127.0.0.1"  # loopback unless told otherwise: metrics name models and queues
+NO_REASON = "none"  # the reason label of prune and branch-summary jobs
+TOKEN_DIRECTIONS = ("input", "output", "cache_read", "cache_write")
+
+_DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+_WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
+
+# name (as exported, without _total/_bucket suffixes), type, help, labels
+_DEFINITIONS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
+    ("compactor_jobs_total", "counter", "Jobs ended by this worker", ("kind", "reason", "outcome")),
+    ("compactor_job_duration_seconds", "histogram", "Run time of one job delivery, start to end",
+     ("kind", "outcome")),
+    ("compactor_job_queue_wait_seconds", "histogram",
+     "Enqueue to first start of a job (the record's createdAt to startedAt)", ("kind", "reason")),
+    ("compactor_stale_total", "counter", "Commits refused because the session moved on",
+     ("kind",)),
+    ("compactor_model_calls_total", "counter",
+     "Model HTTP attempts by candidate; outcome is ok or the error type", ("candidate", "outcome")),
+    ("compactor_model_call_duration_seconds", "histogram", "Duration of one model attempt",
+     ("candidate",)),
+    ("compactor_model_tokens_total", "counter", "Tokens of successful model calls",
+     ("candidate", "direction")),
+    ("compactor_model_cost_usd_total", "counter",
+     "Cost of successful model calls at the candidate's configured prices (USD)", ("candidate",)),
+)
+# Served by the scrape-time collector of worker.queue_depth (not stored per process).
+_SCRAPED: dict[str, tuple[str, ...]] = {"compactor_queue_depth": ("queue",),
+                                        "compactor_broker_up": ()}
+# Every exported metric and its labels (the dashboard test checks its queries against these).
+METRIC_LABELS: dict[str, tuple[str, ...]] = {**{d[0]: d[3] for d in _DEFINITIONS}, **_SCRAPED}
+METRIC_NAMES: tuple[str, ...] = tuple(METRIC_LABELS)
+
+
+class Probe(Protocol):
+    """A health check for ``/livez`` or ``/readyz``: (healthy, one line saying why)."""
+
+    def __call__(self) -> tuple[bool, str]: ...
+
+
+class _Collector(Protocol):
+    def collect(self) -> Iterable[Any]: ...
+
+
 _lock = threading.Lock()
 _metrics: dict[str, Any] = {}
+_server: list[ThreadingHTTPServer] = []
 
 
 def enabled() -> bool:
     return bool(_metrics)
 
 
-def start(port: int, *, address: str = "0.0.0.0") -> bool:
-    """Serve /metrics on ``port`` (once per process). False when prometheus_client is missing."""
+def server_address() -> tuple[str, int] | None:
+    """(host, port) the endpoint listens on, once started."""
+    if not _server:
+        return None
+    host, port = _server[0].server_address[:2]
+    return str(host), int(port)
+
+
+def start(port: int, *, address: str = DEFAULT_ADDRESS, multiprocess_mode: bool = False,
+          collectors: Iterable[_Collector] = (), live: Probe | None = None,
+          ready: Probe | None = None) -> bool:
+    """Define the metrics and serve them on ``address:port`` (once per process; later calls
+    return True and change nothing). ``multiprocess_mode`` for the prefork pool: call it in the
+    main process before the pool forks."""
     with _lock:
         if _metrics:
             return True
-        try:
-            from prometheus_client import Counter, Histogram, start_http_server
-        except ImportError:
-            log.warning("COMPACTOR_METRICS_PORT is set but prometheus_client is not installed")
-            return False
-        _metrics["jobs"] = Counter("compactor_jobs_total", "Jobs ended by this worker",
-                                   ["kind", "state"])
-        _metrics["duration"] = Histogram(
-            "compactor_job_duration_seconds", "Duration of one job delivery", ["kind"],
-            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300))
-        _metrics["stale"] = Counter("compactor_stale_total", "Commits refused as stale", ["kind"])
-        start_http_server(port, addr=address)
-        log.info("metrics on :%d/metrics", port)
+        # No *_created series: they double the output for nothing.
+        disable_created_metrics()  # type: ignore[no-untyped-call]
+        registry = CollectorRegistry(auto_describe=True)
+        if multiprocess_mode:
+            path = _multiprocess_dir()
+            multiprocess.MultiProcessCollector(registry, path=path)  # type: ignore[no-untyped-call]
+            _define(CollectorRegistry())  # stored in files; the collector above reads them
+        else:
+            _define(registry)
+        for collector in collectors:
+            registry.register(collector)  # type: ignore[arg-type]
+        _server.append(_serve(registry, address, port, live, ready))
+        log.info("metrics on http://%s:%d/metrics", *server_address() or (address, port))
         return True
 
 
-def observe_job(kind: str, state: str, seconds: float) -> None:
+def _multiprocess_dir() -> str:
+    # A fresh directory per worker start: files of an earlier run would be summed in.
+    base = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+    path = tempfile.mkdtemp(prefix="compactor-metrics-", dir=base)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
+    # prometheus_client picks its value class at import; switch it for the metrics defined next.
+    values.ValueClass = values.MultiProcessValue()  # type: ignore[no-untyped-call]
+    owner = os.getpid()
+
+    def remove() -> None:
+        if os.getpid() == owner:  # not in a forked child that runs atexit handlers
+            shutil.rmtree(path, ignore_errors=True)
+
+    atexit.register(remove)
+    return path
+
+
+def _define(registry: CollectorRegistry) -> None:
+    for name, kind, text, labels in _DEFINITIONS:
+        if kind == "counter":
+            _metrics[name] = Counter(name.removesuffix("_total"), text, labels, registry=registry)
+        else:
+            buckets = _WAIT_BUCKETS if "wait" in name else _DURATION_BUCKETS
+            _metrics[name] = Histogram(name, text, labels, registry=registry, buckets=buckets)
+
+
+# -- what the service and the router report -------------------------------------------------
+def observe_started(kind: str, reason: str | None, attempt: int, created_at: str,
+                    started_at: str | None) -> None:
+    """A job started: on its first attempt, how long it waited in the queue."""
+    if not _metrics or attempt != 1 or not created_at or not started_at:
+        return
+    try:
+        waited = (datetime.fromisoformat(started_at) - datetime.fromisoformat(created_at))
+    except ValueError:
+        return  # a record written by something else: no sample rather than a wrong one
+    _metrics["compactor_job_queue_wait_seconds"].labels(kind, reason or NO_REASON).observe(
+        max(0.0, waited.total_seconds()))
+
+
+def observe_job(kind: str, reason: str | None, outcome: str, seconds: float) -> None:
     if _metrics:
-        _metrics["jobs"].labels(kind, state).inc()
-        _metrics["duration"].labels(kind).observe(seconds)
+        _metrics["compactor_jobs_total"].labels(kind, reason or NO_REASON, outcome).inc()
+        _metrics["compactor_job_duration_seconds"].labels(kind, outcome).observe(seconds)
 
 
 def observe_stale(kind: str) -> None:
     if _metrics:
-        _metrics["stale"].labels(kind).inc()
+        _metrics["compactor_stale_total"].labels(kind).inc()
+
+
+class _Usage(Protocol):  # the model layer's Usage (this module imports nothing of the worker)
+    @property
+    def input(self) -> int: ...
+    @property
+    def output(self) -> int: ...
+    @property
+    def cache_read(self) -> int: ...
+    @property
+    def cache_write(self) -> int: ...
+
+
+def observe_model_call(candidate: str, outcome: str, seconds: float, usage: _Usage | None = None,
+                       cost_usd: float = 0.0) -> None:
+    """One model attempt (``outcome`` ``ok`` or the error type); tokens and cost when it
+    answered."""
+    if not _metrics:
+        return
+    _metrics["compactor_model_calls_total"].labels(candidate, outcome).inc()
+    _metrics["compactor_model_call_duration_seconds"].labels(candidate).observe(seconds)
+    if usage is not None:
+        tokens = _metrics["compactor_model_tokens_total"]
+        for direction in TOKEN_DIRECTIONS:
+            tokens.labels(candidate, direction).inc(getattr(usage, direction))
+        _metrics["compactor_model_cost_usd_total"].labels(candidate).inc(cost_usd)
+
+
+# -- the endpoint ---------------------------------------------------------------------------
+def _serve(registry: CollectorRegistry, address: str, port: int, live: Probe | None,
+           ready: Probe | None) -> ThreadingHTTPServer:
+    routes: dict[str, Callable[[], tuple[int, str, bytes]]] = {
+        "/metrics": lambda: (200, CONTENT_TYPE_LATEST, generate_latest(registry)),
+        "/livez": lambda: _probe(live),
+        "/readyz": lambda: _probe(ready),
+    }
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:  # probes every few seconds: keep logs quiet
+            pass
+
+        def do_GET(self) -> None:
+            route = routes.get(self.path.split("?", 1)[0])
+            status, ctype, body = route() if route else (404, "text/plain", b"not found\n")
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    class Server(ThreadingHTTPServer):
+        address_family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        daemon_threads = True
+
+    httpd = Server((address, port), Handler)
+    threading.Thread(target=httpd.serve_forever, name="compactor-metrics", daemon=True).start()
+    return httpd
+
+
+def _probe(check: Probe | None) -> tuple[int, str, bytes]:
+    if check is None:
+        return 200, "text/plain", b"ok (no check configured)\n"
+    try:
+        healthy, why = check()
+    except Exception as err:  # a probe that breaks says so instead of killing the server thread
+        healthy, why = False, f"check failed: {type(err).__name__}: {err}"
+    return (200 if healthy else 503), "text/plain", f"{why}\n".encode()

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import os
 import socket
+from ipaddress import IPv4Address
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, IPvAnyAddress
 from pydantic_settings import SettingsConfigDict
 
 from api_client.errors import ConfigurationError
@@ -74,9 +75,16 @@ class WorkerSettings(LlmSettings, ClientSettings):
     branch_reserve_tokens: int = Field(default=16_384, ge=0)
 
     # -- observability --------------------------------------------------------------------------
+    # /metrics, /livez and /readyz on this port; unset or 0: not served (README "Metrics").
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    # Loopback by default: the metrics name models and queues. Containers set 0.0.0.0 (or ::).
+    metrics_address: IPvAnyAddress = IPv4Address("127.0.0.1")
 
     hooks: HookSettings = Field(default_factory=_hook_settings)
+
+    @property
+    def metrics_enabled(self) -> bool:
+        return bool(self.metrics_port)
 
     @property
     def worker_id(self) -> str:

@@ -67,6 +67,7 @@ class SummaryResult:
     # One line per failed attempt or skipped candidate, oldest first (for job events and logs).
     trail: tuple[str, ...] = ()
     chunks: int = 0  # calls of the chunked path (0: the input fitted in one call)
+    cost_usd: float = 0.0  # at the candidates' prices (ModelCandidate.price_*_per_mtok)
 
 
 class CancelToken(Protocol):

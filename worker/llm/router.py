@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from worker import metrics
 from worker.llm.chunking import (
     DEFAULT_COUNTER,
     SAFETY,
@@ -77,6 +78,7 @@ class _Call:
     attempts: int = 0
     chunks: int = 0
     usage: Usage = field(default_factory=Usage)
+    cost_usd: float = 0.0
     trail: list[str] = field(default_factory=list)
     errors: list[ModelCallError] = field(default_factory=list)
 
@@ -163,7 +165,7 @@ class Router:
             candidate = provider.candidate
             return SummaryResult(text=text, model=candidate.model or candidate.provider, provider=candidate.provider,
                                  usage=call.usage, attempts=call.attempts, trail=tuple(call.trail),
-                                 chunks=call.chunks)
+                                 chunks=call.chunks, cost_usd=call.cost_usd)
         raise AllCandidatesFailedError(call.errors, attempts=call.attempts)
 
     def _refusal(self, provider: Provider, call: _Call) -> ModelCallError | None:
@@ -237,11 +239,13 @@ class Router:
                                                  provider=provider.candidate.provider, model=provider.candidate.model)
                 call.attempts += 1
             attempt += 1
+            started = time.monotonic()
             try:
                 reply = provider.complete(request, max_tokens, call.cancel)
             except ModelCancelledError:
                 raise
             except ModelCallError as err:
+                metrics.observe_model_call(label, type(err).__name__, time.monotonic() - started)
                 tripped = provider.uses_http and err.kind in _COUNTED and self.cooldown.record_failure(key)
                 decision = decide(self.policy, Failure(err.kind, attempt, call.budget.used, err.retry_after_ms,
                                                        last, self._rng()))
@@ -253,7 +257,9 @@ class Router:
                 continue
             if provider.uses_http:
                 self.cooldown.record_success(key)
-            call.usage = call.usage + reply.usage
+            cost = provider.candidate.cost_usd(reply.usage)
+            metrics.observe_model_call(label, "ok", time.monotonic() - started, reply.usage, cost)
+            call.usage, call.cost_usd = call.usage + reply.usage, call.cost_usd + cost
             return reply.text
 
     def _sleep(self, delay_ms: int, call: _Call) -> None:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from worker.llm.retry_policy import RetryPolicy
+from worker.llm.types import Usage
 
 __all__ = ["DEFAULT_BASE_URLS", "LlmSettings", "ModelCandidate", "ProviderName"]
 
@@ -47,6 +48,12 @@ class ModelCandidate(BaseModel):
     # OpenAI-compatible servers disagree: OpenAI's reasoning models want max_completion_tokens,
     # many local servers only know max_tokens. "auto": the former for api.openai.com only.
     token_param: Literal["auto", "max_tokens", "max_completion_tokens"] = "auto"
+    # Prices in USD per million tokens, for the cost metrics and the job record's costUsd.
+    # Unset input/output prices count as 0; cache prices default to the input price.
+    price_input_per_mtok: float | None = Field(default=None, ge=0)
+    price_output_per_mtok: float | None = Field(default=None, ge=0)
+    price_cache_read_per_mtok: float | None = Field(default=None, ge=0)
+    price_cache_write_per_mtok: float | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
     def _check(self) -> ModelCandidate:
@@ -75,6 +82,16 @@ class ModelCandidate(BaseModel):
         if self.api_key_env:
             return (os.environ if environ is None else environ).get(self.api_key_env) or None
         return None
+
+    def cost_usd(self, usage: Usage) -> float:
+        """What ``usage`` costs at this candidate's prices (0 when none are set)."""
+        per_input = self.price_input_per_mtok or 0.0
+        per_read, per_write = self.price_cache_read_per_mtok, self.price_cache_write_per_mtok
+        per_read = per_input if per_read is None else per_read
+        per_write = per_input if per_write is None else per_write
+        total = (usage.input * per_input + usage.output * (self.price_output_per_mtok or 0.0)
+                 + usage.cache_read * per_read + usage.cache_write * per_write)
+        return total / 1_000_000
 
     @property
     def cooldown_key(self) -> str:

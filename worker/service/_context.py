@@ -60,6 +60,7 @@ def calls_summary(calls: Sequence[SummaryResult]) -> tuple[str | None, Usage | N
     detail = {
         "modelAttempts": sum(call.attempts for call in calls),
         "models": sorted({_label(call) for call in calls}),
+        "costUsd": round(sum(call.cost_usd for call in calls), 8),
     }
     return _label(calls[0]), usage, detail
 

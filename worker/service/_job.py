@@ -77,6 +77,8 @@ def _run_leased(rt: Runtime, job_id: str) -> JobOutcome:
         return JobOutcome(job_id, "duplicate")
     record = rt.jobs.get(job_id)
     log.info("job %s (%s) attempt %d started", job_id, record.kind.value, attempt)
+    metrics.observe_started(record.kind.value, record.reason, attempt, record.created_at,
+                            record.started_at)
     s = rt.settings
     with JobControl(rt.jobs, job_id, rt.worker_id, deadline_s=s.job_deadline_s,
                     lease_ttl_s=s.lease_ttl_s, clock=rt.clock) as control:
@@ -102,7 +104,8 @@ def _run_leased(rt: Runtime, job_id: str) -> JobOutcome:
 
 
 def _observed(ctx: JobContext, outcome: JobOutcome) -> JobOutcome:
-    metrics.observe_job(ctx.record.kind.value, outcome.state, ctx.control.elapsed_ms() / 1000)
+    metrics.observe_job(ctx.record.kind.value, ctx.record.reason, outcome.state,
+                        ctx.control.elapsed_ms() / 1000)
     return outcome
 
 

@@ -1,0 +1,105 @@
+"""Liveness and readiness of a worker, served as ``/livez`` and ``/readyz`` next to ``/metrics``.
+
+- live: the Celery consumer has started and its timer ticked within ``stale_after_s`` (the
+  timer runs in the consumer's event loop with the prefork pool, in its timer thread with the
+  threads pool): a wedged worker stops ticking and is restarted.
+- ready: live, consuming (not between a broker loss and the reconnect), the sessions Redis
+  answers PING and the broker answers a queue depth read. Kubernetes counts only ready pods for
+  the PodDisruptionBudget and a rolling update.
+
+A worker down on Redis or the broker is not ready but stays live: restarting it would not help.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from celery import bootsteps
+
+__all__ = ["HealthStep", "WorkerHealth", "worker_health"]
+
+TICK_S = 5.0
+
+
+class WorkerHealth:
+    def __init__(self, stale_after_s: float = 60.0) -> None:
+        self.stale_after_s = stale_after_s
+        self._lock = threading.Lock()
+        self._last_tick: float | None = None
+        self._consuming = False
+        # Checks of what a job needs (Redis PING, broker read); each raises when it fails.
+        self.dependencies: dict[str, Callable[[], object]] = {}
+
+    def tick(self) -> None:
+        with self._lock:
+            self._last_tick = time.monotonic()
+
+    def consuming(self, value: bool) -> None:
+        with self._lock:
+            self._consuming = value
+            if value:
+                self._last_tick = time.monotonic()
+
+    def live(self) -> tuple[bool, str]:
+        with self._lock:
+            last = self._last_tick
+        if last is None:
+            return False, "starting: the consumer has not started yet"
+        age = time.monotonic() - last
+        if age > self.stale_after_s:
+            return False, f"stuck: the consumer loop last ticked {age:.0f} s ago"
+        return True, f"live: last tick {age:.1f} s ago"
+
+    def ready(self) -> tuple[bool, str]:
+        live, why = self.live()
+        if not live:
+            return False, why
+        with self._lock:
+            consuming = self._consuming
+        if not consuming:
+            return False, "not consuming: reconnecting to the broker"
+        for name, check in self.dependencies.items():
+            try:
+                check()
+            except Exception as err:  # each failure is a reason to answer 503, never to crash
+                return False, f"{name} unavailable: {type(err).__name__}: {err}"
+        return True, "ready"
+
+
+_health = WorkerHealth()
+
+
+def worker_health() -> WorkerHealth:
+    """This process's health state (one Celery worker per process)."""
+    return _health
+
+
+class HealthStep(bootsteps.StartStopStep):  # type: ignore[misc]
+    """Consumer step: mark consuming while the consumer runs, tick from its timer."""
+
+    requires = ("celery.worker.consumer.tasks:Tasks",)
+
+    def __init__(self, consumer: Any, **kwargs: Any) -> None:
+        self._entry: Any = None
+        super().__init__(consumer, **kwargs)
+
+    def start(self, consumer: Any) -> None:
+        health = worker_health()
+        health.consuming(True)
+        # Timer entries added while the consumer starts belong to its connection (Celery
+        # cancels them when it is lost): register anew on every start.
+        if self._entry is not None:
+            self._entry.cancel()
+        self._entry = consumer.timer.call_repeatedly(TICK_S, health.tick)
+
+    def stop(self, consumer: Any) -> None:
+        worker_health().consuming(False)
+
+    def shutdown(self, consumer: Any) -> None:
+        worker_health().consuming(False)
+        if self._entry is not None:
+            self._entry.cancel()
+            self._entry = None
