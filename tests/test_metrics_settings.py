@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from worker.llm import ModelCandidate
-from worker.llm.types import Usage
+from worker.summarizer_types import Usage
 from worker.metrics import DEFAULT_ADDRESS, METRIC_NAMES
 from worker.queue_depth import redis_list_names
 from worker.settings import WorkerSettings
