@@ -22,7 +22,8 @@ from llm.llm_fakes import FAST, FakeLLMServer, error, hang, openai
 from runtime.conftest import REPO
 from runtime.runtime_support import DELIVERIES, new_session, running_worker, runtime_settings
 
-from api_client import TASK_COMPACT, CompactionClient, JobCancelledError, JobFailedError
+from api_client import CompactionClient, JobCancelledError, JobFailedError
+from api_client.wire import TASK_COMPACT
 from worker.app import CompactorCelery
 from worker.llm import ModelCandidate
 
