@@ -13,7 +13,8 @@ Without ``--redis-url`` a private redis-server is started (never the shared one)
   (and, separately, after ``warm()``), as a ratio to that process's later calls.
 
 Goals (issue 13): compact() p50 ≤ 3 × RPUSH, p99 < 2 ms; the first call costs what later ones do.
-Writes ``bench/results/enqueue[-LABEL].json``.
+Writes ``bench/results/enqueue[-LABEL].json`` (figures as in every benchmark, the raw numbers
+under ``notes``).
 """
 
 from __future__ import annotations
@@ -30,11 +31,12 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from _report import Report
 
 from api_client import ClientSettings, CompactionClient
 
 PREFIX = "compactor-bench"
-RESULTS = Path(__file__).resolve().parent / "results"
+REPO = Path(__file__).resolve().parents[1]
 
 FIRST_CALL = r"""
 import json, sys, time
@@ -126,7 +128,7 @@ def compact_calls(url: str, n: int, sent_event: bool) -> dict[str, Any]:
 
 def first_call(url: str, mode: str) -> dict[str, float]:
     out = subprocess.run([sys.executable, "-c", FIRST_CALL, url, PREFIX, mode], check=True,
-                         capture_output=True, text=True, timeout=120, cwd=RESULTS.parent.parent
+                         capture_output=True, text=True, timeout=120, cwd=REPO
                          if os.environ.get("BENCH_CWD") is None else os.environ["BENCH_CWD"]
                          ).stdout
     cleanup(url)
@@ -149,11 +151,23 @@ def main() -> None:
             "first_call_cold": first_call(url, "cold"),
             "first_call_warm": first_call(url, "warm"),
         }
-    for name, value in result.items():
-        print(f"{name:<16} {json.dumps(value)}")
-    RESULTS.mkdir(exist_ok=True)
-    name = f"enqueue-{args.label}.json" if args.label else "enqueue.json"
-    (RESULTS / name).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    report = Report(f"enqueue-{args.label}" if args.label else "enqueue")
+    for config in ("sent_event_on", "sent_event_off"):
+        numbers = result[config]
+        base = numbers["baseline_rpush"]["p50_ms"]
+        report.baseline(f"rpush p50 ({config})", base, "ms", "raw RPUSH, interleaved")
+        for name in ("new_job", "coalesced"):
+            goals = ("<= 3", "p99 < 2 ms") if (name, config) == ("new_job", "sent_event_on") else (None, None)
+            for q, goal in zip(("p50", "p99"), goals, strict=True):
+                report.figure(f"{name} {q} ({config})", numbers[name][f"{q}_ms"], "ms",
+                              against=f"rpush p50 ({config})", goal=goal)
+    for mode in ("first_call_cold", "first_call_warm"):
+        values = result[mode]
+        report.baseline(f"later call ({mode})", values["later_ms"], "ms", "same process")
+        report.figure(f"{mode}", values["first_ms"], "ms", against=f"later call ({mode})",
+                      goal="~ 1")
+    report.note(**result)
+    report.write()
 
 
 if __name__ == "__main__":

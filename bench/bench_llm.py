@@ -2,7 +2,8 @@
 
 Runs the router with its DEFAULT retry numbers (1 000 ms base, x2, ±20 % jitter, 30 s wait cap,
 3 attempts per candidate, 20 attempts per job) and a 3 s attempt timeout, over real HTTP to the
-fake OpenAI/Anthropic server of the tests. Prints a Markdown table.
+fake OpenAI/Anthropic server of the tests. Prints a Markdown table, and each case's wall time as
+a ratio to the model's own time: the healthy case (one successful call) measured in the same run.
 
     .venv/bin/python bench/bench_llm.py
 """
@@ -20,6 +21,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from _report import Report
 from llm.llm_fakes import (
     EXTRACTIVE,
     Act,
@@ -148,7 +150,7 @@ def run_case(case: Case) -> tuple[str, str, str, str, str]:
         wall = time.monotonic() - started
         router.close()
         requests = " ".join(s.key[0] for s in server.seen) or "-"  # p = primary, s = secondary
-        return case.name, outcome, attempts, f"{wall:.2f}", requests
+        return case.name, outcome, attempts, f"{wall:.3f}", requests
     finally:
         server.close()
 
@@ -156,6 +158,7 @@ def run_case(case: Case) -> tuple[str, str, str, str, str]:
 def main() -> None:
     logging.basicConfig(level=logging.ERROR)  # the router logs every failed attempt as a warning
     random.seed(0)  # the jitter draws: the table is reproducible
+    report = Report("llm")
     rows = [("case", "outcome", "HTTP attempts", "wall s", "requests (p/s)")]
     rows += [run_case(case) for case in CASES]
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
@@ -163,6 +166,12 @@ def main() -> None:
         print("| " + " | ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)) + " |")
         if n == 0:
             print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    healthy = rows[1]
+    report.baseline("healthy call", float(healthy[3]), "s", "one successful call (same run)")
+    for name, outcome, attempts, wall, _ in rows[1:]:
+        report.figure(name, float(wall), "s", against="healthy call", outcome=outcome,
+                      attempts=attempts)
+    report.write()
 
 
 if __name__ == "__main__":

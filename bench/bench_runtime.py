@@ -1,85 +1,59 @@
-"""The runtime end to end: enqueue latency, round trip to the completion event, prefork vs threads.
+"""The runtime end to end, as ratios: round trip against the model's own time, burst throughput
+against the ideal C/L, for threads and prefork workers.
 
-    .venv/bin/python bench/bench_runtime.py [--jobs 30] [--burst 32] [--model-ms 400]
+    .venv/bin/python bench/bench_runtime.py [--jobs 15] [--burst 32] [--model-ms 400]
 
-Starts an embedded Redis and a loopback model server (OpenAI-compatible; every call takes
-``--model-ms``, like a summarization model that mostly waits on the network), then for each pool
-configuration a real ``compactor worker`` subprocess, and measures:
+Starts a private Redis and a loopback model server (OpenAI-compatible; every call takes
+``--model-ms``), then for each pool configuration a real ``compactor worker`` subprocess:
 
-* ``enqueue``: wall time of ``client.compact(sid, reason="threshold")`` (record + single-flight
-  Lua call + Celery publish), p50/p99 over new jobs, no worker consuming;
-* ``round trip``: sequential jobs on the sample session: enqueue → worker (prune pass, plan, model
-  calls, commit) → the handle woken by the completion event; p50/p99;
-* ``burst``: ``--burst`` jobs enqueued at once; time until every one has finished (throughput of
-  IO-bound jobs), and the workers' resident memory.
+* baseline ``model call``: one HTTP call to the model server straight from this process (p50);
+* ``round trip``: sequential manual compactions (two model calls each: summary, short summary):
+  enqueue → worker → the handle woken by the completion event; p50/p99 over the job's own model
+  time (calls x the model call baseline): 1.0 = the worker adds nothing;
+* ``burst``: ``--burst`` jobs enqueued at once; the ideal time calls x L / C over the measured
+  time (1.0 = no idle slot), and the workers' resident memory.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import os
-import statistics
-import subprocess
-import sys
-import threading
 import time
+import urllib.request
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+
+from _loopback import LoopbackModel, loopback_model, turns_session, wait_for_workers, workers
+from _report import Report, percentile
 
 from api_client import CompactionClient
 from worker.demo import embedded_redis
 
-REPO = Path(__file__).resolve().parents[1]
-SAMPLE = (REPO / "worker" / "data" / "demo-session.jsonl").read_text(encoding="utf-8")
 POOLS = [("threads", 8), ("prefork", 2), ("prefork", 8)]
+SESSION = turns_session()
 
 
-@contextmanager
-def model_server(delay_s: float) -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers["Content-Length"]))
-            time.sleep(delay_s)
-            body = json.dumps({"choices": [{"index": 0, "finish_reason": "stop", "message": {
-                "role": "assistant", "content": "## Goal\nBenchmark summary."}}],
-                "usage": {"prompt_tokens": 1000, "completion_tokens": 10}}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    finally:
-        httpd.shutdown()
-
-
-def pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+def model_call_ms(model: LoopbackModel, n: int = 5) -> float:
+    body = json.dumps({"model": "bench", "messages": [{"role": "user", "content": "x"}]}).encode()
+    times = []
+    for _ in range(n):
+        request = urllib.request.Request(model.base_url + "/chat/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+        started = time.perf_counter()
+        with urllib.request.urlopen(request, timeout=30) as response:
+            response.read()
+        times.append((time.perf_counter() - started) * 1000)
+    model.calls -= n
+    return percentile(times, 0.5)
 
 
 def rss_mb(pid: int) -> float:
     """Resident memory of a process and its children (prefork pool processes)."""
-    total = 0
     pids = [pid]
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        pids += [int(c) for c in children]
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):
+        pids += [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    total = 0
     for p in pids:
         try:
             for line in Path(f"/proc/{p}/status").read_text().splitlines():
@@ -90,88 +64,56 @@ def rss_mb(pid: int) -> float:
     return total / 1024
 
 
-@contextmanager
-def worker(url: str, model_url: str, pool: str, concurrency: int) -> Iterator[subprocess.Popen[bytes]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COMPACTOR_")}
-    env.update({
-        "COMPACTOR_REDIS_URL": url, "COMPACTOR_POOL": pool, "COMPACTOR_CONCURRENCY": str(concurrency),
-        "COMPACTOR_HOOKS_ENTRY_POINTS": "false",
-        "COMPACTOR_MODELS": json.dumps([{"provider": "openai", "model": "bench", "base_url": model_url,
-                                         "api_key": "bench", "context_window": 200000}]),
-    })
-    proc = subprocess.Popen([sys.executable, "-m", "worker", "worker", "--loglevel", "ERROR",
-                             "--without-mingle", "--without-gossip"],
-                            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-
 def sessions(client: CompactionClient, n: int) -> list[str]:
-    return [client.sessions.import_jsonl(SAMPLE, f"bench-{uuid.uuid4().hex[:12]}") for _ in range(n)]
+    return [client.sessions.import_jsonl(SESSION, f"rt-{uuid.uuid4().hex[:12]}") for _ in range(n)]
 
 
-def bench_enqueue(client: CompactionClient, n: int) -> dict[str, float]:
-    client.compact(f"warm-{uuid.uuid4().hex}", reason="threshold")  # builds the Celery producer
-    times = []
-    for _ in range(n):
-        sid = f"enq-{uuid.uuid4().hex[:12]}"
-        started = time.perf_counter()
-        client.compact(sid, reason="threshold")
-        times.append((time.perf_counter() - started) * 1000)
-    return {"p50_ms": pct(times, 50), "p99_ms": pct(times, 99), "mean_ms": statistics.fmean(times)}
-
-
-def bench_pool(client: CompactionClient, url: str, model_url: str, pool: str, concurrency: int,
-               jobs: int, burst: int) -> dict[str, Any]:
-    targets = sessions(client, jobs + burst + 1)
-    with worker(url, model_url, pool, concurrency) as proc:
-        client.compact(targets.pop(), reason="threshold").wait(120)  # worker up and warm
-        trips = []
+def bench_pool(report: Report, client: CompactionClient, url: str, model: LoopbackModel,
+               pool: str, concurrency: int, jobs: int, burst: int) -> None:
+    label = f"{pool} x{concurrency}"
+    targets = sessions(client, jobs + burst + concurrency)
+    with workers(url, model.base_url, 1, pool=pool, concurrency=concurrency) as procs:
+        wait_for_workers(url, 1)
+        warm = [client.compact(targets.pop(), reason="manual") for _ in range(concurrency)]
+        for handle in warm:
+            handle.wait(120)
+        trips, calls = [], model.calls
         for sid in targets[:jobs]:
             started = time.perf_counter()
-            client.compact(sid, reason="threshold").wait(120)
+            client.compact(sid, reason="manual").wait(120)
             trips.append((time.perf_counter() - started) * 1000)
+        per_job = (model.calls - calls) / jobs
+        report.baseline(f"{label} model time per job", per_job * report.baselines["model call"].value,
+                        "ms", f"{per_job:g} calls x model call")
+        for q in (0.5, 0.99):
+            report.figure(f"{label} round trip p{round(q * 100)}", percentile(trips, q), "ms",
+                          against=f"{label} model time per job")
+        calls = model.calls
         started = time.perf_counter()
-        handles = [client.compact(sid, reason="threshold") for sid in targets[jobs:]]
+        handles = [client.compact(sid, reason="manual") for sid in targets[jobs:]]
         for h in handles:
             h.wait(300)
         burst_s = time.perf_counter() - started
-        memory = rss_mb(proc.pid)
-    return {
-        "pool": f"{pool} x{concurrency}", "round_trip_p50_ms": pct(trips, 50),
-        "round_trip_p99_ms": pct(trips, 99), "burst_jobs": burst, "burst_s": burst_s,
-        "jobs_per_s": burst / burst_s, "rss_mb": memory,
-    }
+        ideal_s = (model.calls - calls) * model.delay_s / concurrency
+        report.baseline(f"{label} ideal burst", ideal_s, "s", f"{burst} jobs: calls x L / C")
+        report.figure(f"{label} burst", burst_s, "s", against=f"{label} ideal burst", inverse=True,
+                      what="(share of C/L)", rss_mb=rss_mb(procs[0].pid))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--enqueues", type=int, default=1000)
-    parser.add_argument("--jobs", type=int, default=30, help="sequential round trips per pool")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=15, help="sequential round trips per pool")
     parser.add_argument("--burst", type=int, default=32, help="jobs enqueued at once per pool")
     parser.add_argument("--model-ms", type=float, default=400.0, help="latency of one model call")
     args = parser.parse_args()
-    with embedded_redis() as url, model_server(args.model_ms / 1000) as model_url, \
+    report = Report("runtime")
+    with embedded_redis() as url, loopback_model(args.model_ms / 1000) as model, \
             CompactionClient(url) as client:
-        enqueue = bench_enqueue(client, args.enqueues)
-        print(f"enqueue (no worker): p50 {enqueue['p50_ms']:.3f} ms  p99 {enqueue['p99_ms']:.3f} ms  "
-              f"mean {enqueue['mean_ms']:.3f} ms  (n={args.enqueues})")
-        client.redis.flushall()
-        print(f"model call latency {args.model_ms:.0f} ms; sample session "
-              f"{len(SAMPLE) // 1024} KB (threshold: prune pass + 3 model calls)")
-        print(f"{'pool':<12} {'trip p50':>9} {'trip p99':>9} {'burst':>6} {'burst s':>8} "
-              f"{'jobs/s':>7} {'RSS MB':>7}")
+        report.baseline("model call", model_call_ms(model), "ms", "one HTTP call, no worker")
         for pool, concurrency in POOLS:
-            r = bench_pool(client, url, model_url, pool, concurrency, args.jobs, args.burst)
-            print(f"{r['pool']:<12} {r['round_trip_p50_ms']:>8.0f}  {r['round_trip_p99_ms']:>8.0f} "
-                  f"{r['burst_jobs']:>6} {r['burst_s']:>8.2f} {r['jobs_per_s']:>7.2f} {r['rss_mb']:>7.0f}")
+            bench_pool(report, client, url, model, pool, concurrency, args.jobs, args.burst)
             client.redis.flushall()
+    report.write()
 
 
 if __name__ == "__main__":

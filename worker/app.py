@@ -87,7 +87,12 @@ def configure(app: Celery, settings: WorkerSettings) -> None:
         task_serializer="json", result_serializer="json", event_serializer="json",
         accept_content=["json"], result_accept_content=["json"],
         task_acks_late=True, task_reject_on_worker_lost=True, worker_prefetch_multiplier=1,
-        worker_send_task_events=True, task_send_sent_event=True, task_track_started=True,
+        # A failed job is final (its record says so): ack it, never redeliver it.
+        task_acks_on_failure_or_timeout=True,
+        # Job records and events are the results; no one reads Celery's result keys, so no
+        # worker writes them (two SET+PUBLISH per job saved). Flower reads task events.
+        task_ignore_result=True,
+        worker_send_task_events=True, task_send_sent_event=True,
         broker_connection_retry_on_startup=True,
         worker_cancel_long_running_tasks_on_connection_loss=True,
         broker_transport_options=broker_transport_options(settings),

@@ -3,6 +3,13 @@
 A task validates its one argument, runs the service, and maps what escapes it: a job another
 worker runs is looked at again later; Redis trouble is retried with exponential backoff;
 everything else has already ended the job (record + completion event) inside the service.
+
+What Celery records for a delivery (its events, so Flower, and the worker log) is the job's end:
+succeeded → SUCCESS (the outcome), failed → FAILURE with :class:`JobFailedError` carrying the
+job's error text, cancelled → REVOKED, waiting for another worker's lease → RETRY. A delivery
+that finds the job ended already reports that end again: the task id is the job id, so a late
+duplicate must not turn a failed job green. Failures are final (the record says so): the message
+is acked (``task_acks_on_failure_or_timeout``), never redelivered.
 """
 
 from __future__ import annotations
@@ -10,17 +17,22 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from api_client.errors import InvalidIdError, JobNotFoundError
+from celery.exceptions import Ignore
+
+from api_client.errors import InvalidIdError, JobFailedError, JobNotFoundError
 from api_client.keys import split_job_id
-from api_client.wire import TASK_NAMES
-from worker.service import TRANSIENT, LeaseHeldError, run_job
+from api_client.wire import TASK_NAMES, JobState
+from worker.service import TRANSIENT, JobOutcome, LeaseHeldError, run_job
 
 if TYPE_CHECKING:
     from worker.app import CompactorCelery
 
-__all__ = ["register_tasks", "run_task"]
+__all__ = ["EXPECTED_FAILURES", "register_tasks", "run_task"]
 
 log = logging.getLogger("worker.tasks")
+
+# A job's own failure is no worker fault: Celery logs these in one line, without a traceback.
+EXPECTED_FAILURES = (JobFailedError, JobNotFoundError, InvalidIdError)
 
 
 def run_task(task: Any, job_id: object) -> dict[str, Any]:
@@ -29,16 +41,16 @@ def run_task(task: Any, job_id: object) -> dict[str, Any]:
         split_job_id(job_id)
     except InvalidIdError as err:
         log.error("rejected a task: %s", err)
-        return {"jobId": repr(job_id), "state": "rejected", "error": str(err)}
+        raise
     assert isinstance(job_id, str)
     app: CompactorCelery = task.app
     settings = app.compactor_settings
     try:
-        return run_job(app.runtime(), job_id).to_json()
+        return _report(task, app, run_job(app.runtime(), job_id))
     except JobNotFoundError:
         # The record expired (or never existed): nothing left to do for this message.
         log.warning("job %s: no record; message dropped", job_id)
-        return {"jobId": job_id, "state": "missing", "error": "job record not found"}
+        raise
     except LeaseHeldError as err:
         # Look again once the other worker's lease would have run out: by then it has finished
         # the job (this delivery then ends as a duplicate) or died (this one takes over).
@@ -49,11 +61,28 @@ def run_task(task: Any, job_id: object) -> dict[str, Any]:
         raise task.retry(exc=err, countdown=delay, max_retries=settings.task_max_retries) from err
 
 
+def _report(task: Any, app: CompactorCelery, outcome: JobOutcome) -> dict[str, Any]:
+    """Return (SUCCESS) or raise what tells Celery how the job ended."""
+    state, error = outcome.state, outcome.error
+    if state == "duplicate":
+        record = app.runtime().jobs.get(outcome.job_id)
+        state, error = record.state.value, record.error
+    if state == JobState.FAILED:
+        raise JobFailedError(error or "job failed", job_id=outcome.job_id)
+    if state == JobState.CANCELLED:
+        # Celery has no "cancelled by the task" end; REVOKED is what Flower shows for it.
+        task.send_event("task-revoked", terminated=False, signum=None, expired=False)
+        raise Ignore()  # acks the message; no task-succeeded/-failed event follows
+    if state == "abandoned":
+        raise Ignore()  # the worker now holding the lease reports this job's end
+    return outcome.to_json()
+
+
 def register_tasks(app: CompactorCelery) -> None:
     """One task per job kind, under the client's task names (the record says what to do)."""
     for name in TASK_NAMES.values():
         app.task(name=name, bind=True, shared=False, acks_late=True,
-                 reject_on_worker_lost=True)(_task_body(name))
+                 reject_on_worker_lost=True, throws=EXPECTED_FAILURES)(_task_body(name))
 
 
 def _task_body(name: str) -> Any:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from celery.contrib.testing.worker import start_worker
+from celery.signals import task_postrun
 
 from api_client import CompactionClient, JobEvent
 from api_client.events import decode_event
@@ -55,3 +57,32 @@ def completions(client: CompactionClient, session_id: str, job_id: str) -> list[
 def entries_of_type(client: CompactionClient, session_id: str, kind: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in client.sessions.export_jsonl(session_id).splitlines()[1:]
             if json.loads(line).get("type") == kind]
+
+
+class Deliveries:
+    """What each delivery of an in-process worker ended with, by task id (``task_postrun``).
+
+    Workers store no task results (job records are the results), so a test that needs what one
+    delivery did reads it here: ``(celery_state, return value or exception)``.
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[str, list[tuple[str, Any]]] = {}
+        self._changed = threading.Condition()
+        task_postrun.connect(self._record, weak=False)
+
+    def _record(self, task_id: str | None = None, retval: Any = None, state: str | None = None,
+                **_: Any) -> None:
+        with self._changed:
+            self._seen.setdefault(str(task_id), []).append((str(state), retval))
+            self._changed.notify_all()
+
+    def wait(self, task_id: str, timeout: float = 20.0) -> tuple[str, Any]:
+        """The first delivery of ``task_id`` to end (waits for it)."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: task_id in self._seen, timeout):
+                raise AssertionError(f"no delivery of {task_id} ended within {timeout:g} s")
+            return self._seen[task_id][0]
+
+
+DELIVERIES = Deliveries()

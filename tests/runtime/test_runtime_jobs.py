@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from runtime.runtime_support import (
+    DELIVERIES,
     completions,
     entries_of_type,
     new_session,
@@ -190,7 +191,9 @@ def test_a_second_delivery_does_nothing(app: CompactorCelery, client: Compaction
     extra = [app.send_task(TASK_COMPACT, args=[handle.id], queue=route.queue, task_id=f"dup-{i}-{handle.id}")
              for i in range(2)]
     entry = handle.wait(30)
-    outcomes = [r.get(timeout=30)["state"] for r in extra]
+    ends = [DELIVERIES.wait(r.id, timeout=30) for r in extra]
+    assert [state for state, _ in ends] == ["SUCCESS", "SUCCESS"]
+    outcomes = [retval["state"] for _, retval in ends]
     assert set(outcomes) <= {"succeeded", "duplicate"} and outcomes.count("succeeded") <= 1
     assert [e["id"] for e in entries_of_type(client, sid, "compaction")] == [entry["id"]]  # type: ignore[index]
     assert len(completions(client, sid, handle.id)) == 1
@@ -206,8 +209,9 @@ def test_redelivery_after_commit_finishes_with_the_committed_entry(
     entry = {"type": "compaction", "timestamp": "2025-03-14T10:00:00.000Z", "summary": "from the dead",
              "firstKeptEntryId": str(leaf), "tokensBefore": 1, "fromExtension": False}
     committed = CommitStore(client.redis, client.layout).append_entry(job, leaf, entry, {"tokensBefore": 1})
-    result = app.send_task(TASK_COMPACT, args=[job], queue="compactor.compact").get(timeout=30)
-    assert result["state"] == "succeeded" and result["entryId"] == committed.entry_id
+    delivery = app.send_task(TASK_COMPACT, args=[job], queue="compactor.compact")
+    celery_state, result = DELIVERIES.wait(delivery.id, timeout=30)
+    assert celery_state == "SUCCESS" and result["state"] == "succeeded" and result["entryId"] == committed.entry_id
     record = client.jobs.get(job)
     assert record.attempts == 2 and record.entry is not None
     assert record.entry["summary"] == "from the dead"
