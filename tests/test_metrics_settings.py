@@ -8,10 +8,10 @@ import pytest
 from pydantic import ValidationError
 
 from worker.llm import ModelCandidate
-from worker.summarizer_types import Usage
 from worker.metrics import DEFAULT_ADDRESS, METRIC_NAMES
 from worker.queue_depth import redis_list_names
 from worker.settings import WorkerSettings
+from worker.summarizer_types import Usage
 
 
 def _settings(monkeypatch: pytest.MonkeyPatch, **env: str) -> WorkerSettings:
