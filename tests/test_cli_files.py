@@ -112,3 +112,15 @@ def test_every_command_works_on_the_reference_sessions(capsys: pytest.CaptureFix
         assert isinstance(json.loads(out), dict)
     else:
         assert len(out.splitlines()) == len([x for x in pi_file.read_text().splitlines() if x.strip()])
+
+
+def test_plan_keeps_a_tool_call_with_its_result(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # Q22: a compaction committed while the tool ran; the tool's large result came after it.
+    call = assistant(tools=[("bash", {"command": "make test"})])
+    entries = chain(user(chars(400)), call, {"type": "compaction", "summary": "s", "firstKeptEntryId": "e0",
+                                             "tokensBefore": 1}, tool_result(chars(90_000)))
+    path = tmp_path / "q22.jsonl"
+    path.write_text(session(entries).to_jsonl())
+    _, out, _ = run(capsys, "inspect", "plan", str(path), "--json", "--tokenizer", "estimate")
+    plan = json.loads(out)
+    assert (plan["firstKeptEntryId"], plan["keptEntryIds"], plan["turnPrefixEntryIds"]) == ("e1", ["e1", "e3"], ["e0"])

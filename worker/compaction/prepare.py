@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from api_client.session import CompactionEntry, Entry, Message, MessageEntry
 from worker.compaction.convert import for_compaction
-from worker.compaction.cutpoint import CutPoint, find_cut_point
+from worker.compaction.cutpoint import CutPoint, classify_cut, find_cut_point
 from worker.compaction.fileops import (
     FileOps,
     add_details_file_ops,
@@ -17,6 +17,7 @@ from worker.compaction.fileops import (
     extract_file_ops,
     strip_file_operation_tags,
 )
+from worker.compaction.toolpairs import safe_first_kept_index
 from worker.tokens import Tokenizer
 
 __all__ = [
@@ -105,15 +106,31 @@ def _adjusted_keep(path: Sequence[Entry], start: int, keep: int, tokenizer: Toke
     return keep
 
 
+def _previous_kept_from(path: Sequence[Entry], prev_idx: int) -> int | None:
+    """Where the previous compaction's kept range starts on the path (None: nothing kept)."""
+    if prev_idx < 0:
+        return None
+    previous = path[prev_idx]
+    assert isinstance(previous, CompactionEntry)
+    return next((i for i, e in enumerate(path[:prev_idx]) if e.id == previous.first_kept_entry_id), None)
+
+
 def _summarize_range(path: Sequence[Entry], prev_idx: int, history_end: int) -> list[tuple[str, Message]]:
     items: list[tuple[str, Message]] = []
-    if prev_idx >= 0:
-        previous = path[prev_idx]
-        assert isinstance(previous, CompactionEntry)
-        kept_from = next((i for i, e in enumerate(path[:prev_idx]) if e.id == previous.first_kept_entry_id), None)
-        if kept_from is not None:  # Q5: the previous compaction's kept range is summarised now
-            items += _mapped(path, kept_from, prev_idx)
+    kept_from = _previous_kept_from(path, prev_idx)
+    if kept_from is not None:  # Q5: the previous compaction's kept range is summarised now
+        items += _mapped(path, kept_from, min(prev_idx, history_end))  # Q22: up to a moved cut
     return items + _mapped(path, prev_idx + 1, history_end)
+
+
+def _tool_pair_cut(path: Sequence[Entry], cut: CutPoint, prev_idx: int, end: int) -> CutPoint | None:
+    """Q22: never keep a tool result without its call; the previous kept range offers cut points."""
+    kept_from = _previous_kept_from(path, prev_idx)
+    floor = kept_from if kept_from is not None else prev_idx + 1
+    first = safe_first_kept_index(path, cut.first_kept_entry_index, floor, end)
+    if first is None:
+        return None
+    return cut if first == cut.first_kept_entry_index else classify_cut(path, first, floor, end)
 
 
 def _file_ops(path: Sequence[Entry], prev_idx: int, messages: Sequence[Message]) -> FileOps:
@@ -136,7 +153,9 @@ def prepare_compaction(
     start, end = prev_idx + 1, len(path)
     usage = last_assistant_usage(path)
     keep = _adjusted_keep(path, start, settings.keep_recent_tokens, tokenizer)
-    cut: CutPoint = find_cut_point(path, start, end, keep, tokenizer)
+    cut = _tool_pair_cut(path, find_cut_point(path, start, end, keep, tokenizer), prev_idx, end)
+    if cut is None:
+        return None
     first = cut.first_kept_entry_index
     if first >= len(path) or not path[first].id:
         return None

@@ -17,6 +17,7 @@ from worker.compaction import (
     no_plan_reason,
     prepare_compaction,
 )
+from worker.compaction.toolpairs import safe_first_kept_id
 from worker.llm import SummaryResult
 from worker.service._context import JobContext, JobSuccess, calls_summary, compaction_entry
 from worker.service._errors import JobCancelled
@@ -66,7 +67,9 @@ def _draft(ctx: JobContext, prep: Preparation, path: Sequence[Entry]) -> Draft:
         c = before.compaction
         entry = compaction_entry(
             summary=c["summary"], short_summary=c.get("shortSummary"),
-            first_kept_entry_id=c["firstKeptEntryId"], tokens_before=c["tokensBefore"],
+            # Q22: a hook's kept range, too, never starts between a tool call and its result.
+            first_kept_entry_id=safe_first_kept_id(path, c["firstKeptEntryId"]),
+            tokens_before=c["tokensBefore"],
             details=c.get("details"), preserve_data=c.get("preserveData"), from_extension=True)
         return Draft(entry, True, path)
     ctx.control.check()
