@@ -10,6 +10,7 @@ from typing import Any, Literal
 from api_client.session import CompactionEntry, Entry, Message, MessageEntry
 from worker.compaction.convert import for_compaction
 from worker.compaction.cutpoint import CutPoint, classify_cut, find_cut_point
+from worker.compaction.facts import parse_fact_block, strip_fact_block
 from worker.compaction.fileops import (
     FileOps,
     add_details_file_ops,
@@ -55,6 +56,7 @@ class Preparation:
     read_files: tuple[str, ...]
     modified_files: tuple[str, ...]
     settings: CompactionSettings
+    carried_facts: tuple[tuple[str, str], ...] = ()  # the previous summary's fact block
 
 
 def _num(usage: Mapping[str, Any], key: str) -> float:
@@ -166,6 +168,7 @@ def prepare_compaction(
     ops = _file_ops(path, prev_idx, [m for _, m in summarize + prefix])
     read, modified = compute_file_lists(ops)
     previous = path[prev_idx] if prev_idx >= 0 else None
+    previous_text = strip_file_operation_tags(previous.summary) if isinstance(previous, CompactionEntry) else None
     return Preparation(
         first_kept_entry_id=path[first].id,
         first_kept_entry_index=first,
@@ -179,8 +182,9 @@ def prepare_compaction(
         summarize_entry_ids=tuple(i for i, _ in summarize),
         turn_prefix_entry_ids=tuple(i for i, _ in prefix),
         kept_entry_ids=tuple(i for i, _ in recent),
-        previous_summary=strip_file_operation_tags(previous.summary) if isinstance(previous, CompactionEntry) else None,
+        previous_summary=strip_fact_block(previous_text) if previous_text is not None else None,
         read_files=tuple(read),
         modified_files=tuple(modified),
         settings=settings,
+        carried_facts=tuple(parse_fact_block(previous_text or "")),
     )
