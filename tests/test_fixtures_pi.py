@@ -130,3 +130,27 @@ def test_no_plan_on_a_real_session_orphans_a_tool_result(pi_file: Path, keep: in
         assert orphaned_tool_results(m.message for m in context.messages) == [], end
         planned += 1
     assert planned > len(path) // 14
+
+
+def test_deterministic_summary_keeps_the_facts_of_a_real_session(pi_file: Path) -> None:
+    from worker.compaction import compact
+    from worker.compaction.facts import CLOSE, OPEN, estimate_tokens
+    from worker.llm import build_summarizer
+    from worker.llm.settings import LlmSettings
+
+    session = _load(pi_file)
+    path = session.tree().path_to(session.tree().leaf_id)
+    prep = prepare_compaction(path, CompactionSettings(), get_tokenizer("tiktoken"))
+    assert prep is not None
+    outcome = compact(prep, build_summarizer(LlmSettings(models=[])))
+    stats = outcome.details["facts"]
+    total = sum(s["total"] for s in stats.values())
+    kept = sum(s["inSummary"] + s["appended"] for s in stats.values())
+    assert total > 100 and kept >= 0.95 * total
+    assert stats["paths"]["dropped"] == 0 and stats["requests"]["dropped"] == 0
+    without = sum(s["inSummary"] for s in stats.values())
+    assert without >= 0.85 * total  # the summarizer itself keeps requests, commands and errors
+    summary = outcome.summary
+    if OPEN in summary:
+        block = summary[summary.index(OPEN) : summary.index(CLOSE) + len(CLOSE)]
+        assert estimate_tokens(block) <= 1310
