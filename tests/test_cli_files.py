@@ -77,6 +77,8 @@ def test_already_compacted_plan_is_null(capsys: pytest.CaptureFixture[str], tmp_
     [
         ('{"type":"message"}\n', [], "first line is not a session header"),
         ('{"type":"session","id":"s","version":3}\n{"type":"message","id":"a","parentId":"b","timestamp":"t","message":{"role":"user","content":"x"}}\n{"type":"message","id":"b","parentId":"a","timestamp":"t","message":{"role":"user","content":"x"}}\n', [], ":3: parentId cycle"),
+        ('{"type":"session","id":"s","version":3}\n{"type":"message","id":"a","parentId":"a","timestamp":"t","message":{"role":"user","content":"x"}}\n', [], ":2: parentId cycle: entry a is its own parent"),
+        ('{"type":"session","id":"s","vers\n{"type":"message","id":"a","parentId":null,"timestamp":"t","message":{"role":"user","content":"x"}}\n', [], ":1: first line is not a session header: it is not JSON"),
         ('{"type":"session","id":"s","version":3}\n{"type":"message","id":"a","parentId":"ghost","timestamp":"t","message":{"role":"user","content":"x"}}\n', [], ":2: entry a has parentId 'ghost'"),
         ('{"type":"session","id":"s","version":3}\n{"type":"message","id":"a","parentId":null,"timestamp":"t","message":{"role":"user","content":"x"}}\n', ["--leaf", "nope"], "leaf entry 'nope' does not exist"),
         ('{"type":"session","id":"s","version":3}\n{"type":"message","id":"a","parentId":null,"timestamp":"t","message":{"role":5}}\n', [], ":2: message has no string 'role'"),
@@ -112,3 +114,24 @@ def test_every_command_works_on_the_reference_sessions(capsys: pytest.CaptureFix
         assert isinstance(json.loads(out), dict)
     else:
         assert len(out.splitlines()) == len([x for x in pi_file.read_text().splitlines() if x.strip()])
+
+
+def test_plan_keeps_a_tool_call_with_its_result(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # Q22: a compaction committed while the tool ran; the tool's large result came after it.
+    call = assistant(tools=[("bash", {"command": "make test"})])
+    entries = chain(user(chars(400)), call, {"type": "compaction", "summary": "s", "firstKeptEntryId": "e0",
+                                             "tokensBefore": 1}, tool_result(chars(90_000)))
+    path = tmp_path / "q22.jsonl"
+    path.write_text(session(entries).to_jsonl())
+    _, out, _ = run(capsys, "inspect", "plan", str(path), "--json", "--tokenizer", "estimate")
+    plan = json.loads(out)
+    assert (plan["firstKeptEntryId"], plan["keptEntryIds"], plan["turnPrefixEntryIds"]) == ("e1", ["e1", "e3"], ["e0"])
+
+
+def test_a_line_separator_inside_a_string_is_not_a_line_break(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    entries = chain(user("one\u2028two\u2029three\x85four"), assistant("ok"))
+    path = tmp_path / "sep.jsonl"
+    path.write_text(session(entries).to_jsonl(), encoding="utf-8")
+    code, out, err = run(capsys, "inspect", "context", str(path), "--json")
+    assert code == 0 and err == ""
+    assert [m["entryId"] for m in json.loads(out)["messages"]] == ["e0", "e1"]

@@ -107,3 +107,50 @@ def test_branch_collection_over_the_whole_path(pi_file: Path) -> None:
     prep = prepare_branch_entries(collection.entries, 128_000 - 16_384, get_tokenizer("estimate"))
     assert prep.total_tokens > 0
     assert list(prep.included_entry_ids) == [i for i in prep.included_entry_ids if i in {e.id for e in collection.entries}]
+
+
+@pytest.mark.parametrize("keep", [2_000, 20_000])
+def test_no_plan_on_a_real_session_orphans_a_tool_result(pi_file: Path, keep: int) -> None:
+    # Q22 over real files: compact at every 7th entry of the path as if it were the leaf.
+    from api_client.session import SessionTree, parse_entry
+    from worker.compaction.toolpairs import orphaned_tool_results
+
+    session = _load(pi_file)
+    path = session.tree().path_to(session.tree().leaf_id)
+    tokenizer = get_tokenizer("estimate")
+    planned = 0
+    for end in range(7, len(path) + 1, 7):
+        prep = prepare_compaction(path[:end], CompactionSettings(keep_recent_tokens=keep), tokenizer)
+        if prep is None:
+            continue
+        new = parse_entry({"type": "compaction", "id": "q22", "parentId": path[end - 1].id,
+                           "timestamp": "2026-01-01T00:00:00.000Z", "summary": "s",
+                           "firstKeptEntryId": prep.first_kept_entry_id, "tokensBefore": 1})
+        context = build_session_context(SessionTree([*path[:end], new]), "q22")
+        assert orphaned_tool_results(m.message for m in context.messages) == [], end
+        planned += 1
+    assert planned > len(path) // 14
+
+
+def test_deterministic_summary_keeps_the_facts_of_a_real_session(pi_file: Path) -> None:
+    from worker.compaction import compact
+    from worker.compaction.facts import CLOSE, OPEN, estimate_tokens
+    from worker.llm import build_summarizer
+    from worker.llm.settings import LlmSettings
+
+    session = _load(pi_file)
+    path = session.tree().path_to(session.tree().leaf_id)
+    prep = prepare_compaction(path, CompactionSettings(), get_tokenizer("tiktoken"))
+    assert prep is not None
+    outcome = compact(prep, build_summarizer(LlmSettings(models=[])))
+    stats = outcome.details["facts"]
+    total = sum(s["total"] for s in stats.values())
+    kept = sum(s["inSummary"] + s["appended"] for s in stats.values())
+    assert total > 100 and kept >= 0.95 * total
+    assert stats["paths"]["dropped"] == 0 and stats["requests"]["dropped"] == 0
+    without = sum(s["inSummary"] for s in stats.values())
+    assert without >= 0.85 * total  # the summarizer itself keeps requests, commands and errors
+    summary = outcome.summary
+    if OPEN in summary:
+        block = summary[summary.index(OPEN) : summary.index(CLOSE) + len(CLOSE)]
+        assert estimate_tokens(block) <= 1310

@@ -41,6 +41,7 @@ __all__ = [
     "METRIC_NAMES",
     "Probe",
     "enabled",
+    "observe_facts",
     "observe_job",
     "observe_model_call",
     "observe_stale",
@@ -76,6 +77,9 @@ _DEFINITIONS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
      ("candidate", "direction")),
     ("compactor_model_cost_usd_total", "counter",
      "Cost of successful model calls at the candidate's configured prices (USD)", ("candidate",)),
+    ("compactor_summary_facts_total", "counter",
+     "Fact-ledger facts of committed summaries by kind; outcome inSummary, appended or dropped",
+     ("job", "kind", "outcome")),
 )
 # Served by the scrape-time collector of worker.queue_depth (not stored per process).
 _SCRAPED: dict[str, tuple[str, ...]] = {"compactor_queue_depth": ("queue",),
@@ -186,6 +190,17 @@ def observe_job(kind: str, reason: str | None, outcome: str, seconds: float) -> 
 def observe_stale(kind: str) -> None:
     if _metrics:
         _metrics["compactor_stale_total"].labels(kind).inc()
+
+
+def observe_facts(job: str, stats: Any) -> None:
+    """The fact ledger's counts of one summary (``{kind: {total, inSummary, appended, dropped}}``)."""
+    if not _metrics or not isinstance(stats, dict):
+        return
+    for kind, counts in stats.items():
+        for outcome in ("inSummary", "appended", "dropped"):
+            value = counts.get(outcome) if isinstance(counts, dict) else None
+            if isinstance(value, int) and value > 0:
+                _metrics["compactor_summary_facts_total"].labels(job, kind, outcome).inc(value)
 
 
 class _Usage(Protocol):  # the model layer's Usage (this module imports nothing of the worker)

@@ -73,6 +73,8 @@ class WorkerSettings(LlmSettings, ClientSettings):
     # Branch summaries: the model's window when the candidate list does not name one.
     context_window: int = Field(default=128_000, gt=0)
     branch_reserve_tokens: int = Field(default=16_384, ge=0)
+    # The fact ledger's block (tokens): unset = 10 % of the summary budget; 0 = measure only.
+    fact_budget_tokens: int | None = Field(default=None, ge=0)
 
     # -- observability --------------------------------------------------------------------------
     # /metrics, /livez and /readyz on this port; unset or 0: not served (README "Metrics").

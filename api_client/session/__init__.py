@@ -23,7 +23,7 @@ from api_client.session._entries import (
     iso_to_epoch_ms,
     parse_entry,
 )
-from api_client.session._jsonl import Session, dump_record, load_session, parse_records
+from api_client.session._jsonl import Session, dump_record, jsonl_lines, load_session, parse_records
 from api_client.session._migrate import (
     CURRENT_VERSION,
     IdFactory,
@@ -58,6 +58,7 @@ __all__ = [
     "UnknownEntry",
     "dump_record",
     "iso_to_epoch_ms",
+    "jsonl_lines",
     "load_session",
     "migrate_records",
     "parse_entry",

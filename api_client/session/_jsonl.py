@@ -10,7 +10,7 @@ from api_client.session._entries import Entry, JsonObject, parse_entry
 from api_client.session._migrate import IdFactory, migrate_records, random_entry_id
 from api_client.session._tree import SessionTree
 
-__all__ = ["Session", "dump_record", "load_session", "parse_records"]
+__all__ = ["Session", "dump_record", "jsonl_lines", "load_session", "parse_records"]
 
 
 def dump_record(record: JsonObject) -> str:
@@ -38,32 +38,60 @@ class Session:
         return "\n".join(lines) + "\n"
 
 
+def jsonl_lines(text: str) -> list[tuple[int, str]]:
+    """(line number, line) split at ``\n`` only, a trailing ``\r`` dropped.
+
+    Never ``str.splitlines()``: it also breaks at U+2028, U+2029, NEL and \x1c-\x1e, which
+    ``JSON.stringify`` writes raw inside strings, so one entry would become two broken lines.
+    """
+    return [(number, line[:-1] if line.endswith("\r") else line)
+            for number, line in enumerate(text.split("\n"), start=1)]
+
+
+def _parse_line(line: str) -> tuple[JsonObject | None, str]:
+    """The object of one line, or None and what is wrong with it."""
+    try:
+        value = json.loads(line)
+    except json.JSONDecodeError as err:
+        return None, f"not JSON ({err.msg})"
+    if not isinstance(value, dict):
+        return None, "not a JSON object"
+    return value, ""
+
+
 def parse_records(text: str, source: str) -> tuple[list[tuple[int, JsonObject]], list[str]]:
     """(line number, object) for every parsable line; unparsable lines become warnings."""
     records: list[tuple[int, JsonObject]] = []
     warnings: list[str] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in jsonl_lines(text):
         if not line.strip():
             continue
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as err:
-            warnings.append(f"{source}:{number}: skipped a line that is not JSON ({err.msg})")
-            continue
-        if not isinstance(value, dict):
-            warnings.append(f"{source}:{number}: skipped a line that is not a JSON object")
+        value, problem = _parse_line(line)
+        if value is None:
+            warnings.append(f"{source}:{number}: skipped a line that is {problem}")
             continue
         records.append((number, value))
     return records, warnings
+
+
+def _check_header_line(text: str, source: str) -> None:
+    """A broken first line is the header's problem, reported as that line (not the next one)."""
+    first = next(((n, line) for n, line in jsonl_lines(text) if line.strip()), None)
+    if first is None:
+        raise SessionFormatError("empty session: no JSON lines", source=source)
+    number, line = first
+    value, problem = _parse_line(line)
+    if value is None:
+        raise SessionFormatError(f"first line is not a session header: it is {problem}",
+                                 source=source, line=number)
 
 
 def load_session(
     text: str, *, source: str = "<session>", new_id: IdFactory = random_entry_id
 ) -> Session:
     """Parse, migrate to v3 and type a session. Raises :class:`SessionFormatError` when unusable."""
+    _check_header_line(text, source)
     numbered, warnings = parse_records(text, source)
-    if not numbered:
-        raise SessionFormatError("empty session: no JSON lines", source=source)
     first_line, header = numbered[0]
     if header.get("type") != "session" or not isinstance(header.get("id"), str):
         raise SessionFormatError(

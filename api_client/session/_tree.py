@@ -52,8 +52,12 @@ class SessionTree:
             seen.add(current.id)
             path.append(current)
             parent = current.parent_id
-            if parent is None or parent == current.id:
+            if parent is None:
                 break
+            if parent == current.id:  # the shortest cycle (Q15)
+                raise SessionCycleError(
+                    f"parentId cycle: entry {current.id} is its own parent", source=self.source, line=current.line
+                )
             current = self.by_id.get(parent)
             if current is None and strict:
                 child = path[-1]

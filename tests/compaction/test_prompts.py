@@ -349,3 +349,12 @@ def test_wheel_ships_templates_and_loader_finds_them(tmp_path: Path) -> None:
     root, text = result.stdout.split("\n", 1)
     assert Path(root) == site / "api_client" / "session" / "_wrappers"
     assert text == raw("compaction-summary-context") + "\n\n<summary>\nS\n</summary>"
+
+
+@pytest.mark.parametrize("name", ["summary-initial", "summary-update", "turn-prefix", "branch-summary"])
+def test_summary_prompts_ask_for_paths_commands_and_errors_verbatim(name: str) -> None:
+    text = " ".join(render(name).split())
+    assert "verbatim, character for character" in text
+    for what in ("every file path", "every command that was run", "first line of every error",
+                 "each request the user made"):
+        assert what in text

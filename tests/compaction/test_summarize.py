@@ -6,6 +6,7 @@ import pytest
 
 from api_client.errors import ModelError
 from helpers.sessions import assistant, chain, chars, user
+from worker.compaction.facts import FACT_KINDS
 from worker.compaction.prepare import CompactionSettings, prepare_compaction
 from worker.compaction.prompts import BRANCH_MAX_TOKENS, branch_preamble
 from worker.compaction.summarize import (
@@ -66,7 +67,9 @@ def test_no_history_uses_previous_summary_without_a_call() -> None:
 def test_nothing_at_all_gives_no_prior_history_and_tags() -> None:
     prep = plan([user(chars(40)), assistant(tools=[("read", {"path": "/a"})])], 100_000)
     out = compact(prep, Recorder())
-    assert out.summary == NO_PRIOR_HISTORY and out.details == {"readFiles": [], "modifiedFiles": []}
+    zero = {"total": 0, "inSummary": 0, "appended": 0, "dropped": 0}
+    assert out.summary == NO_PRIOR_HISTORY and out.details == {
+        "readFiles": [], "modifiedFiles": [], "facts": dict.fromkeys(FACT_KINDS, zero)}
 
 
 def test_reserve_tokens_drive_budgets_and_custom_instructions_reach_history() -> None:
@@ -91,7 +94,11 @@ def test_branch_summary_has_preamble_blank_line_and_tags() -> None:
     entries = chain(user("try x"), assistant("ok", tools=[("write", {"path": "/n.py"})]))
     rec = Recorder()
     out = summarize_branch(entries, rec, tokenizer=EST)
-    assert out.summary == f"{branch_preamble()}\n\n<branch>\n\n<modified-files>\n/n.py\n</modified-files>"
+    # The fixed model text drops the request: the fact ledger appends it before the tags.
+    assert out.summary == (f"{branch_preamble()}\n\n<branch>\n\n<session-facts>\nrequest: try x\n"
+                           "</session-facts>\n\n<modified-files>\n/n.py\n</modified-files>")
+    assert out.facts is not None and out.facts["requests"] == {"total": 1, "inSummary": 0, "appended": 1, "dropped": 0}
+    assert out.facts["paths"] == {"total": 1, "inSummary": 1, "appended": 0, "dropped": 0}
     assert rec.requests[0].max_tokens == BRANCH_MAX_TOKENS and not rec.requests[0].reasoning
     assert summarize_branch([], rec, tokenizer=EST).summary is None
 

@@ -154,7 +154,11 @@ def test_before_compact_custom_compaction(stack: CompactionClient, sid: str, plu
     plugin.configure(before_compact={"compaction": {
         "summary": "Summary written by the platform.", "preserveData": {"artifacts": ["a.md"]}}})
     entry = stack.compact(sid, instructions="keep it short").wait(timeout=20)
-    assert entry["summary"] == "Summary written by the platform."
+    # The platform's text is kept; the fact ledger appends the request it lost (README).
+    summary, _, block = entry["summary"].partition("\n\n<session-facts>\n")
+    assert summary == "Summary written by the platform."
+    assert block.startswith("request: Fix the CSV importer.") and block.endswith("\n</session-facts>")
+    assert entry["details"]["facts"]["requests"]["appended"] == 1
     assert entry["fromExtension"] is True
     assert entry["preserveData"] == {"artifacts": ["a.md"]}
     assert entry["firstKeptEntryId"] == _calls(plugin, "session_before_compact")[0]["first_kept_entry_id"]

@@ -164,3 +164,33 @@ def test_odd_messages_do_not_break_it() -> None:
                       user("Ran `make test`\n```\nboom\n```\n\nCommand exited with code 2")]
     text = summarize(odd)
     assert "`user command` `make test`" in text and "Command exited with code 2" in text
+
+
+def _busy_session(turns: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for i in range(turns):
+        out += [user(f"Request {i}: make the parser accept dialect number {i}" if i % 3 else "ok"),
+                call(f"r{i}", "read", path=f"src/dialect_{i}.py"), result(f"r{i}", "read", "x" * 400),
+                call(f"b{i}", "bash", command=f"cd /repo/packages/parser && pytest -q tests/test_dialect_{i}.py 2>&1 | tail -5"),
+                result(f"b{i}", "bash", f"E   AssertionError: dialect {i} rejected\nmore", is_error=i % 2 == 0)]
+    return out
+
+
+def test_every_request_command_and_error_is_kept_under_the_budget() -> None:
+    text = summarize(_busy_session(60), max_tokens=13_107)
+    for i in range(60):
+        if i % 3:
+            assert f"- Request {i}: make the parser accept dialect number {i}" in text
+        assert f"pytest -q tests/test_dialect_{i}.py" in text
+        if i % 2 == 0:
+            assert f"E   AssertionError: dialect {i} rejected" in text
+    assert "- Other user messages: `ok`" in text  # short replies, once, on one line
+    assert "omitted" not in text
+
+
+def test_over_the_budget_file_steps_go_first_then_the_oldest() -> None:
+    text = summarize(_busy_session(200), max_tokens=3_000)
+    done = text.split("### Done\n")[1].split("\n\n")[0]
+    assert "`read`" not in done and "earlier items omitted" in done  # paths are in the file lists
+    assert "pytest -q tests/test_dialect_199.py" in done and "tests/test_dialect_0.py" not in done
+    assert len(done) <= 0.45 * 6_000 + 300

@@ -15,7 +15,14 @@ from api_client.session import (
 from worker.compaction.convert import for_compaction
 from worker.tokens import Tokenizer
 
-__all__ = ["CutPoint", "find_cut_point", "find_turn_start_index", "find_valid_cut_points", "is_valid_cut_point"]
+__all__ = [
+    "CutPoint",
+    "classify_cut",
+    "find_cut_point",
+    "find_turn_start_index",
+    "find_valid_cut_points",
+    "is_valid_cut_point",
+]
 
 _CUT_ROLES = frozenset(
     {"user", "assistant", "bashExecution", "hookMessage", "branchSummary", "compactionSummary", "custom"}
@@ -89,6 +96,12 @@ def _classify(entries: Sequence[Entry], cut: int, start: int, end: int) -> tuple
     return turn_start, turn_start != -1
 
 
+def classify_cut(entries: Sequence[Entry], cut: int, start: int, end: int) -> CutPoint:
+    """Step 5 for a cut chosen elsewhere (Q22 moves cuts); turn starts are searched to ``start``."""
+    turn_start, split = _classify(entries, cut, start, end)
+    return CutPoint(cut, turn_start, split)
+
+
 def find_cut_point(
     entries: Sequence[Entry], start: int, end: int, keep_recent_tokens: int, tokenizer: Tokenizer
 ) -> CutPoint:
@@ -96,5 +109,4 @@ def find_cut_point(
     if not cps:
         return CutPoint(start, -1, False)
     cut = _pull_in_metadata(entries, _budget_cut(entries, cps, start, end, keep_recent_tokens, tokenizer), start)
-    turn_start, split = _classify(entries, cut, start, end)
-    return CutPoint(cut, turn_start, split)
+    return classify_cut(entries, cut, start, end)

@@ -9,7 +9,8 @@ from typing import Any, Literal
 
 from api_client.session import CompactionEntry, Entry, Message, MessageEntry
 from worker.compaction.convert import for_compaction
-from worker.compaction.cutpoint import CutPoint, find_cut_point
+from worker.compaction.cutpoint import CutPoint, classify_cut, find_cut_point
+from worker.compaction.facts import parse_fact_block, strip_fact_block
 from worker.compaction.fileops import (
     FileOps,
     add_details_file_ops,
@@ -17,6 +18,7 @@ from worker.compaction.fileops import (
     extract_file_ops,
     strip_file_operation_tags,
 )
+from worker.compaction.toolpairs import safe_first_kept_index
 from worker.tokens import Tokenizer
 
 __all__ = [
@@ -54,6 +56,7 @@ class Preparation:
     read_files: tuple[str, ...]
     modified_files: tuple[str, ...]
     settings: CompactionSettings
+    carried_facts: tuple[tuple[str, str], ...] = ()  # the previous summary's fact block
 
 
 def _num(usage: Mapping[str, Any], key: str) -> float:
@@ -105,15 +108,31 @@ def _adjusted_keep(path: Sequence[Entry], start: int, keep: int, tokenizer: Toke
     return keep
 
 
+def _previous_kept_from(path: Sequence[Entry], prev_idx: int) -> int | None:
+    """Where the previous compaction's kept range starts on the path (None: nothing kept)."""
+    if prev_idx < 0:
+        return None
+    previous = path[prev_idx]
+    assert isinstance(previous, CompactionEntry)
+    return next((i for i, e in enumerate(path[:prev_idx]) if e.id == previous.first_kept_entry_id), None)
+
+
 def _summarize_range(path: Sequence[Entry], prev_idx: int, history_end: int) -> list[tuple[str, Message]]:
     items: list[tuple[str, Message]] = []
-    if prev_idx >= 0:
-        previous = path[prev_idx]
-        assert isinstance(previous, CompactionEntry)
-        kept_from = next((i for i, e in enumerate(path[:prev_idx]) if e.id == previous.first_kept_entry_id), None)
-        if kept_from is not None:  # Q5: the previous compaction's kept range is summarised now
-            items += _mapped(path, kept_from, prev_idx)
+    kept_from = _previous_kept_from(path, prev_idx)
+    if kept_from is not None:  # Q5: the previous compaction's kept range is summarised now
+        items += _mapped(path, kept_from, min(prev_idx, history_end))  # Q22: up to a moved cut
     return items + _mapped(path, prev_idx + 1, history_end)
+
+
+def _tool_pair_cut(path: Sequence[Entry], cut: CutPoint, prev_idx: int, end: int) -> CutPoint | None:
+    """Q22: never keep a tool result without its call; the previous kept range offers cut points."""
+    kept_from = _previous_kept_from(path, prev_idx)
+    floor = kept_from if kept_from is not None else prev_idx + 1
+    first = safe_first_kept_index(path, cut.first_kept_entry_index, floor, end)
+    if first is None:
+        return None
+    return cut if first == cut.first_kept_entry_index else classify_cut(path, first, floor, end)
 
 
 def _file_ops(path: Sequence[Entry], prev_idx: int, messages: Sequence[Message]) -> FileOps:
@@ -136,7 +155,9 @@ def prepare_compaction(
     start, end = prev_idx + 1, len(path)
     usage = last_assistant_usage(path)
     keep = _adjusted_keep(path, start, settings.keep_recent_tokens, tokenizer)
-    cut: CutPoint = find_cut_point(path, start, end, keep, tokenizer)
+    cut = _tool_pair_cut(path, find_cut_point(path, start, end, keep, tokenizer), prev_idx, end)
+    if cut is None:
+        return None
     first = cut.first_kept_entry_index
     if first >= len(path) or not path[first].id:
         return None
@@ -147,6 +168,7 @@ def prepare_compaction(
     ops = _file_ops(path, prev_idx, [m for _, m in summarize + prefix])
     read, modified = compute_file_lists(ops)
     previous = path[prev_idx] if prev_idx >= 0 else None
+    previous_text = strip_file_operation_tags(previous.summary) if isinstance(previous, CompactionEntry) else None
     return Preparation(
         first_kept_entry_id=path[first].id,
         first_kept_entry_index=first,
@@ -160,8 +182,9 @@ def prepare_compaction(
         summarize_entry_ids=tuple(i for i, _ in summarize),
         turn_prefix_entry_ids=tuple(i for i, _ in prefix),
         kept_entry_ids=tuple(i for i, _ in recent),
-        previous_summary=strip_file_operation_tags(previous.summary) if isinstance(previous, CompactionEntry) else None,
+        previous_summary=strip_fact_block(previous_text) if previous_text is not None else None,
         read_files=tuple(read),
         modified_files=tuple(modified),
         settings=settings,
+        carried_facts=tuple(parse_fact_block(previous_text or "")),
     )

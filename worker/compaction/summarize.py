@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from api_client.errors import ModelError
 from api_client.session import Entry, Message
@@ -15,6 +16,7 @@ from worker.compaction import prompts
 from worker.compaction.branch import DEFAULT_CONTEXT_WINDOW, branch_budget, prepare_branch_entries
 from worker.compaction.convert import convert_to_llm
 from worker.compaction.fileops import format_file_operations
+from worker.compaction.ledger import branch_ledger, compaction_ledger, with_block
 from worker.compaction.prepare import Preparation
 from worker.compaction.serialize import serialize_conversation
 from worker.summarizer_types import CancelToken, Purpose, Summarizer, SummaryRequest, SummaryResult
@@ -55,7 +57,7 @@ class CompactionOutcome:
     short_summary: str
     first_kept_entry_id: str
     tokens_before: int
-    details: dict[str, list[str]]
+    details: dict[str, Any]  # readFiles, modifiedFiles, facts (the ledger's counts per kind)
     calls: tuple[SummaryResult, ...]
 
 
@@ -65,6 +67,13 @@ class BranchOutcome:
     read_files: tuple[str, ...]
     modified_files: tuple[str, ...]
     calls: tuple[SummaryResult, ...]
+    facts: dict[str, dict[str, int]] | None = None  # the ledger's counts per kind
+
+    def details(self) -> dict[str, Any]:
+        details: dict[str, Any] = {"readFiles": list(self.read_files), "modifiedFiles": list(self.modified_files)}
+        if self.facts is not None:
+            details["facts"] = self.facts
+        return details
 
 
 @dataclass(frozen=True)
@@ -175,6 +184,7 @@ def compact(
     prompt_override: str | None = None,
     extra_context: Sequence[str] = (),
     cancel: CancelToken | None = None,
+    fact_budget_tokens: int | None = None,
 ) -> CompactionOutcome:
     """Summaries for a prepared compaction: history ‖ turn prefix, then the short summary."""
     if not preparation.first_kept_entry_id:
@@ -185,9 +195,12 @@ def compact(
     summary = _main_summary(preparation, summarizer, opts, cancel, calls)
     short = _call(summarizer, short_request(convert_to_llm(preparation.recent_messages), summary, opts), cancel)
     calls.append(short)
-    details = {"readFiles": list(preparation.read_files), "modifiedFiles": list(preparation.modified_files)}
+    tags = format_file_operations(preparation.read_files, preparation.modified_files)
+    ledger = compaction_ledger(preparation, summary + tags, fact_budget_tokens)
+    details = {"readFiles": list(preparation.read_files), "modifiedFiles": list(preparation.modified_files),
+               "facts": ledger.stats}
     return CompactionOutcome(
-        summary=summary + format_file_operations(preparation.read_files, preparation.modified_files),
+        summary=with_block(summary, tags, ledger),
         short_summary=short.text,
         first_kept_entry_id=preparation.first_kept_entry_id,
         tokens_before=preparation.tokens_before,
@@ -205,6 +218,7 @@ def summarize_branch(
     reserve_tokens: int = 16_384,
     custom_instructions: str | None = None,
     cancel: CancelToken | None = None,
+    fact_budget_tokens: int | None = None,
 ) -> BranchOutcome:
     """SPEC §11.3: None as summary when there is nothing to summarise (not an error)."""
     prep = prepare_branch_entries(entries, branch_budget(context_window, reserve_tokens), tokenizer)
@@ -213,5 +227,8 @@ def summarize_branch(
     llm = convert_to_llm(prep.messages)
     opts = RequestOptions(custom_instructions, None, (), reserve_tokens, prep.read_files, prep.modified_files)
     result = _call(summarizer, branch_request(llm, opts), cancel)
-    text = prompts.with_branch_preamble(result.text) + format_file_operations(prep.read_files, prep.modified_files)
-    return BranchOutcome(text, prep.read_files, prep.modified_files, (result,))
+    text = prompts.with_branch_preamble(result.text)
+    tags = format_file_operations(prep.read_files, prep.modified_files)
+    ledger = branch_ledger(entries, prep.included_entry_ids, text + tags, fact_budget_tokens)
+    return BranchOutcome(with_block(text, tags, ledger), prep.read_files, prep.modified_files, (result,),
+                         ledger.stats)

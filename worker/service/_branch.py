@@ -8,6 +8,7 @@ from typing import Any
 from api_client.errors import InvalidRequestError
 from api_client.session import JsonObject
 from api_client.wire import EventType
+from worker import metrics
 from worker.compaction import (
     branch_destination,
     collect_entries_for_branch_summary,
@@ -52,9 +53,9 @@ def _summary(ctx: JobContext, prep: TreePreparation) -> tuple[str | None, Any, b
     outcome = summarize_branch(
         prep.entries_to_summarize, ctx.summarizer, tokenizer=ctx.rt.tokenizer,
         context_window=_context_window(ctx), reserve_tokens=ctx.rt.settings.branch_reserve_tokens,
-        custom_instructions=ctx.record.instructions, cancel=ctx.control)
-    details = {"readFiles": list(outcome.read_files), "modifiedFiles": list(outcome.modified_files)}
-    return outcome.summary, details, False, outcome.calls
+        custom_instructions=ctx.record.instructions, cancel=ctx.control,
+        fact_budget_tokens=ctx.rt.settings.fact_budget_tokens)
+    return outcome.summary, outcome.details(), False, outcome.calls
 
 
 def _plan(ctx: JobContext, target: str) -> Move:
@@ -76,7 +77,9 @@ def _plan(ctx: JobContext, target: str) -> Move:
 
 def _result(ctx: JobContext, move: Move) -> dict[str, Any]:
     _, _, calls = calls_summary(move.calls)
+    details = move.entry.get("details") if move.entry else None
     return {**calls, "oldLeafId": move.old_leaf, "newLeafId": move.destination,
+            "facts": details.get("facts") if isinstance(details, dict) else None,
             "durationMs": ctx.control.elapsed_ms()}
 
 
@@ -106,6 +109,7 @@ def run_branch(ctx: JobContext) -> JobSuccess:
                                session_id=ctx.session_id)
     model, usage, _ = calls_summary(move.calls)
     result = {**_result(ctx, move), "newLeafId": new_leaf}
+    metrics.observe_facts("branch_summary", result["facts"])
     return JobSuccess(entry=entry, result=result, model=model, usage=usage, event={
         "old_leaf_id": move.old_leaf, "new_leaf_id": new_leaf,
         "from_extension": move.from_extension, "result": result,

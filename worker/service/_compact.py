@@ -10,6 +10,7 @@ from api_client.errors import AlreadyCompactedError, NothingToCompactError
 from api_client.session import Entry, JsonObject, SessionTree, parse_entry
 from api_client.session_store import Snapshot
 from api_client.wire import CompactReason, EventType
+from worker import metrics
 from worker.compaction import (
     Preparation,
     build_session_context,
@@ -17,6 +18,8 @@ from worker.compaction import (
     no_plan_reason,
     prepare_compaction,
 )
+from worker.compaction.ledger import hook_compaction_with_facts
+from worker.compaction.toolpairs import safe_first_kept_id
 from worker.llm import SummaryResult
 from worker.service._context import JobContext, JobSuccess, calls_summary, compaction_entry
 from worker.service._errors import JobCancelled
@@ -64,10 +67,14 @@ def _draft(ctx: JobContext, prep: Preparation, path: Sequence[Entry]) -> Draft:
         raise JobCancelled()
     if before is not None and before.compaction is not None:
         c = before.compaction
+        summary, details, _ = hook_compaction_with_facts(
+            prep, c["summary"], c.get("details"), ctx.rt.settings.fact_budget_tokens)
         entry = compaction_entry(
-            summary=c["summary"], short_summary=c.get("shortSummary"),
-            first_kept_entry_id=c["firstKeptEntryId"], tokens_before=c["tokensBefore"],
-            details=c.get("details"), preserve_data=c.get("preserveData"), from_extension=True)
+            summary=summary, short_summary=c.get("shortSummary"),
+            # Q22: a hook's kept range, too, never starts between a tool call and its result.
+            first_kept_entry_id=safe_first_kept_id(path, c["firstKeptEntryId"]),
+            tokens_before=c["tokensBefore"],
+            details=details, preserve_data=c.get("preserveData"), from_extension=True)
         return Draft(entry, True, path)
     ctx.control.check()
     messages = [*prep.messages_to_summarize, *prep.turn_prefix_messages]
@@ -76,7 +83,8 @@ def _draft(ctx: JobContext, prep: Preparation, path: Sequence[Entry]) -> Draft:
     outcome = compact(
         prep, ctx.summarizer, custom_instructions=ctx.record.instructions,
         prompt_override=extra.prompt if extra else None,
-        extra_context=tuple(extra.context) if extra else (), cancel=ctx.control)
+        extra_context=tuple(extra.context) if extra else (), cancel=ctx.control,
+        fact_budget_tokens=ctx.rt.settings.fact_budget_tokens)
     entry = compaction_entry(
         summary=outcome.summary, short_summary=outcome.short_summary,
         first_kept_entry_id=outcome.first_kept_entry_id, tokens_before=outcome.tokens_before,
@@ -94,9 +102,11 @@ def _tokens_after(ctx: JobContext, path: Sequence[Entry], entry: JsonObject) -> 
 
 def _result(ctx: JobContext, progress: Progress, draft: Draft) -> dict[str, Any]:
     _, _, calls = calls_summary(draft.calls)
+    details = draft.entry.get("details")
     return {
         **progress.pruned.to_result(), **calls,
         "tokensBefore": draft.entry.get("tokensBefore"),
+        "facts": details.get("facts") if isinstance(details, dict) else None,
         "durationMs": ctx.control.elapsed_ms(),
     }
 
@@ -137,6 +147,7 @@ def run_compact(ctx: JobContext) -> JobSuccess:
                 tokens_before=entry.get("tokensBefore"), tokens_after=tokens_after)
     model, usage, _ = calls_summary(draft.calls)
     result = {**_result(ctx, progress, draft), "tokensAfter": tokens_after}
+    metrics.observe_facts("compaction", result["facts"])
     return JobSuccess(entry=entry, result=result, model=model, usage=usage, event={
         "tokens_before": entry.get("tokensBefore"), "tokens_after": tokens_after,
         "from_extension": draft.from_extension, "result": result,

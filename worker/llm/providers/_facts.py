@@ -68,7 +68,9 @@ def _target(arguments: Any) -> str:
     for key in _TARGET_KEYS:
         value = arguments.get(key)
         if isinstance(value, str) and value.strip():
-            return clip(first_line(value, 160), 160) if key != "path" else value
+            # a command's whole first line: its head may follow a long `cd DIR &&`
+            limit = 240 if key == "command" else 160
+            return clip(first_line(value, limit), limit) if key != "path" else value
     return clip(json.dumps(arguments, ensure_ascii=False), 80) if arguments else ""
 
 
@@ -133,7 +135,8 @@ class _Collector:
         reason = first_line(_text_of(message.get("content"))) or "error"
         if step is not None:
             step.error = reason
-        label = f"{step.name} {step.target}".strip() if step else str(message.get("toolName") or "tool")
+        # A long command is cut here so that the error line itself stays whole.
+        label = f"{step.name} {clip(step.target, 80)}".strip() if step else str(message.get("toolName") or "tool")
         self.facts.errors.append(f"{label}: {reason}")
 
 

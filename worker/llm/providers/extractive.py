@@ -36,7 +36,13 @@ _CONSTRAINT = re.compile(r"\b(must|must not|never|always|don't|do not|avoid|pref
 _TAGS = re.compile(r"<(read-files|modified-files)>.*?</\1>", re.DOTALL)
 _NUMBERED = re.compile(r"^\d+\.\s*")
 _PENDING = "- Pending request (verbatim):"
+_OTHER_MESSAGES = "- Other user messages:"
 _REPLACED = ("- Files modified:", "- Files read:", "- Last assistant note:")
+# Every request, command and error is kept while they fit: this many characters at least, or
+# 2 × max_tokens characters (half the output budget), shared 35/45/20.
+_FACT_FLOOR = 6_000
+_FACT_SHARE = {"Goal": 0.35, "Progress/Done": 0.45, "Progress/Blocked": 0.2}
+_FILE_STEP = tuple(f"- {done}`{tool}` " for done in ("[x] ", "") for tool in ("read", "write", "edit"))
 
 
 class ExtractiveProvider:
@@ -62,9 +68,9 @@ def extractive_summary(request: SummaryRequest) -> str:
     if request.purpose == "short":
         return _short(facts, request.previous_summary, modified)
     if request.purpose == "turn_prefix":
-        return _turn_prefix(facts, read, modified)
+        return _turn_prefix(facts, read, modified, max(_FACT_FLOOR, 2 * request.max_tokens))
     previous = [*facts.embedded_summaries, *([request.previous_summary] if request.previous_summary else [])]
-    sections = _merge(previous, _new_sections(facts, read, modified))
+    sections = _merge(previous, _new_sections(facts, read, modified), max(_FACT_FLOOR, 2 * request.max_tokens))
     if request.purpose == "branch":
         return _render_branch(sections)
     return _render(sections)
@@ -74,7 +80,7 @@ def extractive_summary(request: SummaryRequest) -> str:
 def _new_sections(facts: Facts, read: Sequence[str], modified: Sequence[str]) -> dict[str, list[str]]:
     open_request = facts.open_request
     sections: dict[str, list[str]] = {
-        "Goal": [f"- {first_line(r, _LINE)}" for r in _goals(facts.requests)],
+        "Goal": [f"- {first_line(r, _LINE)}" for r in _work_requests(facts.requests)],
         "Constraints & Preferences": [f"- {clip(s, _LINE)}" for s in _constraints(facts.requests)],
         "Progress/Done": [f"- [x] {clip(s.describe(), _LINE)}" for s in facts.steps],
         "Progress/In Progress": [f"- [ ] {first_line(open_request, _LINE)}"] if open_request else [],
@@ -83,6 +89,11 @@ def _new_sections(facts: Facts, read: Sequence[str], modified: Sequence[str]) ->
         "Critical Context": _critical(facts, read, modified),
     }
     return sections
+
+
+def _work_requests(requests: Sequence[str]) -> list[str]:
+    """Every request that states work (the Goal lists them all, oldest first)."""
+    return [r for r in requests if not r.lstrip().startswith("/") and len(r.split()) >= 4]
 
 
 def _goals(requests: Sequence[str]) -> list[str]:
@@ -116,6 +127,10 @@ def _critical(facts: Facts, read: Sequence[str], modified: Sequence[str]) -> lis
         lines.append(f"- Files read: {_file_list(read)}")
     if facts.last_assistant_text:
         lines.append(f"- Last assistant note: {first_line(facts.last_assistant_text, _LINE)}")
+    work = set(_work_requests(facts.requests))
+    others = dedup([first_line(r, 120) for r in facts.requests if r not in work])
+    if others:  # short replies and slash commands: one line, every one of them
+        lines.append(f"{_OTHER_MESSAGES} " + " · ".join(f"`{o}`" for o in others))
     pending = facts.open_request or facts.pending_question
     if pending:
         lines.append(_PENDING)
@@ -129,12 +144,31 @@ def _file_list(paths: Sequence[str], limit: int = 20) -> str:
 
 
 # --- merging with earlier summaries ---------------------------------------------------------
-def _merge(previous: Sequence[str], new: dict[str, list[str]]) -> dict[str, list[str]]:
+def _merge(previous: Sequence[str], new: dict[str, list[str]], fact_chars: int) -> dict[str, list[str]]:
     merged: dict[str, list[str]] = {}
     for text in previous:
         _merge_one(merged, parse_sections(_TAGS.sub("", text)), has_new_requests=True)
     _merge_one(merged, new, has_new_requests=bool(new["Goal"]))
-    return {key: _cap(key, lines) for key, lines in merged.items()}
+    return {key: _bounded(key, lines, int(fact_chars * _FACT_SHARE[key])) if key in _FACT_SHARE
+            else _cap(key, lines) for key, lines in merged.items()}
+
+
+def _bounded(key: str, lines: list[str], chars: int) -> list[str]:
+    """All lines while they fit in ``chars``; else file steps (their paths are in the file
+    lists), then the oldest lines go first, and a marker says how many."""
+    lines = [clip(ln, _LINE) for ln in dedup(lines)]
+    if sum(len(ln) + 1 for ln in lines) <= chars:
+        return lines
+    order = sorted(range(len(lines)), key=lambda i: (not lines[i].startswith(_FILE_STEP), i))
+    dropped: set[int] = set()
+    size = sum(len(ln) + 1 for ln in lines) + 40  # room for the marker
+    for i in order:
+        if size <= chars:
+            break
+        dropped.add(i)
+        size -= len(lines[i]) + 1
+    marker = "- [x] …" if key == "Progress/Done" else "- …"
+    return [f"{marker} ({len(dropped)} earlier items omitted)", *(ln for i, ln in enumerate(lines) if i not in dropped)]
 
 
 def _merge_one(into: dict[str, list[str]], new: dict[str, list[str]], *, has_new_requests: bool) -> None:
@@ -166,7 +200,8 @@ def _cap(key: str, lines: list[str]) -> list[str]:
     limit = _CAPS.get(key, _DEFAULT_CAP)
     if key == "Critical Context":  # the verbatim request is kept whole; other lines are capped
         quoted = [ln for ln in lines if ln.startswith("> ") or ln == _PENDING]
-        other = [clip(ln, _FILES_LINE if ln.startswith(_REPLACED[:2]) else _LINE) for ln in lines if ln not in quoted]
+        long_lines = (*_REPLACED[:2], _OTHER_MESSAGES)
+        other = [clip(ln, _FILES_LINE if ln.startswith(long_lines) else _LINE) for ln in lines if ln not in quoted]
         return [*other[-limit:], *quoted]
     lines = [clip(ln, _LINE) for ln in lines]
     if len(lines) <= limit:
@@ -213,14 +248,15 @@ def _render_branch(sections: dict[str, list[str]]) -> str:
     return _render(fixed, placeholder)
 
 
-def _turn_prefix(facts: Facts, read: Sequence[str], modified: Sequence[str]) -> str:
+def _turn_prefix(facts: Facts, read: Sequence[str], modified: Sequence[str], fact_chars: int) -> str:
     request = facts.requests[0] if facts.requests else "(the turn began without a user request)"
     lines = ["## Original Request", clip(request, _VERBATIM), "", "## Early Progress"]
     steps = [f"- {clip(s.describe(), _LINE)}" for s in facts.steps]
-    lines.extend(_cap("Early Progress", steps) or ["- (no tool calls yet)"])
+    lines.extend(_bounded("Early Progress", steps, fact_chars // 2) or ["- (no tool calls yet)"])
     lines += ["", "## Context for Suffix"]
     context = [ln for ln in _critical(facts, read, modified) if not ln.startswith("> ") and ln != _PENDING]
-    context += [f"- Error seen: {clip(e, _LINE)}" for e in facts.errors[-5:]]
+    errors = [f"- Error seen: {clip(e, _LINE)}" for e in facts.errors]
+    context += _bounded("Errors", errors, fact_chars // 5)
     lines.extend(context or ["- (nothing beyond the request)"])
     return "\n".join(lines)
 

@@ -1,0 +1,120 @@
+"""The fact ledger: extraction, the check against summary + kept text, the bounded block."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from helpers.sessions import assistant, chain, chars, user
+from worker.compaction.facts import (
+    FACT_KINDS,
+    Fact,
+    apply_ledger,
+    estimate_tokens,
+    extract_facts,
+    parse_fact_block,
+    strip_fact_block,
+)
+from worker.compaction.fileops import format_file_operations, strip_file_operation_tags
+from worker.compaction.ledger import compaction_ledger
+from worker.compaction.prepare import CompactionSettings, prepare_compaction
+from worker.tokens import EstimateTokenizer
+
+
+def err(text: str) -> dict[str, Any]:
+    return {"role": "toolResult", "toolCallId": "c0", "toolName": "bash", "isError": True,
+            "content": [{"type": "text", "text": text}], "timestamp": 1}
+
+
+def kinds(messages: list[dict[str, Any]]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {k: [] for k in FACT_KINDS}
+    for fact in extract_facts(messages):
+        out[fact.kind].append(fact.text)
+    return {k: v for k, v in out.items() if v}
+
+
+@pytest.mark.parametrize(
+    ("messages", "expected"),
+    [
+        ([assistant(tools=[("read", {"path": "src/a.py"}), ("edit", {"path": "/b/c.ts"})])],
+         {"paths": ["src/a.py", "/b/c.ts"]}),
+        ([assistant(tools=[("bash", {"command": "  pytest   -q tests/x_test.py\n  && echo done"})])],
+         {"commands": ["pytest -q tests/x_test.py"], "paths": ["tests/x_test.py"]}),
+        ([assistant(tools=[("bash", {"command": "cat README.md | head"})]),
+          assistant(tools=[("bash", {"command": "cat README.md | head"})])],
+         {"commands": ["cat README.md"], "paths": ["README.md"]}),  # deduped, without the pipe
+        ([assistant(tools=[("bash", {"command": "cd /srv/app && npm test 2>&1 | tail -5"})])],
+         {"commands": ["npm test"], "paths": ["/srv/app"]}),  # the cd prefix is a path, not the command
+        ([assistant(tools=[("bash", {"command": "sed -i 's|a/b.ts|c/d.ts|g' src/x.ts > /dev/null"})])],
+         {"commands": ["sed -i 's|a/b.ts|c/d.ts|g' src/x.ts"], "paths": ["src/x.ts"]}),  # quoted: a pattern
+        ([err("\n  Error: ENOENT: no such file, open 'lib/x.js:12:3'\nstack...")],
+         {"errors": ["Error: ENOENT: no such file, open 'lib/x.js:12:3'"], "paths": ["lib/x.js"]}),
+        ([user("Please fix #123, see https://github.com/o/r/pull/9.\nMore detail")],
+         {"requests": ["Please fix #123, see https://github.com/o/r/pull/9."],
+          "identifiers": ["https://github.com/o/r/pull/9", "#123"]}),
+        ([{"role": "bashExecution", "command": "git status", "output": "", "exitCode": 0}],
+         {"commands": ["git status"]}),
+        ([user("ratio 1/2 on 2024/01/02")], {"requests": ["ratio 1/2 on 2024/01/02"]}),
+        ([assistant(tools=[("bash", {"command": "echo 1/2 2024/01/02 https://x.io/a/b"})])],
+         {"commands": ["echo 1/2 2024/01/02 https://x.io/a/b"]}),  # no letters / a URL: no path
+        ([{"role": "toolResult", "isError": False, "content": "fine"}], {}),  # only errors count
+    ],
+)
+def test_extraction(messages: list[dict[str, Any]], expected: dict[str, list[str]]) -> None:
+    assert kinds(messages) == expected
+
+
+def test_long_heads_are_cut_to_a_verbatim_prefix() -> None:
+    (fact,) = extract_facts([{"role": "bashExecution", "command": "echo " + "y" * 300}])
+    assert fact.text == ("echo " + "y" * 300)[:80]
+
+
+def test_found_facts_are_counted_and_lost_ones_appended() -> None:
+    facts = extract_facts([user("Run   the tests"), assistant(tools=[("bash", {"command": "make test"})])])
+    result = apply_ledger(facts, "We were asked to: Run the tests.", 500)
+    assert result.stats["requests"] == {"total": 1, "inSummary": 1, "appended": 0, "dropped": 0}
+    assert result.stats["commands"] == {"total": 1, "inSummary": 0, "appended": 1, "dropped": 0}
+    assert result.block == "\n\n<session-facts>\ncommand: make test\n</session-facts>"
+    assert parse_fact_block("S" + result.block) == [("commands", "make test")]
+    assert strip_fact_block("S" + result.block) == "S"
+
+
+def test_budget_keeps_repeated_and_recent_first_and_says_what_did_not_fit() -> None:
+    facts = [Fact("commands", f"cmd-{i:03d} " + "z" * 40, 1, i) for i in range(100)]
+    facts[3].count = 5  # repeated: kept although old
+    budget = 200
+    result = apply_ledger(facts, "", budget)
+    assert estimate_tokens(result.block) <= budget
+    kept = [text for _, text in parse_fact_block(result.block)]
+    assert kept[0].startswith("cmd-003") and "cmd-099" in kept[1]  # repeated, then newest
+    stats = result.stats["commands"]
+    assert stats["appended"] == len(kept) and stats["appended"] + stats["dropped"] == 100
+    assert result.block.endswith(f"(not kept, no room: {stats['dropped']} commands)\n</session-facts>")
+
+
+@pytest.mark.parametrize("budget", [0, 3])
+def test_no_room_measures_without_a_block(budget: int) -> None:
+    result = apply_ledger([Fact("paths", "a/b.py")], "", budget)
+    assert result.block == "" and result.stats["paths"]["dropped"] == 1
+
+
+def test_next_compaction_strips_the_block_and_carries_its_facts() -> None:
+    summary = "S" + "\n\n<session-facts>\npath: x/y.py\n</session-facts>" + format_file_operations(["r.py"], [])
+    items = [user("a"), {"type": "compaction", "summary": summary, "firstKeptEntryId": "e0", "tokensBefore": 1},
+             user(chars(400)), assistant("b")]
+    prep = prepare_compaction(chain(*items), CompactionSettings(keep_recent_tokens=10), EstimateTokenizer())
+    assert prep is not None and prep.previous_summary == "S"
+    assert prep.carried_facts == (("paths", "x/y.py"),)
+    ledger = compaction_ledger(prep, "new summary")
+    assert parse_fact_block("new summary" + ledger.block)[0] == ("paths", "x/y.py")
+    assert strip_fact_block(strip_file_operation_tags(summary)) == "S"
+
+
+def test_kept_messages_count_as_found() -> None:
+    items = [user("look at https://example.com/a"), assistant(chars(400)), user("now read https://example.com/a")]
+    prep = prepare_compaction(chain(*items), CompactionSettings(keep_recent_tokens=5), EstimateTokenizer())
+    assert prep is not None and prep.kept_entry_ids == ("e2",)
+    ledger = compaction_ledger(prep, "summary")
+    assert ledger.stats["identifiers"] == {"total": 1, "inSummary": 1, "appended": 0, "dropped": 0}
+    assert ledger.stats["requests"]["appended"] == 1

@@ -1,0 +1,275 @@
+"""The fact ledger: what a summary must not lose, checked after it is written.
+
+From the messages a compaction (or branch summary) summarises, facts are read off
+deterministically: file paths, commands run, tool errors, the user's requests and the identifiers
+the user named. After the summary is written, each fact is looked up verbatim (whitespace runs
+count as one space) in the summary and the kept messages; the lost ones are appended as one
+``<session-facts>`` block (README "Fact ledger"), within a token budget. The block is stripped
+from a previous summary before reuse, like the file-operation tags (Q20), and its facts are
+carried into the next ledger as the oldest candidates.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from api_client.session import Message
+from worker.compaction.convert import text_of_blocks
+from worker.jsjson import js_len
+
+__all__ = [
+    "FACT_KINDS",
+    "Fact",
+    "LedgerResult",
+    "apply_ledger",
+    "command_head",
+    "default_fact_budget",
+    "extract_facts",
+    "parse_fact_block",
+    "strip_fact_block",
+]
+
+FACT_KINDS = ("paths", "commands", "errors", "requests", "identifiers")
+_LABEL = {"paths": "path", "commands": "command", "errors": "error", "requests": "request",
+          "identifiers": "identifier"}
+_KIND_OF_LABEL = {label: kind for kind, label in _LABEL.items()}
+# When the budget must choose: paths and errors first, then identifiers, requests, commands.
+_RANK = {"paths": 0, "errors": 1, "identifiers": 2, "requests": 3, "commands": 3}
+OPEN, CLOSE = "<session-facts>", "</session-facts>"
+_HEAD = 100  # an error line is at most this many characters
+_COMMAND_HEAD = 80
+_REQUEST_HEAD = 72
+_PATH_TOOL_KEYS = ("path", "file_path", "filePath")
+_EXT = ("py|pyi|js|mjs|cjs|ts|tsx|jsx|json|jsonl|md|toml|ya?ml|txt|sh|rs|go|c|h|cc|cpp|hpp|java|kt"
+        "|rb|php|lua|sql|html|css|scss|cfg|ini|lock|env|xml|csv|log|ipynb")
+_PATH_WORD = re.compile(
+    rf"(?:~/|\.{{1,2}}/|/)?(?:[\w@+.-]+/)*[\w@+-][\w@+.-]*(?:/|\.(?:{_EXT}))?|(?:~|/)"
+)
+_SHELL_SPLIT = re.compile(r"[\s'\"`=,;|&()<>]+")
+_CD_PREFIX = re.compile(r"^cd\s+(\S+)\s*&&\s*")
+_PLUMBING = re.compile(r"\s(?:\||2>&1|2>/dev/null|>>?|;)\s?")
+_URL = re.compile(r"https?://[^\s<>()\"'`\]\[]+")
+_ISSUE = re.compile(r"(?<![\w&#/])#\d{1,7}\b")
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _head(text: str, limit: int = _HEAD) -> str:
+    line = next((ln for ln in text.splitlines() if ln.strip()), "")
+    return _norm(line)[:limit].rstrip()
+
+
+def estimate_tokens(text: str) -> int:
+    return math.ceil(js_len(text) / 4)
+
+
+@dataclass
+class Fact:
+    kind: str
+    text: str
+    count: int = 1
+    last: int = 0  # position of the newest message that mentions it (recency)
+
+
+class _Ledger:
+    def __init__(self) -> None:
+        self.facts: dict[tuple[str, str], Fact] = {}
+
+    def add(self, kind: str, text: str, position: int) -> None:
+        text = text.strip()
+        if kind in ("paths", "identifiers"):  # quoting and sentence punctuation are not part of it
+            text = text.strip("'\"`.,;:()[]{}<>")
+        if not text:
+            return
+        fact = self.facts.get((kind, text))
+        if fact is None:
+            self.facts[(kind, text)] = Fact(kind, text, 1, position)
+        else:
+            fact.count += 1
+            fact.last = position
+
+    def paths_in(self, text: str, position: int) -> None:
+        """Whole shell words that name files: with a slash or a known extension, a letter, no URL."""
+        text = text.split("<<", 1)[0][:2000]  # a heredoc's body is content, not a path
+        for word in _shell_words(text):
+            word = re.sub(r":\d+(?::\d+)?$", "", word.strip(".:"))  # file.py:12:3
+            if ("/" in word or re.search(rf"\.(?:{_EXT})$", word)) and _is_path(word):
+                self.add("paths", word, position)
+
+
+def _shell_words(text: str) -> list[str]:
+    # Quoted arguments stay whole (a sed expression or commit message is not a path).
+    lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        return [w for w in lexer if w]
+    except ValueError:  # unbalanced quotes: plain words
+        return [w for w in _SHELL_SPLIT.split(text) if w]
+
+
+def _is_path(word: str) -> bool:
+    if word.startswith("/dev/") or re.fullmatch(r"[sy]/[^/]*/[^/]*/\w*", word):
+        return False  # a device, or a sed expression
+    return (_PATH_WORD.fullmatch(word) is not None and "//" not in word and not word.startswith("-")
+            and re.search(r"[A-Za-z]", word) is not None and len(word) > 2)
+
+
+def command_head(command: str) -> str:
+    """A command as the ledger keeps it: its first line without a leading ``cd DIR &&`` and
+    without output plumbing (pipes, redirections), whitespace collapsed, at most 80 characters."""
+    line = _norm(next((ln for ln in command.splitlines() if ln.strip()), ""))
+    line = _CD_PREFIX.sub("", line)
+    line = _PLUMBING.split(line, 1)[0]
+    return line[:_COMMAND_HEAD].rstrip()
+
+
+def _tool_call(ledger: _Ledger, block: dict[str, object], position: int) -> None:
+    arguments = block.get("arguments")
+    if not isinstance(arguments, dict):
+        return
+    for key in _PATH_TOOL_KEYS:
+        value = arguments.get(key)
+        if isinstance(value, str) and value.strip():
+            ledger.add("paths", value, position)
+    command = arguments.get("command")
+    if isinstance(command, str) and command.strip():
+        ledger.add("commands", command_head(command), position)
+        ledger.paths_in(command, position)
+
+
+def _user_request(ledger: _Ledger, text: str, position: int) -> None:
+    if not text.strip():
+        return
+    ledger.add("requests", _head(text, _REQUEST_HEAD), position)
+    for url in _URL.findall(text):
+        ledger.add("identifiers", url.rstrip(".,;:!?"), position)
+    for number in _ISSUE.findall(text):
+        ledger.add("identifiers", number, position)
+
+
+def _one(ledger: _Ledger, message: Message, position: int) -> None:
+    role = message.get("role")
+    content = message.get("content")
+    if role == "user":
+        _user_request(ledger, text_of_blocks(content), position)
+    elif role == "assistant" and isinstance(content, list):
+        for block in content:
+            if isinstance(block, dict) and block.get("type") == "toolCall":
+                _tool_call(ledger, block, position)
+    elif role == "toolResult" and message.get("isError"):
+        text = text_of_blocks(content)
+        ledger.add("errors", _head(text), position)
+        ledger.paths_in("\n".join(text.strip().splitlines()[:3]), position)
+    elif role == "bashExecution" and isinstance(message.get("command"), str):
+        ledger.add("commands", command_head(str(message["command"])), position)
+        ledger.paths_in(str(message["command"]), position)
+
+
+def extract_facts(messages: Iterable[Message], carried: Sequence[tuple[str, str]] = ()) -> list[Fact]:
+    """The distinct facts of ``messages`` (oldest first); ``carried`` ones count as oldest."""
+    ledger = _Ledger()
+    for kind, text in carried:
+        ledger.add(kind, text, -1)
+    for position, message in enumerate(messages):
+        _one(ledger, message, position)
+    return _without_contained_paths(list(ledger.facts.values()))
+
+
+def _without_contained_paths(facts: list[Fact]) -> list[Fact]:
+    """A path inside a longer one is found wherever the longer one is: keep the longer only."""
+    paths = [f for f in facts if f.kind == "paths"]
+    inner = {id(f) for f in paths for g in paths if f is not g and f.text in g.text}
+    return [f for f in facts if id(f) not in inner]
+
+
+# --- the block -------------------------------------------------------------------------------
+def strip_fact_block(summary: str) -> str:
+    """``summary`` without a trailing ``<session-facts>`` block (and the blank line before it)."""
+    if not summary.endswith(CLOSE) or OPEN not in summary:
+        return summary
+    text = summary[: summary.rindex(OPEN)]
+    return text[:-2] if text.endswith("\n\n") else text
+
+
+def parse_fact_block(summary: str) -> list[tuple[str, str]]:
+    """The ``(kind, text)`` lines of a trailing block; the 'not kept' note is not a fact."""
+    if not summary.endswith(CLOSE) or OPEN not in summary:
+        return []
+    body = summary[summary.rindex(OPEN) + len(OPEN) : -len(CLOSE)]
+    facts = []
+    for line in body.split("\n"):
+        label, sep, text = line.partition(": ")
+        if sep and label in _KIND_OF_LABEL and text.strip():
+            facts.append((_KIND_OF_LABEL[label], text.strip()))
+    return facts
+
+
+def _priority(fact: Fact) -> tuple[int, int, int]:
+    return (_RANK[fact.kind], -min(fact.count, 3), -fact.last)
+
+
+def _omitted_note(left_out: Sequence[Fact]) -> str:
+    counts = {k: sum(1 for f in left_out if f.kind == k) for k in FACT_KINDS}
+    parts = [f"{n} {_LABEL[k]}{'s' if n != 1 else ''}" for k, n in counts.items() if n]
+    return f"(not kept, no room: {', '.join(parts)})"
+
+
+def _render(chosen: Sequence[Fact], left_out: Sequence[Fact]) -> str:
+    order = {k: i for i, k in enumerate(FACT_KINDS)}
+    lines = [f"{_LABEL[f.kind]}: {f.text}" for f in sorted(chosen, key=lambda f: order[f.kind])]
+    if left_out:
+        lines.append(_omitted_note(left_out))
+    return "\n\n" + "\n".join([OPEN, *lines, CLOSE]) if lines else ""
+
+
+_NOTE_ROOM = 140  # characters kept free for the "not kept" note
+
+
+def _choose(lost: Sequence[Fact], budget: int) -> tuple[list[Fact], list[Fact]]:
+    room = 4 * budget - len(OPEN) - len(CLOSE) - 4 - _NOTE_ROOM  # estimate: 4 chars a token
+    chosen: list[Fact] = []
+    left_out: list[Fact] = []
+    used = 0
+    for fact in sorted(lost, key=_priority):
+        cost = js_len(f"{_LABEL[fact.kind]}: {fact.text}") + 1
+        if used + cost <= room:
+            chosen.append(fact)
+            used += cost
+        else:
+            left_out.append(fact)
+    while chosen and estimate_tokens(_render(chosen, left_out)) > budget:
+        left_out.append(chosen.pop())
+    return chosen, left_out
+
+
+@dataclass(frozen=True)
+class LedgerResult:
+    block: str  # "" or "\n\n<session-facts>…</session-facts>"
+    stats: dict[str, dict[str, int]]  # kind -> {total, inSummary, appended, dropped}
+
+
+def apply_ledger(facts: Sequence[Fact], found_in: str, budget: int, *, append: bool = True) -> LedgerResult:
+    """Check ``facts`` against ``found_in`` (summary + kept text); the block of the lost ones."""
+    haystack = _norm(found_in)
+    lost = [f for f in facts if _norm(f.text) not in haystack]
+    chosen, left_out = _choose(lost, budget) if append and budget > 0 else ([], list(lost))
+    stats = {}
+    for kind in FACT_KINDS:
+        total = sum(1 for f in facts if f.kind == kind)
+        appended = sum(1 for f in chosen if f.kind == kind)
+        dropped = sum(1 for f in left_out if f.kind == kind)
+        stats[kind] = {"total": total, "inSummary": total - appended - dropped,
+                       "appended": appended, "dropped": dropped}
+    block = _render(chosen, left_out) if append and budget > 0 else ""
+    return LedgerResult(block if estimate_tokens(block) <= budget else "", stats)
+
+
+def default_fact_budget(summary_budget: int) -> int:
+    """10 % of the summary's own token budget."""
+    return summary_budget // 10

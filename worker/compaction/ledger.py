@@ -1,0 +1,68 @@
+"""The fact ledger applied to a compaction, a hook's compaction and a branch summary.
+
+Where the facts come from and where they are looked up:
+
+* compaction: the summarised messages (history and turn prefix) plus the facts carried from the
+  previous summary's block; looked up in the new summary (file-operation tags included) and the
+  kept messages, serialised as the model would read them (SPEC §6).
+* hook compaction (``fromExtension``): the same facts and lookup; the block is appended to the
+  hook's summary too, since a lost fact is lost whoever wrote the summary. The counts go into
+  ``details.facts`` only when the hook's ``details`` is absent or an object without ``facts``.
+* branch summary: the included entries of the abandoned branch (tool results too); looked up in
+  the summary alone, since the branch is left behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from api_client.session import Entry, Message
+from worker.compaction import prompts
+from worker.compaction.convert import convert_to_llm, for_compaction
+from worker.compaction.facts import LedgerResult, apply_ledger, default_fact_budget, extract_facts
+from worker.compaction.prepare import Preparation
+from worker.compaction.serialize import serialize_conversation
+
+__all__ = ["branch_ledger", "compaction_ledger", "hook_compaction_with_facts"]
+
+
+def _budget(configured: int | None, summary_budget: int) -> int:
+    return default_fact_budget(summary_budget) if configured is None else max(0, configured)
+
+
+def compaction_ledger(prep: Preparation, summary_with_tags: str, budget_tokens: int | None = None) -> LedgerResult:
+    """The ledger of a compaction whose summary (file-operation tags included) is written.
+
+    ``budget_tokens``: room for the block; None is 10 % of the history summary's budget, 0 only
+    measures.
+    """
+    facts = extract_facts([*prep.messages_to_summarize, *prep.turn_prefix_messages], prep.carried_facts)
+    kept = serialize_conversation(convert_to_llm(prep.recent_messages))
+    budget = _budget(budget_tokens, prompts.history_max_tokens(prep.settings.reserve_tokens))
+    return apply_ledger(facts, f"{summary_with_tags}\n{kept}", budget)
+
+
+def with_block(summary: str, tags: str, ledger: LedgerResult) -> str:
+    """The stored layout: summary, fact block, file-operation tags (each after a blank line)."""
+    return summary + ledger.block + tags
+
+
+def hook_compaction_with_facts(prep: Preparation, summary: str, details: Any,
+                               budget_tokens: int | None = None) -> tuple[str, Any, LedgerResult]:
+    """A hook's summary with the lost facts appended, and its details with the counts."""
+    ledger = compaction_ledger(prep, summary, budget_tokens)
+    if details is None:
+        details = {"facts": ledger.stats}
+    elif isinstance(details, dict) and "facts" not in details:
+        details = {**details, "facts": ledger.stats}
+    return summary + ledger.block, details, ledger
+
+
+def branch_ledger(entries: Sequence[Entry], included_ids: Sequence[str], summary: str,
+                  budget_tokens: int | None = None) -> LedgerResult:
+    """The ledger of a branch summary over the entries it included (tool results too)."""
+    start = next((i for i, e in enumerate(entries) if included_ids and e.id == included_ids[0]), len(entries))
+    messages: list[Message] = [m for e in entries[start:] if (m := for_compaction(e)) is not None]
+    budget = _budget(budget_tokens, prompts.BRANCH_MAX_TOKENS)
+    return apply_ledger(extract_facts(messages), summary, budget)

@@ -1,0 +1,124 @@
+"""Tool calls and their results stay together (SPEC §16 Q22).
+
+A provider rejects a request whose ``toolResult`` does not follow the assistant message holding
+its ``toolCall`` (a permanent 400). The reference agent's cut can start a kept range with a tool
+result when a compaction was committed while that tool ran; these helpers move such a cut so the
+call is kept too, or report that no safe cut exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from api_client.session import CompactionEntry, Entry, Message, MessageEntry
+from worker.compaction.cutpoint import is_valid_cut_point
+
+__all__ = ["orphaned_tool_results", "safe_first_kept_id", "safe_first_kept_index", "tool_call_ids"]
+
+
+def tool_call_ids(message: Message) -> set[str]:
+    """The ids of the ``toolCall`` blocks of an assistant message (empty for other roles)."""
+    content = message.get("content")
+    if message.get("role") != "assistant" or not isinstance(content, list):
+        return set()
+    return {
+        b["id"] for b in content
+        if isinstance(b, dict) and b.get("type") == "toolCall" and isinstance(b.get("id"), str)
+    }
+
+
+def _call_id(message: Message) -> str | None:
+    value = message.get("toolCallId")
+    return value if isinstance(value, str) else None
+
+
+def _holds_call(message: Message, call_id: str | None) -> bool:
+    # A result without a usable id pairs with any assistant message that made tool calls.
+    ids = tool_call_ids(message)
+    return call_id in ids if call_id is not None else bool(ids)
+
+
+def orphaned_tool_results(messages: Iterable[Message]) -> list[int]:
+    """Positions of the tool results that no earlier assistant message of the list called."""
+    seen: set[str] = set()
+    any_call = False
+    orphans: list[int] = []
+    for position, message in enumerate(messages):
+        if message.get("role") == "assistant":
+            ids = tool_call_ids(message)
+            seen |= ids
+            any_call = any_call or bool(ids)
+        elif message.get("role") == "toolResult":
+            call_id = _call_id(message)
+            if not (call_id in seen if call_id is not None else any_call):
+                orphans.append(position)
+    return orphans
+
+
+def _kept(path: Sequence[Entry], first: int) -> list[tuple[int, Message]]:
+    # What the new compaction's context keeps; earlier compactions contribute nothing (SPEC §4).
+    return [(i, e.message) for i, e in enumerate(path[first:], start=first)
+            if isinstance(e, MessageEntry)]
+
+
+def _first_orphan(path: Sequence[Entry], first: int) -> tuple[int, Message] | None:
+    kept = _kept(path, first)
+    orphans = orphaned_tool_results(m for _, m in kept)
+    return kept[orphans[0]] if orphans else None
+
+
+def _caller_index(path: Sequence[Entry], result: Message, before: int, floor: int) -> int | None:
+    call_id = _call_id(result)
+    for i in range(before - 1, floor - 1, -1):
+        entry = path[i]
+        if isinstance(entry, MessageEntry) and _holds_call(entry.message, call_id):
+            return i
+    return None
+
+
+def _pull_in_metadata(path: Sequence[Entry], cut: int, floor: int) -> int:
+    # SPEC §9.3 step 4, bounded by the lowest index this planner may keep.
+    while cut > floor and not isinstance(path[cut - 1], (CompactionEntry, MessageEntry)):
+        cut -= 1
+    return cut
+
+
+def safe_first_kept_index(path: Sequence[Entry], first: int, floor: int, end: int) -> int | None:
+    """The nearest first-kept index to ``first`` whose kept range orphans no tool result.
+
+    An orphan whose call lies in ``[floor, first)`` moves the cut back to the latest valid cut
+    point at or before that call (normally the assistant message itself); an orphan whose call
+    is out of reach moves the cut forward past the orphan. None: no such cut exists.
+    """
+    for _ in range(len(path) + 1):
+        found = _first_orphan(path, first)
+        if found is None:
+            return first
+        at, result = found
+        caller = _caller_index(path, result, at, floor)
+        backward = None if caller is None else _latest_cut_point(path, floor, caller)
+        if backward is not None:
+            first = _pull_in_metadata(path, backward, floor)
+            continue
+        forward = next((i for i in range(at + 1, end) if is_valid_cut_point(path[i])), None)
+        if forward is None:
+            return None
+        floor = first = forward  # never move back before a result we gave up on
+    return None
+
+
+def _latest_cut_point(path: Sequence[Entry], floor: int, upto: int) -> int | None:
+    return next((i for i in range(upto, floor - 1, -1) if is_valid_cut_point(path[i])), None)
+
+
+def safe_first_kept_id(path: Sequence[Entry], first_kept_id: str) -> str:
+    """A hook's ``firstKeptEntryId`` moved back, when needed, so that no kept result is orphaned.
+
+    Keeping more never loses anything; an id not on the path keeps nothing and stays as it is, as
+    does a path that already holds a result no call on it made.
+    """
+    first = next((i for i, e in enumerate(path) if e.id == first_kept_id), None)
+    if first is None:
+        return first_kept_id
+    safe = safe_first_kept_index(path, first, 0, len(path))
+    return path[safe].id if safe is not None and safe < len(path) and safe <= first else first_kept_id
