@@ -41,6 +41,7 @@ __all__ = [
     "METRIC_NAMES",
     "Probe",
     "enabled",
+    "observe_draft",
     "observe_job",
     "observe_model_call",
     "observe_stale",
@@ -76,6 +77,8 @@ _DEFINITIONS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
      ("candidate", "direction")),
     ("compactor_model_cost_usd_total", "counter",
      "Cost of successful model calls at the candidate's configured prices (USD)", ("candidate",)),
+    ("compactor_drafts_total", "counter",
+     "Speculative drafts: computed, applied, discarded (by cause)", ("outcome", "cause")),
 )
 # Served by the scrape-time collector of worker.queue_depth (not stored per process).
 _SCRAPED: dict[str, tuple[str, ...]] = {"compactor_queue_depth": ("queue",),
@@ -186,6 +189,13 @@ def observe_job(kind: str, reason: str | None, outcome: str, seconds: float) -> 
 def observe_stale(kind: str) -> None:
     if _metrics:
         _metrics["compactor_stale_total"].labels(kind).inc()
+
+
+def observe_draft(outcome: str, cause: str = "") -> None:
+    """``computed`` (a speculative job stored one), ``applied`` (a client applied one; counted
+    by the notify task), ``discarded`` with its cause (counted by the job that ran instead)."""
+    if _metrics:
+        _metrics["compactor_drafts_total"].labels(outcome, cause).inc()
 
 
 class _Usage(Protocol):  # the model layer's Usage (this module imports nothing of the worker)
