@@ -33,13 +33,13 @@ from typing import Any
 from celery.contrib.testing.worker import start_worker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_runtime import SAMPLE, model_server  # noqa: E402
+from bench_runtime import SAMPLE, model_server
 
-from api_client import CompactionClient  # noqa: E402
-from worker.app import create_app  # noqa: E402
-from worker.demo import embedded_redis  # noqa: E402
-from worker.hooks import HookSettings  # noqa: E402
-from worker.settings import WorkerSettings  # noqa: E402
+from api_client import CompactionClient
+from worker.app import create_app
+from worker.demo import embedded_redis
+from worker.hooks import HookSettings
+from worker.settings import WorkerSettings
 
 RESULTS = Path(__file__).resolve().parent / "results"
 WINDOW = 200_000  # threshold 183 616 with the default reserve, band 22 952 below it
@@ -47,7 +47,7 @@ WINDOW = 200_000  # threshold 183 616 with the default reserve, band 22 952 belo
 
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def dist(values: list[float]) -> dict[str, float]:
