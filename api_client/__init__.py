@@ -56,8 +56,9 @@ from api_client.errors import (
 
 if TYPE_CHECKING:
     from api_client._client import AsyncCompactionClient, CompactionClient
-    from api_client._decide import should_compact
+    from api_client._decide import should_compact, should_precompute
     from api_client._handle import AsyncJobHandle, JobHandle, JobResult
+    from api_client._instant import ObserveResult
     from api_client.events import AsyncEventReader, EventReader
     from api_client.overflow import is_context_overflow
     from api_client.session.context import LlmContext
@@ -80,6 +81,8 @@ _LAZY: dict[str, str] = {
     "JobHandle": "_handle",
     "JobResult": "_handle",
     "should_compact": "_decide",
+    "should_precompute": "_decide",
+    "ObserveResult": "_instant",
     "AsyncEventReader": "events",
     "EventReader": "events",
     "is_context_overflow": "overflow",
@@ -138,6 +141,7 @@ __all__ = [
     "NestingTooDeepError",
     "NonFiniteNumberError",
     "NothingToCompactError",
+    "ObserveResult",
     "PlanError",
     "PruneResult",
     "SessionCycleError",
@@ -152,6 +156,7 @@ __all__ = [
     "UnserializableValueError",
     "is_context_overflow",
     "should_compact",
+    "should_precompute",
 ]
 
 

@@ -20,8 +20,10 @@ from urllib.parse import urlsplit
 import redis
 import redis.asyncio
 
+from api_client import _instant
 from api_client._calls import AsyncShell, Flow, Pipeline, SyncShell, cmd
 from api_client._handle import AsyncJobHandle, JobHandle
+from api_client.drafts import discard_note
 from api_client.errors import (
     BrokerUnavailableError,
     CompactorError,
@@ -177,6 +179,12 @@ class _ClientCore:
     def _ping() -> Flow[bool]:
         return bool((yield cmd("ping")))
 
+    def _discarded(self, session_id: str, request: dict[str, Any], result: EnqueueResult,
+                   cause: str) -> Flow[None]:
+        """The draft was discarded: say why, on the job that runs instead (before it is sent)."""
+        yield from discard_note(self.layout, self.settings, session_id, result.job_id,
+                                request["reason"], cause, created=result.outcome == "created")
+
     @staticmethod
     def _warm() -> Flow[None]:
         """Load every packaged script (one pipeline), so no first EVALSHA meets NOSCRIPT."""
@@ -243,8 +251,21 @@ class CompactionClient(_ClientCore):
 
     def compact(self, session_id: str, reason: CompactReason | str = "manual",
                 instructions: str | None = None) -> JobHandle:
-        """Enqueue a compaction (``manual``, ``threshold`` or ``overflow``); returns at once."""
-        return self._enqueue(session_id, self._request(JobKind.COMPACT, reason, instructions))
+        """Enqueue a compaction (``manual``, ``threshold``, ``overflow`` or ``speculative``);
+        returns at once. Threshold/overflow without instructions first apply a valid draft
+        (the handle is then finished: ``from_draft``)."""
+        handle, discarded = _instant.from_draft(self, session_id, reason, instructions)
+        if handle is not None:
+            return handle
+        request = self._request(JobKind.COMPACT, reason, instructions)
+        return self._enqueue(session_id, request, discarded)
+
+    def observe(self, session_id: str, *, context_tokens: int,
+                context_window: int) -> _instant.ObserveResult:
+        """Call after every turn: compacts above the threshold (from a valid draft when there is
+        one), precomputes a draft in the band below it (coalesced), else does nothing."""
+        return _instant.observe(self, session_id, context_tokens=context_tokens,
+                                context_window=context_window)
 
     def prune(self, session_id: str) -> JobHandle:
         """Enqueue a tool-output prune pass (SPEC §8)."""
@@ -309,8 +330,11 @@ class CompactionClient(_ClientCore):
         if self._blocking is not None:
             self._blocking.close()
 
-    def _enqueue(self, session_id: str, request: dict[str, Any]) -> JobHandle:
+    def _enqueue(self, session_id: str, request: dict[str, Any],
+                 discarded: str | None = None) -> JobHandle:
         result = self.jobs.enqueue(session_id, **request, broker_db=self._inline_db())
+        if discarded:
+            self.io.run(self._discarded(session_id, request, result, discarded))
         if result.must_send:
             try:
                 self._send(result)
@@ -358,7 +382,17 @@ class AsyncCompactionClient(_ClientCore):
 
     async def compact(self, session_id: str, reason: CompactReason | str = "manual",
                       instructions: str | None = None) -> AsyncJobHandle:
-        return await self._enqueue(session_id, self._request(JobKind.COMPACT, reason, instructions))
+        handle, discarded = await _instant.from_draft_async(self, session_id, reason,
+                                                            instructions)
+        if handle is not None:
+            return handle
+        request = self._request(JobKind.COMPACT, reason, instructions)
+        return await self._enqueue(session_id, request, discarded)
+
+    async def observe(self, session_id: str, *, context_tokens: int,
+                      context_window: int) -> _instant.ObserveResult:
+        return await _instant.observe_async(self, session_id, context_tokens=context_tokens,
+                                            context_window=context_window)
 
     async def prune(self, session_id: str) -> AsyncJobHandle:
         return await self._enqueue(session_id, self._request(JobKind.PRUNE))
@@ -408,8 +442,11 @@ class AsyncCompactionClient(_ClientCore):
         if self._blocking is not None:
             await self._blocking.aclose()  # type: ignore[attr-defined]
 
-    async def _enqueue(self, session_id: str, request: dict[str, Any]) -> AsyncJobHandle:
+    async def _enqueue(self, session_id: str, request: dict[str, Any],
+                       discarded: str | None = None) -> AsyncJobHandle:
         result = await self.jobs.enqueue(session_id, **request, broker_db=self._inline_db())
+        if discarded:
+            await self.io.run(self._discarded(session_id, request, result, discarded))
         if result.must_send:
             try:
                 await self._send(result)

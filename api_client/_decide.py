@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-__all__ = ["should_compact"]
+__all__ = ["precompute_band", "should_compact", "should_precompute"]
 
 _DEFAULT_RESERVE = 16_384
 
@@ -32,3 +32,36 @@ def should_compact(context_tokens: int, context_window: int,
         return False
     reserve = _DEFAULT_RESERVE if settings is None else settings.reserve_tokens
     return context_tokens > context_window - reserve
+
+
+_DEFAULT_BAND = (0.125, 8_192, 32_000)
+
+
+def precompute_band(threshold: int, settings: object | None = None) -> int:
+    """Width of the precompute band below ``threshold``: clamp(share × threshold, min, max)
+    tokens (oh-my-pi's 0.125, 8 192, 32 000 unless ``settings`` say otherwise)."""
+    share, low, high = _DEFAULT_BAND
+    if settings is not None:
+        share = getattr(settings, "precompute_band_share", share)
+        low = getattr(settings, "precompute_band_min_tokens", low)
+        high = getattr(settings, "precompute_band_max_tokens", high)
+    return int(max(low, min(high, share * threshold)))
+
+
+def should_precompute(context_tokens: int, context_window: int,
+                      settings: _CompactionPolicy | None = None) -> bool:
+    """Is it time for a speculative compaction? True inside the band just below the threshold
+    (``threshold - band < context_tokens <= threshold``, threshold = window - reserve): above
+    it :func:`should_compact` holds instead. Off with ``precompute_enabled`` false, disabled
+    compaction or an unknown window (≤ 0)."""
+    if settings is not None:
+        enabled = getattr(settings, "compaction_enabled", getattr(settings, "enabled", True))
+        if not enabled or not getattr(settings, "precompute_enabled", True):
+            return False
+    if context_window <= 0:
+        return False
+    reserve = _DEFAULT_RESERVE if settings is None else settings.reserve_tokens
+    threshold = context_window - reserve
+    if threshold <= 0:
+        return False
+    return threshold - precompute_band(threshold, settings) < context_tokens <= threshold

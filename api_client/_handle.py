@@ -76,12 +76,15 @@ def _timeout(job_id: str, timeout: float | None) -> JobTimeoutError:
 
 class _HandleCore:
     def __init__(self, job_id: str, session_id: str, kind: JobKind, *, coalesced: bool = False,
-                 upgraded: bool = False, since: str | None = None) -> None:
+                 upgraded: bool = False, since: str | None = None,
+                 from_draft: bool = False) -> None:
         self.id = job_id
         self.session_id = session_id
         self.kind = kind
         self.coalesced = coalesced
         self.upgraded = upgraded
+        # Finished on the spot by applying a speculative draft (api_client.drafts).
+        self.from_draft = from_draft
         self._since = since
 
     def __repr__(self) -> str:

@@ -30,7 +30,7 @@ from api_client.errors import (
     SessionNotFoundError,
 )
 from api_client.events import event_fields
-from api_client.keys import KeyLayout
+from api_client.keys import INFLIGHT_SPECULATIVE, KeyLayout
 from api_client.redis_broker import task_push
 from api_client.session.validate import check_entry_id, check_json_value
 from api_client.settings import ClientSettings
@@ -117,7 +117,9 @@ def enqueue_call(layout: KeyLayout, settings: ClientSettings, session_id: str, k
     if broker_db is not None:
         push = task_push(route.task, job_id, route.queue, route.priority, db=broker_db,
                          sent_event=settings.send_sent_event)
-    keys = [skeys.inflight(job_kind.value), record_prefix + job_id.rpartition(":")[2],
+    # A speculative compaction flies apart: a real one must never coalesce into it.
+    slot = INFLIGHT_SPECULATIVE if why is CompactReason.SPECULATIVE else job_kind.value
+    keys = [skeys.inflight(slot), record_prefix + job_id.rpartition(":")[2],
             skeys.events, skeys.header, skeys.entries,
             push.queue_key if push else route.queue]
     args = [job_id, record_prefix, str(route.priority), route.queue, why.value if why else "",

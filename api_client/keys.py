@@ -20,7 +20,12 @@ key                                             type    content
                                                         worker's exactly-once commit marker)
 ``<p>:session:{<sid>}:events``                  stream  this session's job events (``MAXLEN ~``)
 ``<p>:session:{<sid>}:inflight:<kind>``         string  job id of the queued/running job of that kind
-                                                        (single-flight; expires as a safety net)
+                                                        (single-flight; expires as a safety net);
+                                                        ``<kind>`` is a job kind or ``speculative``
+                                                        (speculative compactions fly apart)
+``<p>:session:{<sid>}:draft``                   string  the session's one speculative compaction draft,
+                                                        JSON (:mod:`api_client.drafts`); ``EX``
+                                                        ``draft_ttl_s``; never on the session's path
 ``<p>:session:{<sid>}:job:<token>``             hash    the job record (fields: :class:`JobRecord`)
 ``<p>:session:{<sid>}:job:<token>:lease``       string  worker id holding the job (``PX`` lease)
 ``<p>:events``                                  stream  every job event of every session (``MAXLEN ~``)
@@ -46,10 +51,12 @@ from dataclasses import dataclass
 
 from api_client.errors import ConfigurationError, InvalidIdError
 
-__all__ = ["JOB_KINDS", "JobKeys", "KeyLayout", "SessionKeys", "check_session_id", "split_job_id"]
+__all__ = ["INFLIGHT_SPECULATIVE", "JOB_KINDS", "JobKeys", "KeyLayout", "SessionKeys", "check_session_id", "split_job_id"]
 
 # Kept here (not imported from _wire) so the layout has no pydantic dependency.
 JOB_KINDS: tuple[str, ...] = ("compact", "prune", "branch_summary")
+# The single-flight slot of speculative compactions (a real compaction never coalesces into one).
+INFLIGHT_SPECULATIVE = "speculative"
 
 _SESSION_ID = re.compile(r"[^\s{}\x00-\x1f\x7f]{1,256}")
 _TOKEN = re.compile(r"[0-9a-f]{16}")
@@ -83,6 +90,7 @@ class SessionKeys:
     effects: str
     events: str
     inflight_prefix: str  # + kind
+    draft: str
 
     def inflight(self, kind: str) -> str:
         return self.inflight_prefix + kind
@@ -95,7 +103,8 @@ class SessionKeys:
         """Every per-session key except job records (they expire on their own)."""
         return (
             self.header, self.entries, self.order, self.leaf, self.rev, self.effects,
-            self.events, *(self.inflight(k) for k in JOB_KINDS),
+            self.events, *(self.inflight(k) for k in (*JOB_KINDS, INFLIGHT_SPECULATIVE)),
+            self.draft,
         )
 
 
@@ -130,6 +139,7 @@ class KeyLayout:
             effects=base + "effects",
             events=base + "events",
             inflight_prefix=base + "inflight:",
+            draft=base + "draft",
         )
 
     def job_record_prefix(self, session_id: str) -> str:

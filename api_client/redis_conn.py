@@ -29,10 +29,23 @@ REDIS_DOWN: tuple[type[BaseException], ...] = (
 )
 
 
+_INCLUDE = "-- include: "
+
+
 @cache
 def lua(name: str) -> str:
-    """The text of ``api_client/lua/<name>.lua``."""
-    return (files("api_client") / "lua" / f"{name}.lua").read_text(encoding="utf-8")
+    """The text of ``api_client/lua/<name>.lua``, with its includes in front.
+
+    Redis scripts cannot import: a script whose first line reads ``-- include: _walk`` gets
+    ``_walk.lua`` (the one copy of the shared path-walk helpers) prepended. The worker's commit
+    scripts load the same helpers from here.
+    """
+    text = (files("api_client") / "lua" / f"{name}.lua").read_text(encoding="utf-8")
+    first = text.split("\n", 1)[0]
+    if first.startswith(_INCLUDE):
+        helpers = "\n".join(lua(n) for n in first[len(_INCLUDE):].split())
+        return helpers + "\n" + text
+    return text
 
 
 def _options(settings: ClientSettings, blocking: bool) -> dict[str, Any]:

@@ -64,6 +64,14 @@ class ClientSettings(BaseSettings):
     reserve_tokens: int = Field(default=16_384, ge=0)
     keep_recent_tokens: int = Field(default=20_000, ge=0)
 
+    # Instant compaction (README "Instant compaction"): a speculative draft lives this long.
+    draft_ttl_s: int = Field(default=900, gt=0)
+    # should_precompute: the band below the threshold = clamp(share × threshold, min, max).
+    precompute_enabled: bool = True
+    precompute_band_share: float = Field(default=0.125, ge=0, le=1)
+    precompute_band_min_tokens: int = Field(default=8_192, ge=0)
+    precompute_band_max_tokens: int = Field(default=32_000, ge=0)
+
     @field_validator("key_prefix")
     @classmethod
     def _prefix_has_no_tags(cls, value: str) -> str:

@@ -20,18 +20,22 @@ from pydantic.alias_generators import to_camel
 
 __all__ = [
     "BROKER_TRANSPORT_OPTIONS",
+    "DRAFT_APPLIED_ROUTE",
     "PRIORITY_BRANCH",
     "PRIORITY_MANUAL",
     "PRIORITY_OVERFLOW",
     "PRIORITY_PRUNE",
+    "PRIORITY_SPECULATIVE",
     "PRIORITY_THRESHOLD",
     "QUEUES",
     "QUEUE_BRANCH",
     "QUEUE_COMPACT",
     "QUEUE_PRUNE",
+    "QUEUE_SPECULATIVE",
     "QUEUE_URGENT",
     "TASK_BRANCH_SUMMARY",
     "TASK_COMPACT",
+    "TASK_DRAFT_APPLIED",
     "TASK_NAMES",
     "TASK_PRUNE",
     "TERMINAL_STATES",
@@ -62,6 +66,8 @@ class CompactReason(StrEnum):
     MANUAL = "manual"
     THRESHOLD = "threshold"
     OVERFLOW = "overflow"
+    # Plan and summarize like threshold, but store a draft instead of committing (drafts.py).
+    SPECULATIVE = "speculative"
 
 
 class JobState(StrEnum):
@@ -89,11 +95,15 @@ class EventType(StrEnum):
     CANCELLED = "cancelled"               # terminal: prune/branch job cancelled
     FAILED = "failed"                     # terminal: prune/branch job failed
     STALE = "stale"                       # a result was discarded; the job re-plans
+    DRAFT_SAVED = "draft_saved"           # a speculative job stored its draft
+    DRAFT_DISCARDED = "draft_discarded"   # a draft could not be applied (``error`` = cause)
 
 
 TASK_COMPACT = "compactor.compact"
 TASK_PRUNE = "compactor.prune"
 TASK_BRANCH_SUMMARY = "compactor.branch_summary"
+# After a client applied a draft: a worker runs the session_compact hooks (arg: the job id).
+TASK_DRAFT_APPLIED = "compactor.draft_applied"
 TASK_NAMES: Mapping[JobKind, str] = {
     JobKind.COMPACT: TASK_COMPACT,
     JobKind.PRUNE: TASK_PRUNE,
@@ -104,7 +114,9 @@ QUEUE_URGENT = "compactor.urgent"     # overflow recovery: the agent is stuck un
 QUEUE_COMPACT = "compactor.compact"   # threshold and manual compaction
 QUEUE_PRUNE = "compactor.prune"
 QUEUE_BRANCH = "compactor.branch"
-QUEUES: tuple[str, ...] = (QUEUE_URGENT, QUEUE_COMPACT, QUEUE_BRANCH, QUEUE_PRUNE)
+QUEUE_SPECULATIVE = "compactor.speculative"  # drafts: never ahead of a real compaction
+QUEUES: tuple[str, ...] = (QUEUE_URGENT, QUEUE_COMPACT, QUEUE_BRANCH, QUEUE_PRUNE,
+                           QUEUE_SPECULATIVE)
 
 # Redis transport: 0 is served first. Values sit on BROKER_TRANSPORT_OPTIONS' steps.
 PRIORITY_OVERFLOW = 0
@@ -112,6 +124,7 @@ PRIORITY_THRESHOLD = 3
 PRIORITY_BRANCH = 3
 PRIORITY_MANUAL = 6
 PRIORITY_PRUNE = 6
+PRIORITY_SPECULATIVE = 9
 
 BROKER_TRANSPORT_OPTIONS: Mapping[str, Any] = {
     "priority_steps": [0, 3, 6, 9],
@@ -131,7 +144,9 @@ _COMPACT_ROUTES = {
     CompactReason.OVERFLOW: Route(TASK_COMPACT, QUEUE_URGENT, PRIORITY_OVERFLOW),
     CompactReason.THRESHOLD: Route(TASK_COMPACT, QUEUE_COMPACT, PRIORITY_THRESHOLD),
     CompactReason.MANUAL: Route(TASK_COMPACT, QUEUE_COMPACT, PRIORITY_MANUAL),
+    CompactReason.SPECULATIVE: Route(TASK_COMPACT, QUEUE_SPECULATIVE, PRIORITY_SPECULATIVE),
 }
+DRAFT_APPLIED_ROUTE = Route(TASK_DRAFT_APPLIED, QUEUE_COMPACT, PRIORITY_MANUAL)
 _ROUTES = {
     JobKind.PRUNE: Route(TASK_PRUNE, QUEUE_PRUNE, PRIORITY_PRUNE),
     JobKind.BRANCH_SUMMARY: Route(TASK_BRANCH_SUMMARY, QUEUE_BRANCH, PRIORITY_BRANCH),
@@ -236,6 +251,8 @@ class JobRecord(_Wire):
     model: str | None = None
     usage: TokenUsage | None = None
     cancel_requested: bool = False
+    # Set by the client when a draft could not be applied and this job runs instead (the cause).
+    draft_discarded: str | None = None
 
     def to_redis(self) -> dict[str, str]:
         out: dict[str, str] = {}

@@ -41,6 +41,7 @@ __all__ = [
     "METRIC_NAMES",
     "Probe",
     "enabled",
+    "observe_draft",
     "observe_facts",
     "observe_job",
     "observe_model_call",
@@ -80,6 +81,8 @@ _DEFINITIONS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     ("compactor_summary_facts_total", "counter",
      "Fact-ledger facts of committed summaries by kind; outcome inSummary, appended or dropped",
      ("job", "kind", "outcome")),
+    ("compactor_drafts_total", "counter",
+     "Speculative drafts: computed, applied, discarded (by cause)", ("outcome", "cause")),
 )
 # Served by the scrape-time collector of worker.queue_depth (not stored per process).
 _SCRAPED: dict[str, tuple[str, ...]] = {"compactor_queue_depth": ("queue",),
@@ -201,6 +204,13 @@ def observe_facts(job: str, stats: Any) -> None:
             value = counts.get(outcome) if isinstance(counts, dict) else None
             if isinstance(value, int) and value > 0:
                 _metrics["compactor_summary_facts_total"].labels(job, kind, outcome).inc(value)
+
+
+def observe_draft(outcome: str, cause: str = "") -> None:
+    """``computed`` (a speculative job stored one), ``applied`` (a client applied one; counted
+    by the notify task), ``discarded`` with its cause (counted by the job that ran instead)."""
+    if _metrics:
+        _metrics["compactor_drafts_total"].labels(outcome, cause).inc()
 
 
 class _Usage(Protocol):  # the model layer's Usage (this module imports nothing of the worker)

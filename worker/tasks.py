@@ -21,7 +21,7 @@ from celery.exceptions import Ignore
 
 from api_client.errors import InvalidIdError, JobFailedError, JobNotFoundError
 from api_client.keys import split_job_id
-from api_client.wire import TASK_NAMES, JobState
+from api_client.wire import TASK_DRAFT_APPLIED, TASK_NAMES, JobState
 from worker.service import TRANSIENT, JobOutcome, LeaseHeldError, run_job
 
 if TYPE_CHECKING:
@@ -83,6 +83,22 @@ def register_tasks(app: CompactorCelery) -> None:
     for name in TASK_NAMES.values():
         app.task(name=name, bind=True, shared=False, acks_late=True,
                  reject_on_worker_lost=True, throws=EXPECTED_FAILURES)(_task_body(name))
+    app.task(name=TASK_DRAFT_APPLIED, bind=True, shared=False)(_draft_applied)
+
+
+def _draft_applied(task: Any, job_id: object) -> dict[str, Any]:
+    """A client applied a draft: run the session_compact hooks (worker.service._speculative)."""
+    from worker.service._speculative import run_draft_applied
+
+    try:
+        split_job_id(job_id)
+    except InvalidIdError as err:
+        return {"jobId": repr(job_id), "state": "rejected", "error": str(err)}
+    assert isinstance(job_id, str)
+    try:
+        return run_draft_applied(task.app.runtime(), job_id)
+    except JobNotFoundError:
+        return {"jobId": job_id, "state": "missing", "error": "job record not found"}
 
 
 def _task_body(name: str) -> Any:

@@ -119,7 +119,7 @@ def test_branch_summary_to_another_target_is_a_conflict(jobs: JobStore) -> None:
     ("kwargs", "error"),
     [
         ({"kind": "compress"}, InvalidRequestError),
-        ({"kind": "compact", "reason": "speculative"}, InvalidRequestError),
+        ({"kind": "compact", "reason": "whenever"}, InvalidRequestError),
         ({"kind": "branch_summary"}, InvalidRequestError),
         ({"kind": "compact", "session_id": "a b"}, InvalidIdError),
     ],

@@ -20,6 +20,8 @@ PUBLIC = {
     # what client.sessions and client.events() hand out (for type hints)
     "AsyncEventReader", "AsyncSessionStore", "EventReader", "SessionStore", "Snapshot",
     "LlmContext", "ClientSettings", "is_context_overflow", "should_compact",
+    # instant compaction (README "Instant compaction")
+    "ObserveResult", "should_precompute",
     # the errors
     "AlreadyCompactedError", "BrokerUnavailableError", "ClientError", "CompactorError",
     "ConfigurationError", "DanglingParentError", "EntryExistsError", "EntryNotFoundError",

@@ -13,7 +13,8 @@ from worker.app import CompactorCelery
 from worker.cli import main
 
 DEMO = Path(__file__).resolve().parents[2] / "worker" / "data" / "demo-session.jsonl"
-RECORD_KEYS = {"jobId", "state", "entry", "error", "model", "attempts", "usage", "result"}
+RECORD_KEYS = {"jobId", "state", "entry", "error", "model", "attempts", "usage", "result",
+               "fromDraft"}
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +57,7 @@ def test_compact_without_wait_prints_id_and_state(cli: object) -> None:
     _import(cli, "cli-nowait")
     code, out, _ = cli("compact", "cli-nowait", "--json")  # type: ignore[operator]
     payload = json.loads(out)
-    assert code == 0 and set(payload) == {"jobId", "state"}
+    assert code == 0 and set(payload) == {"jobId", "state", "fromDraft"}
     assert payload["jobId"].startswith("cli-nowait:") and payload["state"] in ("queued", "running", "succeeded")
 
 
@@ -67,6 +68,7 @@ def test_compact_wait_json_then_job_and_events(cli: object) -> None:
     assert code == 0 and set(payload) == RECORD_KEYS
     assert payload["state"] == "succeeded" and payload["entry"]["type"] == "compaction"
     assert payload["attempts"] == 1 and payload["model"] == "extractive" and payload["error"] is None
+    assert payload["fromDraft"] is False
     code, out, _ = cli("job", payload["jobId"], "--json")  # type: ignore[operator]
     assert code == 0 and json.loads(out) == payload
     code, out, _ = cli("events", "--session", "cli-wait", "--json")  # type: ignore[operator]
@@ -75,6 +77,20 @@ def test_compact_wait_json_then_job_and_events(cli: object) -> None:
     assert events[-1]["state"] == "succeeded" and events[-1]["jobId"] == payload["jobId"]
     code, out, _ = cli("cancel", payload["jobId"])  # type: ignore[operator]
     assert code == 0 and out.split() == [payload["jobId"], "succeeded"]
+
+
+def test_speculative_then_threshold_from_the_draft(cli: object) -> None:
+    _import(cli, "cli-draft")
+    code, out, _ = cli("compact", "cli-draft", "--reason", "speculative", "--wait", "--json")  # type: ignore[operator]
+    payload = json.loads(out)
+    assert code == 0 and payload["state"] == "succeeded" and payload["entry"] is None
+    assert payload["result"]["draft"] is True and payload["fromDraft"] is False
+    code, out, _ = cli("compact", "cli-draft", "--reason", "threshold", "--json")  # type: ignore[operator]
+    payload = json.loads(out)
+    assert code == 0 and payload == {"jobId": payload["jobId"], "state": "succeeded",
+                                     "fromDraft": True}
+    code, out, _ = cli("job", payload["jobId"])  # type: ignore[operator]
+    assert code == 0 and "from draft: yes" in out
 
 
 def test_prune_and_branch_summary(cli: object) -> None:

@@ -127,12 +127,15 @@ def record_json(record: JobRecord) -> dict[str, Any]:
         "jobId": record.id, "state": record.state.value, "entry": record.entry,
         "error": record.error, "model": record.model, "attempts": record.attempts,
         "usage": record.usage.to_wire() if record.usage else None, "result": record.result,
+        "fromDraft": bool((record.result or {}).get("fromDraft")),
     }
 
 
 def _describe(record: JobRecord) -> str:
     lines = [f"job {record.id}: {record.state.value} ({record.kind.value}"
              + (f", {record.reason.value}" if record.reason else "") + f", attempts {record.attempts})"]
+    if (record.result or {}).get("fromDraft"):
+        lines.append("from draft: yes (applied by the client, no model call)")
     if record.error:
         lines.append(f"error: {record.error}")
     if record.entry:
@@ -180,9 +183,10 @@ def _finish(args: argparse.Namespace, client: CompactionClient, handle: JobHandl
     if not args.wait:
         state = handle.record().state.value
         if args.json:
-            _print_json({"jobId": handle.id, "state": state})
+            _print_json({"jobId": handle.id, "state": state, "fromDraft": handle.from_draft})
         else:
-            print(f"{handle.id} {state}" + (" (coalesced)" if handle.coalesced else ""))
+            print(f"{handle.id} {state}" + (" (coalesced)" if handle.coalesced else "")
+                  + (" (from draft)" if handle.from_draft else ""))
         return 0
     _wait(handle, args.timeout)
     record = handle.record()
@@ -290,7 +294,8 @@ def register(commands: Any) -> None:
 
     compact = commands.add_parser("compact", help="enqueue a compaction")
     compact.add_argument("session_id", metavar="ID")
-    compact.add_argument("--reason", choices=("manual", "threshold", "overflow"), default="manual")
+    compact.add_argument("--reason", choices=("manual", "threshold", "overflow", "speculative"),
+                         default="manual")
     compact.add_argument("--instructions", help="custom summary instructions")
     _job_options(compact)
     compact.set_defaults(handler=_compact)

@@ -9,7 +9,7 @@ from typing import Any
 
 from api_client.errors import CompactorError
 from api_client.keys import split_job_id
-from api_client.wire import JobEvent, JobKind, JobRecord, JobState, job_error_text
+from api_client.wire import CompactReason, JobEvent, JobKind, JobRecord, JobState, job_error_text
 from worker import metrics
 from worker.service._branch import run_branch
 from worker.service._compact import run_compact
@@ -23,6 +23,7 @@ from worker.service._errors import (
     LeaseLostError,
 )
 from worker.service._prune import run_prune
+from worker.service._speculative import count_discarded, run_speculative
 from worker.service.ports import Runtime
 from worker.store.leases import LeaseOutcome
 
@@ -35,6 +36,13 @@ HANDLERS: Mapping[JobKind, Callable[[JobContext], JobSuccess]] = {
     JobKind.PRUNE: run_prune,
     JobKind.BRANCH_SUMMARY: run_branch,
 }
+
+
+def _handler(record: JobRecord) -> Callable[[JobContext], JobSuccess]:
+    if record.reason is CompactReason.SPECULATIVE:
+        return run_speculative
+    count_discarded(record)
+    return HANDLERS[record.kind]
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +92,7 @@ def _run_leased(rt: Runtime, job_id: str) -> JobOutcome:
                     lease_ttl_s=s.lease_ttl_s, clock=rt.clock) as control:
         ctx = JobContext(rt, record, control, rt.new_summarizer())
         try:
-            success = _earlier_effect(ctx) or HANDLERS[record.kind](ctx)
+            success = _earlier_effect(ctx) or _handler(record)(ctx)
         except LeaseLostError:
             log.warning("job %s: taken over by another worker; this delivery stops", job_id)
             return JobOutcome(job_id, "abandoned")

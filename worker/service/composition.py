@@ -19,6 +19,7 @@ from worker.llm import Summarizer, build_summarizer
 from worker.service.ports import SYSTEM_CLOCK, Runtime
 from worker.settings import WorkerSettings
 from worker.store import CommitStore
+from worker.store.drafts import DraftStore
 from worker.store.jobs import JobStore
 from worker.tokens import TOKEN_CACHE, get_tokenizer
 
@@ -60,5 +61,6 @@ def build_runtime(settings: WorkerSettings, *,
         hooks=load_hook_runner(settings),
         new_summarizer=summarizer,
         clock=SYSTEM_CLOCK,
+        drafts=DraftStore(client, layout, settings.draft_ttl_s),
         on_close=on_close,
     )

@@ -35,6 +35,7 @@ __all__ = [
     "SYSTEM_CLOCK",
     "Clock",
     "Commits",
+    "Drafts",
     "Hooks",
     "JobLeases",
     "JobRecords",
@@ -96,6 +97,12 @@ class JobRecords(JobLeases, Protocol):
                record: JobRecord | None = None, **result: Any) -> bool: ...
 
 
+class Drafts(Protocol):
+    """Where a speculative job stores its draft (``worker.store.drafts.DraftStore``)."""
+
+    def save(self, job_id: str, draft: str) -> str: ...
+
+
 class Hooks(Protocol):
     """The hook events the service dispatches (SPEC §13); ``worker.hooks.HookRunner``."""
 
@@ -152,6 +159,7 @@ class Runtime:
     # A fresh summarizer per job (the router's per-job attempt budget).
     new_summarizer: Callable[[], Summarizer]
     clock: Clock = SYSTEM_CLOCK
+    drafts: Drafts | None = None  # speculative jobs fail without it
     on_close: list[Callable[[], Any]] = field(default_factory=list)
 
     @property

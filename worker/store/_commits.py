@@ -21,7 +21,7 @@ import redis
 
 from api_client.errors import SessionNotFoundError
 from api_client.keys import KeyLayout
-from api_client.redis_conn import REDIS_DOWN, unavailable
+from api_client.redis_conn import REDIS_DOWN, lua, unavailable
 from api_client.session import JsonObject, dump_record
 
 __all__ = ["CommitOutcome", "CommitStatus", "CommitStore", "entry_line_parts", "line_digest"]
@@ -53,9 +53,8 @@ class CommitOutcome:
 @cache
 def _script(name: str) -> str:
     """A commit script with the shared helpers in front (Redis scripts cannot import)."""
-    folder = files("worker.store")
-    helpers = (folder / "_walk.lua").read_text(encoding="utf-8")
-    return helpers + "\n" + (folder / f"{name}.lua").read_text(encoding="utf-8")
+    helpers = lua("_walk")  # api_client/lua/_walk.lua: one copy, shared with the client
+    return helpers + "\n" + (files("worker.store") / f"{name}.lua").read_text(encoding="utf-8")
 
 
 def entry_line_parts(entry: Mapping[str, Any]) -> tuple[str, str]:

@@ -1,4 +1,5 @@
--- Shared helpers of the commit scripts (prepended to each; Redis scripts cannot import).
+-- Shared path-walk helpers of the session scripts (worker commits and the client's draft
+-- apply). Prepended to a script by api_client.redis_conn.lua (Redis scripts cannot import).
 
 -- (type, parentId) of a stored entry line; parentId false for null/missing. Lines written by
 -- Compactor and by pi start with type, id, parentId: read those without decoding the whole

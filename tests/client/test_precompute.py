@@ -1,0 +1,41 @@
+"""should_precompute: the band just below the threshold (pure, table-driven)."""
+
+from __future__ import annotations
+
+import pytest
+
+from api_client import ClientSettings, should_compact, should_precompute
+from api_client._decide import precompute_band
+
+S = ClientSettings(redis_url="redis://127.0.0.1:1/0")
+
+
+@pytest.mark.parametrize(("threshold", "band"), [
+    (10_000, 8_192),      # 0.125 × 10 000 = 1 250 → the 8 192 floor
+    (65_536, 8_192),      # exactly the floor
+    (100_000, 12_500),
+    (183_616, 22_952),    # a 200k window with the default reserve
+    (500_000, 32_000),    # the 32 000 cap
+])
+def test_band_is_clamped(threshold: int, band: int) -> None:
+    assert precompute_band(threshold, S) == band == precompute_band(threshold)
+
+
+@pytest.mark.parametrize(("tokens", "window", "settings", "expected"), [
+    (100_000, 200_000, S, False),                  # below the band
+    (160_664, 200_000, S, False),                  # the band's lower edge is exclusive
+    (160_665, 200_000, S, True),
+    (183_616, 200_000, S, True),                   # the threshold itself: not yet compact
+    (183_617, 200_000, S, False),                  # above: should_compact instead
+    (170_000, 0, S, False),                        # unknown window
+    (170_000, 200_000, S.model_copy(update={"precompute_enabled": False}), False),
+    (170_000, 200_000, S.model_copy(update={"compaction_enabled": False}), False),
+    (170_000, 200_000, None, True),                # SPEC defaults
+    (150_000, 200_000, S.model_copy(update={"precompute_band_min_tokens": 40_000}), True),
+    (10_000, 16_000, S, False),                    # window under the reserve
+])
+def test_should_precompute(tokens: int, window: int, settings: ClientSettings | None,
+                           expected: bool) -> None:
+    assert should_precompute(tokens, window, settings) is expected
+    if expected:
+        assert not should_compact(tokens, window, settings)
