@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import argparse
+import ast
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from helpers.sessions import assistant, chain, chars, session, tool_result, user
-from worker.cli import main
+from worker.cli import build_parser, main
+from worker.cli.celery_commands import celery_worker_help, flower_help
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -135,3 +139,64 @@ def test_a_line_separator_inside_a_string_is_not_a_line_break(capsys: pytest.Cap
     code, out, err = run(capsys, "inspect", "context", str(path), "--json")
     assert code == 0 and err == ""
     assert [m["entryId"] for m in json.loads(out)["messages"]] == ["e0", "e1"]
+
+
+def _parsers(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    """Every parser of the command tree with its command path (``compactor inspect plan``)."""
+    yield parser.prog, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):
+                yield from _parsers(sub)
+
+
+def test_every_command_and_option_has_help() -> None:
+    missing = []
+    for prog, parser in _parsers(build_parser()):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                listed = {choice.dest for choice in action._choices_actions}
+                missing += [f"{prog} {name}" for name in action.choices if name not in listed]
+                missing += [f"{prog} {c.dest}" for c in action._choices_actions if not c.help]
+            elif not (action.help or "").strip():
+                missing.append(f"{prog} {'/'.join(action.option_strings) or action.dest}")
+    assert missing == []
+    progs = {prog for prog, _ in _parsers(build_parser())}
+    assert {"compactor inspect plan", "compactor session import", "compactor worker"} <= progs
+
+
+def _string_constants(path: Path) -> Iterator[str]:
+    """String literals of a module except docstrings (comments and docstrings are for us)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef)
+                  and node.body and isinstance(node.body[0], ast.Expr)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            yield node.value
+
+
+def test_user_facing_text_cites_no_spec_sections() -> None:
+    texts = [parser.format_help() for _, parser in _parsers(build_parser())]
+    texts += [celery_worker_help(), flower_help()]
+    assert [t for t in texts if "§" in t or "SPEC" in t] == []
+    assert any("--redis-url URL" in t for t in texts)
+    root = Path(__file__).resolve().parents[1] / "worker"
+    for path in [*sorted((root / "cli").glob("*.py")), root / "demo.py"]:
+        assert [s for s in _string_constants(path) if "§" in s or "SPEC" in s] == [], path.name
+
+
+@pytest.mark.parametrize(("command", "ours", "theirs"), [
+    ("worker", "usage: compactor worker", ["--concurrency", "--prefetch-multiplier", "--pool"]),
+    ("flower", "usage: compactor flower", ["--basic-auth", "--port", "--url-prefix"]),
+])
+def test_worker_and_flower_help_show_the_tools_own_options(command: str, ours: str,
+                                                          theirs: list[str]) -> None:
+    result = subprocess.run([sys.executable, "-m", "worker", command, "--help"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stderr == ""
+    assert result.stdout.startswith(ours)
+    tool_part = result.stdout.split("options (accepted after", 1)[1]
+    assert all(option in tool_part for option in theirs)
+    # Flower's default cookie secret is random per process: never printed
+    assert "secure cookie secret (default" not in result.stdout

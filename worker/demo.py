@@ -176,7 +176,7 @@ def _steps(report: _Report, url: str, session_text: str) -> None:
 
 
 def _pipeline(report: _Report, client: Any, sid: str) -> None:
-    report.say("\n1. threshold compaction: prune pass (SPEC §8), then the summary "
+    report.say("\n1. threshold compaction: prune pass (old tool outputs), then the summary "
                "(extractive summarizer: no model configured)")
     handle, entry = _run_job(report, "compaction", lambda: client.compact(sid, reason="threshold"))
     result = handle.record().result or {}
@@ -215,14 +215,16 @@ def _other_branch_leaf(client: Any, sid: str) -> str:
     return str(off[-1].id)
 
 
-def run_demo(out: TextIO | None = None) -> int:
+def run_demo(out: TextIO | None = None, redis_url: str | None = None) -> int:
+    """``redis_url`` (the CLI's ``--redis-url``) wins over ``COMPACTOR_REDIS_URL``."""
     report = _Report(out or sys.stdout)
     total = time.perf_counter()
     session_text = (files("worker") / "data" / "demo-session.jsonl").read_text(encoding="utf-8")
-    configured = os.environ.get("COMPACTOR_REDIS_URL")
+    configured = redis_url or os.environ.get("COMPACTOR_REDIS_URL")
     started = time.perf_counter()
     if configured and _answers(configured):
-        report.say(f"redis: {configured} (COMPACTOR_REDIS_URL)")
+        source = "--redis-url" if redis_url else "COMPACTOR_REDIS_URL"
+        report.say(f"redis: {configured} ({source})")
         redis_cm: contextlib.AbstractContextManager[str] = contextlib.nullcontext(configured)
     else:
         if configured:

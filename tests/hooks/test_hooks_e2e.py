@@ -8,6 +8,7 @@ import json
 import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -60,8 +61,10 @@ def webhook() -> Iterator[Webhook]:
 
 
 @pytest.fixture(scope="module")
-def stack(redis_proc: Any, model_server: FakeLLMServer, webhook: Webhook) -> Iterator[CompactionClient]:
-    """One worker for the module (starting one costs about a second)."""
+def stack(redis_proc: Any, model_server: FakeLLMServer, webhook: Webhook,
+          example_plugin_path: Path) -> Iterator[CompactionClient]:
+    """One worker for the module (starting one costs about a second), with the example plugin's
+    entry point on the path when it loads its hooks."""
     from celery.contrib.testing.worker import start_worker
 
     from worker.app import create_app

@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 from runtime.runtime_support import running_worker, runtime_settings
 
+from api_client import CompactionClient
 from worker.app import CompactorCelery
 from worker.cli import main
 
 DEMO = Path(__file__).resolve().parents[2] / "worker" / "data" / "demo-session.jsonl"
-RECORD_KEYS = {"jobId", "state", "entry", "error", "model", "attempts", "usage", "result",
-               "fromDraft"}
+RECORD_KEYS = {"jobId", "kind", "reason", "state", "enqueuedAt", "startedAt", "finishedAt",
+               "attempts", "model", "usage", "costUsd", "error", "entry", "result", "fromDraft"}
 
 
 @pytest.fixture(scope="module")
@@ -69,14 +70,20 @@ def test_compact_wait_json_then_job_and_events(cli: object) -> None:
     assert payload["state"] == "succeeded" and payload["entry"]["type"] == "compaction"
     assert payload["attempts"] == 1 and payload["model"] == "extractive" and payload["error"] is None
     assert payload["fromDraft"] is False
+    assert (payload["kind"], payload["reason"]) == ("compact", "threshold")
+    assert payload["enqueuedAt"] <= payload["startedAt"] <= payload["finishedAt"]
+    assert payload["finishedAt"].endswith("Z") and payload["costUsd"] in (None, 0, 0.0)
     code, out, _ = cli("job", payload["jobId"], "--json")  # type: ignore[operator]
     assert code == 0 and json.loads(out) == payload
+    code, out, _ = cli("job", payload["jobId"])  # type: ignore[operator]
+    assert out.startswith(f"job {payload['jobId']}: succeeded (compact, threshold, attempts 1)\n")
+    assert f"enqueued {payload['enqueuedAt']}, started {payload['startedAt']}" in out
     code, out, _ = cli("events", "--session", "cli-wait", "--json")  # type: ignore[operator]
     events = [json.loads(line) for line in out.splitlines()]
     assert [e["type"] for e in events] == ["compaction_start", "session_compact", "compaction_end"]
     assert events[-1]["state"] == "succeeded" and events[-1]["jobId"] == payload["jobId"]
     code, out, _ = cli("cancel", payload["jobId"])  # type: ignore[operator]
-    assert code == 0 and out.split() == [payload["jobId"], "succeeded"]
+    assert (code, out) == (0, f"{payload['jobId']} already succeeded: nothing to cancel\n")
 
 
 def test_speculative_then_threshold_from_the_draft(cli: object) -> None:
@@ -124,3 +131,45 @@ def test_errors_are_one_line_and_exit_2(cli: object) -> None:
     assert code == 2 and err.startswith("compactor: error: /does/not/exist.jsonl: cannot read file")
     code, _, err = cli("compact", "bad id with spaces")  # type: ignore[operator]
     assert code == 2 and "invalid session id" in err
+
+
+def test_global_redis_url_wins_and_cancel_says_what_it_did(cli: object, redis_url: str) -> None:
+    """``--redis-url`` names a Redis no worker consumes (COMPACTOR_REDIS_URL is the module's), so
+    jobs stay queued until the test marks one running as a worker would."""
+    from worker.store.jobs import JobStore
+
+    at = ("--redis-url", redis_url)
+    code, out, _ = cli(*at, "session", "import", str(DEMO), "--session-id", "cli-url")  # type: ignore[operator]
+    assert (code, out) == (0, "cli-url\n")
+    code, _, err = cli("session", "export", "cli-url")  # type: ignore[operator]
+    assert code == 2 and "cli-url" in err  # not in the environment's Redis
+    queued = json.loads(cli(*at, "compact", "cli-url", "--json")[1])["jobId"]  # type: ignore[operator]
+    assert cli(*at, "cancel", queued)[1] == f"cancelled {queued} (was queued)\n"  # type: ignore[operator]
+    assert cli(*at, "cancel", queued)[1] == f"{queued} already cancelled: nothing to cancel\n"  # type: ignore[operator]
+
+    running = json.loads(cli(*at, "compact", "cli-url", "--json")[1])["jobId"]  # type: ignore[operator]
+    with CompactionClient(redis_url) as client:
+        assert JobStore(client.redis, client.settings, client.layout).mark_running(running) == 1
+        code, out, _ = cli(*at, "cancel", running, "--json")  # type: ignore[operator]
+        assert json.loads(out) == {"jobId": running, "state": "running",
+                                   "previousState": "running", "action": "requested"}
+        assert client.jobs.get(running).cancel_requested
+    assert cli(*at, "cancel", running)[1] == f"cancel requested for {running} (was running)\n"  # type: ignore[operator]
+    code, out, _ = cli(*at, "job", running, "--json")  # type: ignore[operator]
+    record = json.loads(out)
+    assert set(record) == RECORD_KEYS and (record["state"], record["kind"]) == ("running", "compact")
+    assert record["reason"] == "manual" and record["startedAt"] and record["finishedAt"] is None
+
+
+def test_global_redis_url_over_a_real_process(cli: object, redis_url: str, module_redis: str) -> None:
+    import os
+    import subprocess
+    import sys
+
+    at = ("--redis-url", redis_url)
+    assert cli(*at, "session", "import", str(DEMO), "--session-id", "cli-proc")[0] == 0  # type: ignore[operator]
+    job = json.loads(cli(*at, "compact", "cli-proc", "--json")[1])["jobId"]  # type: ignore[operator]
+    env = {**os.environ, "COMPACTOR_REDIS_URL": module_redis}
+    done = subprocess.run([sys.executable, "-m", "worker", *at, "cancel", job], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"cancelled {job} (was queued)\n", "")

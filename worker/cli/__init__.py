@@ -3,8 +3,11 @@
 - ``file_commands``: ``session migrate``; ``inspect_commands``: ``inspect context|plan|prune|branch``;
   ``prompt_commands``: ``inspect prompt`` (all on session files, no Redis; shared helpers in
   ``session_files``);
-- ``runtime_commands``: ``worker``, ``flower``, ``session import|export``, the job commands,
-  ``demo``.
+- ``celery_commands``: ``worker`` and ``flower`` (their ``--help`` adds Celery's / Flower's own);
+- ``runtime_commands``: ``session import|export``, the job commands, ``demo``.
+
+The global ``--redis-url`` (before the command) overrides ``COMPACTOR_REDIS_URL`` for every
+command that talks to Redis.
 """
 
 from __future__ import annotations
@@ -21,12 +24,23 @@ EXIT_USAGE = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from worker.cli import file_commands, inspect_commands, prompt_commands, runtime_commands
+    from worker.cli import (
+        celery_commands,
+        file_commands,
+        inspect_commands,
+        prompt_commands,
+        runtime_commands,
+    )
 
     parser = argparse.ArgumentParser(prog="compactor", description="Distributed context compaction")
+    parser.add_argument(
+        "--redis-url", metavar="URL", default=None,
+        help="Redis for sessions and jobs (and broker/results unless COMPACTOR_BROKER_URL / "
+             "COMPACTOR_RESULT_BACKEND are set); overrides COMPACTOR_REDIS_URL")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     file_commands.register(commands)
     prompt_commands.register(inspect_commands.register(commands))
+    celery_commands.register(commands)
     runtime_commands.register(commands)
     return parser
 

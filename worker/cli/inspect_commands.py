@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from worker.cli.session_files import emit, leaf_path, load_file
+from worker.cli.session_files import HELP, emit, leaf_path, load_file
 from worker.compaction import (
     CompactionSettings,
     build_session_context,
@@ -86,35 +86,41 @@ def _branch(args: argparse.Namespace) -> int:
 
 
 def _add_common(parser: argparse.ArgumentParser, *, leaf: bool = True, tokenizer: bool = True) -> None:
-    parser.add_argument("file", metavar="FILE")
+    parser.add_argument("file", metavar="FILE", help=HELP["file"])
     if leaf:
         parser.add_argument("--leaf", default=None, help="entry id to treat as the leaf (default: last entry)")
     if tokenizer:
-        parser.add_argument("--tokenizer", choices=("estimate", "tiktoken"), default="tiktoken")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+        parser.add_argument("--tokenizer", choices=("estimate", "tiktoken"), default="tiktoken",
+                            help=HELP["tokenizer"])
+    parser.add_argument("--json", action="store_true", help=HELP["json"])
 
 
 def register(commands: Any) -> Any:
     """Add ``inspect`` and its views; returns its subcommands (``inspect prompt`` joins them)."""
     inspect = commands.add_parser("inspect", help="explain planning decisions for a session file")
     sub = inspect.add_subparsers(dest="inspect_command", required=True, metavar="WHAT")
-    context = sub.add_parser("context", help="the session context of SPEC §4")
+    context = sub.add_parser("context", help="the messages the model would see at the leaf")
     _add_common(context, tokenizer=False)
     context.set_defaults(handler=_context)
-    plan = sub.add_parser("plan", help="the compaction plan of SPEC §9")
+    plan = sub.add_parser("plan", help="where a compaction would cut and what it would summarise")
     _add_common(plan)
-    plan.add_argument("--keep-recent-tokens", type=int, default=20_000)
-    plan.add_argument("--reserve-tokens", type=int, default=16_384)
+    plan.add_argument("--keep-recent-tokens", type=int, default=20_000,
+                      help=HELP["keep_recent_tokens"])
+    plan.add_argument("--reserve-tokens", type=int, default=16_384, help=HELP["reserve_tokens"])
     plan.set_defaults(handler=_plan)
-    prune = sub.add_parser("prune", help="the tool-output pruning plan of SPEC §8 (file unchanged)")
+    prune = sub.add_parser("prune", help="which old tool outputs a prune pass would drop "
+                                         "(file unchanged)")
     _add_common(prune)
     prune.set_defaults(handler=_prune)
-    branch = sub.add_parser("branch", help="the branch-summary input of SPEC §11")
+    branch = sub.add_parser("branch", help="what a summary of the branch left for TARGET "
+                                           "would read")
     _add_common(branch, leaf=False)
-    branch.add_argument("--to", required=True, metavar="TARGET")
-    branch.add_argument("--from", dest="from_leaf", default=None, metavar="LEAF")
-    branch.add_argument("--context-window", type=int, default=DEFAULT_CONTEXT_WINDOW)
-    branch.add_argument("--reserve-tokens", type=int, default=16_384)
+    branch.add_argument("--to", required=True, metavar="TARGET", help="entry id navigated to")
+    branch.add_argument("--from", dest="from_leaf", default=None, metavar="LEAF",
+                        help="leaf being left (default: last entry)")
+    branch.add_argument("--context-window", type=int, default=DEFAULT_CONTEXT_WINDOW,
+                        help=HELP["context_window"])
+    branch.add_argument("--reserve-tokens", type=int, default=16_384, help=HELP["reserve_tokens"])
     branch.set_defaults(handler=_branch)
     return sub
 

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from api_client.errors import PlanError
-from worker.cli.session_files import emit, leaf_path, load_file
+from worker.cli.session_files import HELP, emit, leaf_path, load_file
 from worker.compaction import (
     CompactionSettings,
     collect_entries_for_branch_summary,
@@ -74,14 +74,19 @@ def _prompt(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     prompt = sub.add_parser("prompt", help="print the exact prompts a summary call would send")
-    prompt.add_argument("file", metavar="FILE")
-    prompt.add_argument("--kind", choices=("history", "turn-prefix", "short", "branch"), required=True)
+    prompt.add_argument("file", metavar="FILE", help=HELP["file"])
+    prompt.add_argument("--kind", choices=("history", "turn-prefix", "short", "branch"), required=True,
+                        help="which summary call: history, turn-prefix (split turn), short, or "
+                             "branch (needs --to)")
     prompt.add_argument("--to", default=None, metavar="TARGET", help="branch target (kind branch)")
     prompt.add_argument("--leaf", "--from", dest="leaf", default=None, help="leaf (default: last entry)")
     prompt.add_argument("--instructions", default=None, help="custom instructions")
-    prompt.add_argument("--keep-recent-tokens", type=int, default=20_000)
-    prompt.add_argument("--reserve-tokens", type=int, default=16_384)
-    prompt.add_argument("--context-window", type=int, default=DEFAULT_CONTEXT_WINDOW)
-    prompt.add_argument("--tokenizer", choices=("estimate", "tiktoken"), default="tiktoken")
-    prompt.add_argument("--json", action="store_true")
+    prompt.add_argument("--keep-recent-tokens", type=int, default=20_000,
+                        help=HELP["keep_recent_tokens"])
+    prompt.add_argument("--reserve-tokens", type=int, default=16_384, help=HELP["reserve_tokens"])
+    prompt.add_argument("--context-window", type=int, default=DEFAULT_CONTEXT_WINDOW,
+                        help=HELP["context_window"])
+    prompt.add_argument("--tokenizer", choices=("estimate", "tiktoken"), default="tiktoken",
+                        help=HELP["tokenizer"])
+    prompt.add_argument("--json", action="store_true", help=HELP["json"])
     prompt.set_defaults(handler=_prompt)

@@ -1,5 +1,6 @@
-"""Runtime commands: worker, flower, session import/export, compact, prune, branch-summary,
-cancel, events, job, demo. They talk to Redis through :class:`api_client.CompactionClient`.
+"""Runtime commands: session import/export, compact, prune, branch-summary, cancel, events, job,
+demo. They talk to Redis through :class:`api_client.CompactionClient` (``worker`` and ``flower``
+are in :mod:`worker.cli.celery_commands`); the global ``--redis-url`` overrides the environment.
 
 With ``--json`` a command prints one JSON object (``events --json``: one per line). Errors are one
 line on stderr and exit status 2 (the dispatcher prints every ``CompactorError``).
@@ -15,89 +16,26 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from api_client.errors import ConfigurationError, JobError
+from api_client.errors import JobError
+from worker.cli.runtime_settings import load_settings
 from worker.cli.session_files import session_subparsers
 
 if TYPE_CHECKING:
     from api_client import CompactionClient, JobHandle, JobRecord
-    from worker.settings import WorkerSettings
 
-__all__ = ["register"]
+__all__ = ["record_json", "register"]
 
 EXIT_JOB_FAILED = 2
 
 
-def _settings() -> WorkerSettings:
-    from pydantic import ValidationError
-    from pydantic_settings import SettingsError
-
-    from worker.settings import WorkerSettings
-
-    try:
-        return WorkerSettings()
-    except SettingsError as err:  # a variable that is not valid JSON where JSON is expected
-        raise ConfigurationError(f"invalid settings: {err}") from None
-    except ValidationError as err:
-        problems = "; ".join(
-            ": ".join(filter(None, (".".join(map(str, e["loc"])), e["msg"]))) for e in err.errors())
-        raise ConfigurationError(f"invalid settings: {problems}") from None
-
-
-def _client() -> CompactionClient:
+def _client(args: argparse.Namespace) -> CompactionClient:
     from api_client import CompactionClient
 
-    return CompactionClient(_settings())
+    return CompactionClient(load_settings(args))
 
 
 def _print_json(value: Any) -> None:
     print(json.dumps(value, ensure_ascii=False))
-
-
-# -- worker and flower ------------------------------------------------------------------------
-def _has_option(extra: list[str], *names: str) -> bool:
-    return any(arg == n or arg.startswith(n + "=") for arg in extra for n in names)
-
-
-def _worker(args: argparse.Namespace) -> int:
-    from api_client.wire import QUEUES
-    from worker.app import create_app
-    from worker.settings import check_startup
-
-    settings = _settings()
-    check_startup(settings)
-    argv = ["worker", "--pool", settings.pool, "--concurrency", str(settings.concurrency),
-            "--queues", ",".join(QUEUES)]
-    if not _has_option(args.extra, "-l", "--loglevel"):
-        argv += ["--loglevel", "INFO"]
-    create_app(settings).worker_main(argv + list(args.extra))
-    return 0
-
-
-def _option_value(extra: list[str], name: str) -> str | None:
-    for i, arg in enumerate(extra):
-        if arg.startswith(name + "="):
-            return arg.split("=", 1)[1]
-        if arg == name and i + 1 < len(extra):
-            return extra[i + 1]
-    return None
-
-
-def _flower(args: argparse.Namespace) -> int:
-    import os
-
-    from worker.app import create_app
-
-    extra = list(args.extra)
-    address = _option_value(extra, "--address") or "127.0.0.1"
-    has_auth = bool(os.environ.get("FLOWER_BASIC_AUTH")) or _has_option(extra, "--basic-auth")
-    if address not in ("127.0.0.1", "localhost", "::1") and not has_auth:
-        raise ConfigurationError(
-            f"flower on {address} needs basic auth: set FLOWER_BASIC_AUTH=user:password"
-        )
-    if _option_value(extra, "--address") is None:
-        extra.append(f"--address={address}")  # tornado options need the = form
-    code = create_app(_settings()).start(["flower", *extra])
-    return int(code or 0)
 
 
 # -- sessions ---------------------------------------------------------------------------------
@@ -109,25 +47,30 @@ def _session_import(args: argparse.Namespace) -> int:
     except (OSError, UnicodeDecodeError) as err:
         raise SessionFormatError(f"cannot read file ({type(err).__name__}: {err})",
                                  source=args.file) from err
-    with _client() as client:
+    with _client(args) as client:
         print(client.sessions.import_jsonl(text, args.session_id, replace=args.replace))
     return 0
 
 
 def _session_export(args: argparse.Namespace) -> int:
-    with _client() as client:
+    with _client(args) as client:
         sys.stdout.write(client.sessions.export_jsonl(args.session_id))
     return 0
 
 
 # -- jobs -------------------------------------------------------------------------------------
 def record_json(record: JobRecord) -> dict[str, Any]:
-    """The ``--wait`` / ``job --json`` shape."""
+    """The ``--wait`` / ``job --json`` shape: every key always present (null when unknown);
+    ``costUsd`` is the record's cost at the candidates' prices when the worker stored one."""
+    wire = record.to_wire()
     return {
-        "jobId": record.id, "state": record.state.value, "entry": record.entry,
-        "error": record.error, "model": record.model, "attempts": record.attempts,
-        "usage": record.usage.to_wire() if record.usage else None, "result": record.result,
-        "fromDraft": bool((record.result or {}).get("fromDraft")),
+        "jobId": record.id, "kind": record.kind.value,
+        "reason": record.reason.value if record.reason else None, "state": record.state.value,
+        "enqueuedAt": record.created_at or None, "startedAt": record.started_at,
+        "finishedAt": record.finished_at, "attempts": record.attempts, "model": record.model,
+        "usage": record.usage.to_wire() if record.usage else None,
+        "costUsd": wire.get("costUsd"), "error": record.error, "entry": record.entry,
+        "result": record.result, "fromDraft": bool((record.result or {}).get("fromDraft")),
     }
 
 
@@ -136,6 +79,11 @@ def _describe(record: JobRecord) -> str:
              + (f", {record.reason.value}" if record.reason else "") + f", attempts {record.attempts})"]
     if (record.result or {}).get("fromDraft"):
         lines.append("from draft: yes (applied by the client, no model call)")
+    times = [f"{label} {value}" for label, value in (
+        ("enqueued", record.created_at), ("started", record.started_at),
+        ("finished", record.finished_at)) if value]
+    if times:
+        lines.append(", ".join(times))
     if record.error:
         lines.append(f"error: {record.error}")
     if record.entry:
@@ -202,34 +150,43 @@ def _finish(args: argparse.Namespace, client: CompactionClient, handle: JobHandl
 
 
 def _compact(args: argparse.Namespace) -> int:
-    with _client() as client:
+    with _client(args) as client:
         handle = client.compact(args.session_id, reason=args.reason, instructions=args.instructions)
         return _finish(args, client, handle)
 
 
 def _prune(args: argparse.Namespace) -> int:
-    with _client() as client:
+    with _client(args) as client:
         return _finish(args, client, client.prune(args.session_id))
 
 
 def _branch_summary(args: argparse.Namespace) -> int:
-    with _client() as client:
+    with _client(args) as client:
         handle = client.branch_summary(args.session_id, args.to, instructions=args.instructions)
         return _finish(args, client, handle)
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    with _client() as client:
-        state = client.jobs.request_cancel(args.job_id).value
+    with _client(args) as client:
+        before = client.jobs.get(args.job_id).state
+        after = before if before.terminal else client.jobs.request_cancel(args.job_id)
+    job = args.job_id
+    if before.terminal or (after.terminal and after.value != "cancelled"):
+        action, message = "none", f"{job} already {after.value}: nothing to cancel"
+    elif after.value == "cancelled":
+        action, message = "cancelled", f"cancelled {job} (was {before.value})"
+    else:  # still running: the worker sees the flag at its next check and stops
+        action, message = "requested", f"cancel requested for {job} (was {after.value})"
     if args.json:
-        _print_json({"jobId": args.job_id, "state": state})
+        _print_json({"jobId": job, "state": after.value, "previousState": before.value,
+                     "action": action})
     else:
-        print(f"{args.job_id} {state}")
+        print(message)
     return 0
 
 
 def _job(args: argparse.Namespace) -> int:
-    with _client() as client:
+    with _client(args) as client:
         record = client.jobs.get(args.job_id)
     if args.json:
         _print_json(record_json(record))
@@ -239,7 +196,7 @@ def _job(args: argparse.Namespace) -> int:
 
 
 def _events(args: argparse.Namespace) -> int:
-    with _client() as client:
+    with _client(args) as client:
         reader = client.events(args.session, follow=args.follow)
         try:
             _print_events(args, reader)
@@ -266,22 +223,20 @@ def _print_events(args: argparse.Namespace, reader: Any) -> None:
 def _demo(args: argparse.Namespace) -> int:
     from worker.demo import run_demo
 
-    return run_demo()
+    return run_demo(redis_url=args.redis_url)
 
 
 # -- registration -----------------------------------------------------------------------------
 def _job_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--wait", action="store_true", help="wait for the job to end")
-    parser.add_argument("--timeout", type=float, default=600.0, help="--wait limit (s)")
+    parser.add_argument("--wait", action="store_true",
+                        help="wait for the job to end and print its record (exit 2 unless it "
+                             "succeeded)")
+    parser.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+                        help="how long --wait waits (default: %(default)g)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def register(commands: Any) -> None:
-    worker = commands.add_parser("worker", help="run a Celery worker (extra args go to Celery)")
-    worker.set_defaults(handler=_worker, accepts_extra=True)
-    flower = commands.add_parser("flower", help="run Flower (extra args go to Flower)")
-    flower.set_defaults(handler=_flower, accepts_extra=True)
-
+def _session_commands(commands: Any) -> None:
     sessions = session_subparsers(commands)
     imp = sessions.add_parser("import", help="store a pi JSONL session in Redis; prints its id")
     imp.add_argument("file", metavar="FILE", help="JSONL file ('-': stdin)")
@@ -289,44 +244,54 @@ def register(commands: Any) -> None:
     imp.add_argument("--replace", action="store_true", help="replace a stored session")
     imp.set_defaults(handler=_session_import)
     exp = sessions.add_parser("export", help="print a stored session as JSONL")
-    exp.add_argument("session_id", metavar="ID")
+    exp.add_argument("session_id", metavar="ID", help="stored session id")
     exp.set_defaults(handler=_session_export)
 
+
+def _job_commands(commands: Any) -> None:
     compact = commands.add_parser("compact", help="enqueue a compaction")
-    compact.add_argument("session_id", metavar="ID")
+    compact.add_argument("session_id", metavar="ID", help="stored session id")
     compact.add_argument("--reason", choices=("manual", "threshold", "overflow", "speculative"),
-                         default="manual")
+                         default="manual",
+                         help="why it is asked for: manual (the default), threshold, overflow, "
+                              "or speculative (computes a draft to apply later)")
     compact.add_argument("--instructions", help="custom summary instructions")
     _job_options(compact)
     compact.set_defaults(handler=_compact)
 
     prune = commands.add_parser("prune", help="enqueue a tool-output prune pass")
-    prune.add_argument("session_id", metavar="ID")
+    prune.add_argument("session_id", metavar="ID", help="stored session id")
     _job_options(prune)
     prune.set_defaults(handler=_prune)
 
     branch = commands.add_parser("branch-summary", help="summarise the branch left for ENTRY")
-    branch.add_argument("session_id", metavar="ID")
+    branch.add_argument("session_id", metavar="ID", help="stored session id")
     branch.add_argument("--to", required=True, metavar="ENTRY", help="target entry id")
     branch.add_argument("--instructions", help="replaces the branch-summary prompt")
     _job_options(branch)
     branch.set_defaults(handler=_branch_summary)
 
-    cancel = commands.add_parser("cancel", help="cancel a job")
-    cancel.add_argument("job_id", metavar="JOB")
-    cancel.add_argument("--json", action="store_true")
+    cancel = commands.add_parser("cancel", help="cancel a job and say what happened")
+    cancel.add_argument("job_id", metavar="JOB", help="job id (as compact/prune print it)")
+    cancel.add_argument("--json", action="store_true",
+                        help="print one JSON object (jobId, state, previousState, action)")
     cancel.set_defaults(handler=_cancel)
+
+    job = commands.add_parser("job", help="show a job record")
+    job.add_argument("job_id", metavar="ID", help="job id")
+    job.add_argument("--json", action="store_true", help="print the record as one JSON object")
+    job.set_defaults(handler=_job)
+
+
+def register(commands: Any) -> None:
+    _session_commands(commands)
+    _job_commands(commands)
 
     events = commands.add_parser("events", help="print job events")
     events.add_argument("--session", metavar="ID", help="one session's events (default: all)")
     events.add_argument("--follow", action="store_true", help="wait for new events")
     events.add_argument("--json", action="store_true", help="one JSON object per line")
     events.set_defaults(handler=_events)
-
-    job = commands.add_parser("job", help="show a job record")
-    job.add_argument("job_id", metavar="ID")
-    job.add_argument("--json", action="store_true")
-    job.set_defaults(handler=_job)
 
     demo = commands.add_parser("demo", help="run the whole pipeline on a sample session")
     demo.set_defaults(handler=_demo)

@@ -15,7 +15,19 @@ from typing import Any
 from api_client.errors import SessionFormatError
 from api_client.session import Entry, Session, load_session
 
-__all__ = ["emit", "leaf_path", "load_file", "session_subparsers"]
+__all__ = ["HELP", "emit", "leaf_path", "load_file", "session_subparsers"]
+
+# Help of the options several file commands share (argparse expands %(default)s).
+HELP = {
+    "file": "session file (pi JSONL, any version)",
+    "tokenizer": "token counter: tiktoken (cl100k_base) or estimate (chars/4, as the reference "
+                 "agent counts) (default: %(default)s)",
+    "keep_recent_tokens": "tokens of recent context kept verbatim (default: %(default)s)",
+    "reserve_tokens": "tokens reserved for the summary; also bounds its length "
+                      "(default: %(default)s)",
+    "context_window": "model context window the branch summary must fit (default: %(default)s)",
+    "json": "print one JSON object",
+}
 
 
 def session_subparsers(commands: Any) -> Any:
