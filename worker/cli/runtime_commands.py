@@ -69,7 +69,8 @@ def record_json(record: JobRecord) -> dict[str, Any]:
         "enqueuedAt": record.created_at or None, "startedAt": record.started_at,
         "finishedAt": record.finished_at, "attempts": record.attempts, "model": record.model,
         "usage": record.usage.to_wire() if record.usage else None,
-        "costUsd": wire.get("costUsd"), "error": record.error, "entry": record.entry,
+        "costUsd": wire.get("costUsd", (record.result or {}).get("costUsd")),
+        "error": record.error, "entry": record.entry,
         "result": record.result, "fromDraft": bool((record.result or {}).get("fromDraft")),
     }
 
