@@ -154,7 +154,7 @@ def _fail(ctx: JobContext, message: str, result: dict[str, Any] | None = None) -
     error = _error_text(ctx.record, message)
     event = JobEvent.completion(ctx.record, JobState.FAILED, error=error, result=result,
                                 duration_ms=ctx.control.elapsed_ms())
-    extra = {} if result is None else {"result": result}
+    extra: dict[str, Any] = {} if result is None else {"result": result}
     ctx.rt.jobs.finish(ctx.job_id, JobState.FAILED, event=event, error=error, **extra)
     log.info("job %s failed: %s", ctx.job_id, error)
     return _observed(ctx, JobOutcome(ctx.job_id, JobState.FAILED.value, error=error))
