@@ -13,7 +13,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from api_client._calls import Command, Flow, cmd
-from api_client.errors import JobCancelledError, JobFailedError, JobTimeoutError
+from api_client.errors import (
+    CompactionLoopError,
+    JobCancelledError,
+    JobFailedError,
+    JobTimeoutError,
+)
 from api_client.events import decode_event
 from api_client.wire import JobEvent, JobKind, JobRecord, JobState, PruneResult, job_error_text
 
@@ -31,6 +36,12 @@ JobResult: TypeAlias = dict[str, Any] | PruneResult | None
 def outcome(kind: JobKind, job_id: str, state: JobState, entry: dict[str, Any] | None,
             result: dict[str, Any] | None, error: str | None) -> JobResult:
     """The value ``wait`` returns for a finished job, or the typed error it raises."""
+    if state is JobState.FAILED and result and isinstance(result.get("loopGuard"), dict):
+        guard = result["loopGuard"]
+        raise CompactionLoopError(error or job_error_text(kind, state), job_id=job_id,
+                                  count=int(guard.get("count", 0)),
+                                  limit=int(guard.get("limit", 0)),
+                                  window_s=float(guard.get("windowS", 0.0)))
     if state is JobState.FAILED:
         raise JobFailedError(error or job_error_text(kind, state), job_id=job_id)
     if state is JobState.CANCELLED:

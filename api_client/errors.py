@@ -33,6 +33,7 @@
         ├── JobConflictError          an in-flight job of that kind has other parameters
         └── JobError                  a job ended without a result
             ├── JobFailedError
+            │   └── CompactionLoopError  too many automatic compactions in a window (loop guard)
             ├── JobCancelledError
             └── JobTimeoutError       wait() ran out of time (the job may still finish)
 """
@@ -43,6 +44,7 @@ __all__ = [
     "AlreadyCompactedError",
     "BrokerUnavailableError",
     "ClientError",
+    "CompactionLoopError",
     "CompactorError",
     "ConfigurationError",
     "DanglingParentError",
@@ -219,6 +221,30 @@ class JobError(ClientError):
 
 class JobFailedError(JobError):
     pass
+
+
+class CompactionLoopError(JobFailedError):
+    """A session needed more automatic compactions within the loop-guard window than allowed;
+    the job failed before calling a model (README "Instant compaction", loop guard). A worker
+    raises it with the counts; the client raises it from a record whose result has
+    ``loopGuard``."""
+
+    def __init__(self, message: str, *, job_id: str = "", count: int = 0, limit: int = 0,
+                 window_s: float = 0.0) -> None:
+        self.count = count
+        self.limit = limit
+        self.window_s = window_s
+        super().__init__(message, job_id=job_id)
+
+    @classmethod
+    def tripped(cls, session_id: str, count: int, limit: int, window_s: float) -> CompactionLoopError:
+        return cls(f"compaction loop: session {session_id} had {count} automatic compactions "
+                   f"within {window_s:g} s (limit {limit}); not calling the model again",
+                   count=count, limit=limit, window_s=window_s)
+
+    def to_result(self) -> dict[str, float | int]:
+        """The ``loopGuard`` object of the failed job's record and event."""
+        return {"count": self.count, "limit": self.limit, "windowS": self.window_s}
 
 
 class JobCancelledError(JobError):

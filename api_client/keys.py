@@ -26,6 +26,9 @@ key                                             type    content
 ``<p>:session:{<sid>}:draft``                   string  the session's one speculative compaction draft,
                                                         JSON (:mod:`api_client.drafts`); ``EX``
                                                         ``draft_ttl_s``; never on the session's path
+``<p>:session:{<sid>}:compactions``             zset    job id → epoch seconds of each committed automatic
+                                                        compaction (loop guard; trimmed to and ``EXPIRE``
+                                                        ``loop_guard_window_s``)
 ``<p>:session:{<sid>}:job:<token>``             hash    the job record (fields: :class:`JobRecord`)
 ``<p>:session:{<sid>}:job:<token>:lease``       string  worker id holding the job (``PX`` lease)
 ``<p>:events``                                  stream  every job event of every session (``MAXLEN ~``)
@@ -91,6 +94,7 @@ class SessionKeys:
     events: str
     inflight_prefix: str  # + kind
     draft: str
+    compactions: str
 
     def inflight(self, kind: str) -> str:
         return self.inflight_prefix + kind
@@ -104,7 +108,7 @@ class SessionKeys:
         return (
             self.header, self.entries, self.order, self.leaf, self.rev, self.effects,
             self.events, *(self.inflight(k) for k in (*JOB_KINDS, INFLIGHT_SPECULATIVE)),
-            self.draft,
+            self.draft, self.compactions,
         )
 
 
@@ -140,6 +144,7 @@ class KeyLayout:
             events=base + "events",
             inflight_prefix=base + "inflight:",
             draft=base + "draft",
+            compactions=base + "compactions",
         )
 
     def job_record_prefix(self, session_id: str) -> str:

@@ -71,6 +71,11 @@ class ClientSettings(BaseSettings):
     precompute_band_share: float = Field(default=0.125, ge=0, le=1)
     precompute_band_min_tokens: int = Field(default=8_192, ge=0)
     precompute_band_max_tokens: int = Field(default=32_000, ge=0)
+    # Loop guard: a compaction leaving more than share × threshold tokens is flagged
+    # ``ineffective``; more than max automatic compactions within window_s fail the next one.
+    loop_guard_share: float = Field(default=0.8, gt=0, le=1)
+    loop_guard_max: int = Field(default=3, ge=1)
+    loop_guard_window_s: float = Field(default=600.0, gt=0)
 
     @field_validator("key_prefix")
     @classmethod

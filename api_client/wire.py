@@ -307,6 +307,7 @@ class JobEvent(_Wire):
     old_leaf_id: str | None = None
     new_leaf_id: str | None = None
     from_extension: bool | None = None
+    ineffective: bool | None = None  # compaction_end: the context stayed above the guard share
     timestamp: str = Field(default_factory=now_iso)
     stream_id: str | None = Field(default=None, exclude=True)
 

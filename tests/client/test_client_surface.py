@@ -28,6 +28,7 @@ PUBLIC = {
     "HookError", "InvalidIdError", "InvalidRequestError", "JobCancelledError",
     "JobConflictError", "JobError", "JobFailedError", "JobNotFoundError", "JobTimeoutError",
     "ModelError", "NothingToCompactError", "PlanError", "SessionCycleError", "SessionError",
+    "CompactionLoopError",  # the loop guard (README "Instant compaction")
     "SessionExistsError", "SessionFormatError", "SessionNotFoundError", "StaleSnapshotError",
     "InvalidEntryError", "InvalidTextError", "MessageSchemaError", "NestingTooDeepError",
     "NonFiniteNumberError", "UnsafeEntryIdError", "UnserializableValueError",

@@ -127,6 +127,8 @@ class FakeJobs:
     finished: list[tuple[JobState, JobEvent | None, dict[str, Any]]] = field(default_factory=list)
     released: int = 0
     acquired: int = 0
+    # The loop guard's sorted set: job id → commit time (worker.store.loop_guard in Redis).
+    compactions: dict[str, float] = field(default_factory=dict)
 
     def acquire_lease(self, job_id: str, worker_id: str, ttl_s: float) -> LeaseOutcome:
         """``lease`` for the delivery's first call, ``reacquire`` for the heartbeat's."""
@@ -161,6 +163,13 @@ class FakeJobs:
                record: JobRecord | None = None, **result: Any) -> bool:
         self.finished.append((JobState(state), event, result))
         return True
+
+    def recent_compactions(self, session_id: str, now: float, window_s: float) -> int:
+        self.compactions = {j: t for j, t in self.compactions.items() if t >= now - window_s}
+        return len(self.compactions)
+
+    def count_compaction(self, session_id: str, job_id: str, now: float, window_s: float) -> None:
+        self.compactions[job_id] = now
 
     @property
     def event_types(self) -> list[str]:
@@ -199,6 +208,7 @@ class FakeHooks:
 class FakeClock:
     def __init__(self) -> None:
         self.now = 1000.0
+        self.wall = 1_767_225_600.0
         self.lock = threading.Lock()
 
     def monotonic(self) -> float:
@@ -206,11 +216,16 @@ class FakeClock:
             return self.now
 
     def time(self) -> float:
-        return 1_767_225_600.0
+        return self.wall
 
     def advance(self, seconds: float) -> None:
         with self.lock:
             self.now += seconds
+
+    def advance_wall(self, seconds: float) -> None:
+        """Wall time only (the loop guard's window), not the job's deadline clock."""
+        with self.lock:
+            self.wall += seconds
 
 
 # What the fake summarizer does per call: return a text, raise, or act first.

@@ -23,6 +23,7 @@ from worker.compaction.toolpairs import safe_first_kept_id
 from worker.llm import SummaryResult
 from worker.service._context import JobContext, JobSuccess, calls_summary, compaction_entry
 from worker.service._errors import JobCancelled
+from worker.service._loop_guard import check_loop, count_compaction, is_ineffective
 from worker.service._prune import PruneStep, prune_pass
 from worker.service._replan import settle, with_replans
 from worker.store import CommitOutcome
@@ -134,21 +135,25 @@ def _round(ctx: JobContext, progress: Progress, round_no: int) -> tuple[Draft | 
 
 def run_compact(ctx: JobContext) -> JobSuccess:
     ctx.publish(EventType.COMPACTION_START)
+    check_loop(ctx)  # before any model call
     progress = Progress()
     draft, outcome = with_replans(ctx, "compaction", lambda n: _round(ctx, progress, n))
     if draft is None or outcome is None:
         # Nothing to compact: the reference ends with no result and no retry (§12.4 step 2).
         result = {**progress.pruned.to_result(), "durationMs": ctx.control.elapsed_ms()}
         return JobSuccess(result=result, event={"result": result, "will_retry": False})
+    count_compaction(ctx)
     entry = outcome.entry or ctx.rt.commits.entry(ctx.session_id, outcome.entry_id or "") or {}
     tokens_after = _tokens_after(ctx, draft.path, entry) if entry else None
+    ineffective = is_ineffective(ctx, tokens_after)
     ctx.rt.hooks.compact_done(entry, draft.from_extension, session_id=ctx.session_id)
     ctx.publish(EventType.SESSION_COMPACT, entry=entry, from_extension=draft.from_extension,
                 tokens_before=entry.get("tokensBefore"), tokens_after=tokens_after)
     model, usage, _ = calls_summary(draft.calls)
-    result = {**_result(ctx, progress, draft), "tokensAfter": tokens_after}
+    result = {**_result(ctx, progress, draft), "tokensAfter": tokens_after,
+              "ineffective": ineffective}
     metrics.observe_facts("compaction", result["facts"])
     return JobSuccess(entry=entry, result=result, model=model, usage=usage, event={
         "tokens_before": entry.get("tokensBefore"), "tokens_after": tokens_after,
-        "from_extension": draft.from_extension, "result": result,
+        "from_extension": draft.from_extension, "ineffective": ineffective, "result": result,
     })

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from api_client.errors import CompactorError
+from api_client.errors import CompactionLoopError, CompactorError
 from api_client.keys import split_job_id
 from api_client.wire import CompactReason, JobEvent, JobKind, JobRecord, JobState, job_error_text
 from worker import metrics
@@ -100,6 +100,8 @@ def _run_leased(rt: Runtime, job_id: str) -> JobOutcome:
             return _stopped(ctx, stop)
         except TRANSIENT:
             raise
+        except CompactionLoopError as err:  # the client raises it again from loopGuard
+            return _fail(ctx, str(err), result={"loopGuard": err.to_result()})
         except CompactorError as err:
             # A summarizer stopped by the token raises its own error: report the real reason.
             return _stopped(ctx, control.stop_reason) if control.stop_reason else _fail(ctx, str(err))
@@ -148,11 +150,12 @@ def _error_text(record: JobRecord, message: str) -> str:
     return job_error_text(record.kind, JobState.FAILED, record.reason, message)
 
 
-def _fail(ctx: JobContext, message: str) -> JobOutcome:
+def _fail(ctx: JobContext, message: str, result: dict[str, Any] | None = None) -> JobOutcome:
     error = _error_text(ctx.record, message)
-    event = JobEvent.completion(ctx.record, JobState.FAILED, error=error,
+    event = JobEvent.completion(ctx.record, JobState.FAILED, error=error, result=result,
                                 duration_ms=ctx.control.elapsed_ms())
-    ctx.rt.jobs.finish(ctx.job_id, JobState.FAILED, event=event, error=error)
+    extra: dict[str, Any] = {} if result is None else {"result": result}
+    ctx.rt.jobs.finish(ctx.job_id, JobState.FAILED, event=event, error=error, **extra)
     log.info("job %s failed: %s", ctx.job_id, error)
     return _observed(ctx, JobOutcome(ctx.job_id, JobState.FAILED.value, error=error))
 

@@ -96,6 +96,13 @@ class JobRecords(JobLeases, Protocol):
     def finish(self, job_id: str, state: JobState | str, *, event: JobEvent | None = None,
                record: JobRecord | None = None, **result: Any) -> bool: ...
 
+    def recent_compactions(self, session_id: str, now: float, window_s: float) -> int:
+        """Automatic compactions of the session committed in the window (the loop guard)."""
+        ...
+
+    def count_compaction(self, session_id: str, job_id: str, now: float,
+                         window_s: float) -> None: ...
+
 
 class Drafts(Protocol):
     """Where a speculative job stores its draft (``worker.store.drafts.DraftStore``)."""

@@ -19,6 +19,7 @@ from api_client.settings import ClientSettings
 from api_client.wire import JobEvent, now_iso
 from worker.store.events import EventPublisher
 from worker.store.leases import LeaseOutcome, Leases, guarded, script_text
+from worker.store.loop_guard import CompactionCounter
 
 __all__ = ["JobStore"]
 
@@ -32,6 +33,7 @@ class JobStore(ClientJobStore):
         self.leases = Leases(client, self.layout)
         self.events = EventPublisher(client, self.settings, self.layout)
         self._running = client.register_script(script_text("running"))
+        self.compactions = CompactionCounter(client, self.layout)
 
     def acquire_lease(self, job_id: str, worker_id: str, ttl_s: float) -> LeaseOutcome:
         return self.leases.acquire(job_id, worker_id, ttl_s)
@@ -57,3 +59,10 @@ class JobStore(ClientJobStore):
     def publish(self, event: JobEvent) -> str:
         """A non-terminal event (compaction_start, session_compact, branch_summary, stale)."""
         return self.events.publish(event)
+
+    def recent_compactions(self, session_id: str, now: float, window_s: float) -> int:
+        """The loop guard's count (:mod:`worker.store.loop_guard`)."""
+        return self.compactions.recent(session_id, now, window_s)
+
+    def count_compaction(self, session_id: str, job_id: str, now: float, window_s: float) -> None:
+        self.compactions.count(session_id, job_id, now, window_s)
