@@ -9,6 +9,7 @@ from runtime.runtime_model_server import ModelServer
 from runtime.runtime_support import completions, new_session, running_worker, runtime_settings
 
 from api_client import CompactionClient
+from api_client.session.convert import convert_to_llm
 from worker.app import CompactorCelery
 from worker.compaction import (
     CompactionSettings,
@@ -16,7 +17,6 @@ from worker.compaction import (
     prepare_compaction,
     serialize_conversation,
 )
-from worker.compaction.convert import convert_to_llm
 from worker.compaction.facts import CLOSE, OPEN, estimate_tokens, extract_facts
 
 

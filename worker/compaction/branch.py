@@ -15,7 +15,7 @@ from api_client.session import (
     MessageEntry,
     SessionTree,
 )
-from worker.compaction.convert import for_branch
+from api_client.session.convert import for_branch
 from worker.compaction.fileops import (
     FileOps,
     add_details_file_ops,

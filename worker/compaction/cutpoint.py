@@ -12,7 +12,7 @@ from api_client.session import (
     Entry,
     MessageEntry,
 )
-from worker.compaction.convert import for_compaction
+from api_client.session.convert import for_compaction
 from worker.tokens import Tokenizer
 
 __all__ = [

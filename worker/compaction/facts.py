@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from api_client.session import Message
-from worker.compaction.convert import text_of_blocks
+from api_client.session.convert import text_of_blocks
 from worker.jsjson import js_len
 
 __all__ = [

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from api_client.session import Entry, Message
+from api_client.session.convert import convert_to_llm, for_compaction
 from worker.compaction import prompts
-from worker.compaction.convert import convert_to_llm, for_compaction
 from worker.compaction.facts import LedgerResult, apply_ledger, default_fact_budget, extract_facts
 from worker.compaction.prepare import Preparation
 from worker.compaction.serialize import serialize_conversation

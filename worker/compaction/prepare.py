@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from api_client.session import CompactionEntry, Entry, Message, MessageEntry
-from worker.compaction.convert import for_compaction
+from api_client.session.convert import for_compaction
 from worker.compaction.cutpoint import CutPoint, classify_cut, find_cut_point
 from worker.compaction.facts import parse_fact_block, strip_fact_block
 from worker.compaction.fileops import (
