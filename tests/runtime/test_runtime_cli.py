@@ -108,7 +108,7 @@ def test_compact_context_window_and_the_loop_guard(cli: object,
     payload = json.loads(out)
     assert code == 0 and payload["result"]["ineffective"] is True  # a 100-token threshold
     monkeypatch.setenv("COMPACTOR_LOOP_GUARD_MAX", "1")  # this CLI's limit: already reached
-    code, out, err = cli("compact", "cli-guard", "--reason", "overflow", "--wait", "--json")  # type: ignore[operator]
+    code, out, _ = cli("compact", "cli-guard", "--reason", "overflow", "--wait", "--json")  # type: ignore[operator]
     payload = json.loads(out)
     assert code == 2 and payload["state"] == "failed"
     assert payload["result"]["loopGuard"] == {"count": 1, "limit": 1, "windowS": 600.0}
