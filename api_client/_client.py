@@ -171,9 +171,13 @@ class _ClientCore:
 
     @staticmethod
     def _request(kind: JobKind, reason: CompactReason | str | None = None,
-                 instructions: str | None = None, target_id: str | None = None) -> dict[str, Any]:
-        return {"kind": kind, "reason": reason, "instructions": instructions,
-                "target_id": target_id}
+                 instructions: str | None = None, target_id: str | None = None, *,
+                 context_window: int | None = None) -> dict[str, Any]:
+        request: dict[str, Any] = {"kind": kind, "reason": reason, "instructions": instructions,
+                                   "target_id": target_id}
+        if context_window is not None:
+            request["context_window"] = context_window
+        return request
 
     @staticmethod
     def _ping() -> Flow[bool]:
@@ -250,14 +254,19 @@ class CompactionClient(_ClientCore):
         self.close()
 
     def compact(self, session_id: str, reason: CompactReason | str = "manual",
-                instructions: str | None = None) -> JobHandle:
+                instructions: str | None = None, *,
+                context_window: int | None = None) -> JobHandle:
         """Enqueue a compaction (``manual``, ``threshold``, ``overflow`` or ``speculative``);
         returns at once. Threshold/overflow without instructions first apply a valid draft
-        (the handle is then finished: ``from_draft``)."""
-        handle, discarded = _instant.from_draft(self, session_id, reason, instructions)
+        (the handle is then finished: ``from_draft``). Threshold/overflow raise
+        :class:`CompactionLoopError` when the loop guard trips. ``context_window`` (the
+        agent's) lets the result say whether the compaction was ``ineffective``."""
+        handle, discarded = _instant.from_draft(self, session_id, reason, instructions,
+                                                context_window)
         if handle is not None:
             return handle
-        request = self._request(JobKind.COMPACT, reason, instructions)
+        request = self._request(JobKind.COMPACT, reason, instructions,
+                                context_window=context_window)
         return self._enqueue(session_id, request, discarded)
 
     def observe(self, session_id: str, *, context_tokens: int,
@@ -381,12 +390,14 @@ class AsyncCompactionClient(_ClientCore):
         await self.aclose()
 
     async def compact(self, session_id: str, reason: CompactReason | str = "manual",
-                      instructions: str | None = None) -> AsyncJobHandle:
+                      instructions: str | None = None, *,
+                      context_window: int | None = None) -> AsyncJobHandle:
         handle, discarded = await _instant.from_draft_async(self, session_id, reason,
-                                                            instructions)
+                                                            instructions, context_window)
         if handle is not None:
             return handle
-        request = self._request(JobKind.COMPACT, reason, instructions)
+        request = self._request(JobKind.COMPACT, reason, instructions,
+                                context_window=context_window)
         return await self._enqueue(session_id, request, discarded)
 
     async def observe(self, session_id: str, *, context_tokens: int,

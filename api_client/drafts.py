@@ -17,18 +17,26 @@ Draft JSON fields (camelCase): ``jobId``, ``snapshotLeafId``, ``snapshotRevision
 ``firstKeptEntryId``, ``tokensBefore``, ``tokensAfter`` (of the snapshot's compacted context),
 ``summary``, ``shortSummary`` (when the entry has one), ``details``, ``fromExtension``,
 ``entry`` (the entry without id/parentId/timestamp), ``lineTail`` (the stored line after
-``timestamp``, filled in by the script), ``snapshotEntries``, ``snapshotTokens``, ``createdAt``.
+``timestamp``, filled in by the script), ``snapshotEntries``, ``snapshotTokens``, ``createdAt``,
+``ineffectiveAbove`` (the worker's loop-guard line, tokens).
+
+The same call is the client's loop guard (README "Instant compaction", loop guard): with
+``loop_guard_max`` automatic compactions already counted for the session within the window, it
+writes nothing and the client records the refusal (:func:`refuse`) instead of applying or
+enqueuing; an applied draft is counted like a worker's commit and judged ``ineffective`` by the
+same line (the request's ``context_window`` when it named one, else the worker's).
 """
 
 from __future__ import annotations
 
 import json
 import secrets
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from api_client._calls import Command, Flow, Pipeline, Script, cmd
-from api_client.errors import InvalidRequestError
+from api_client.errors import CompactionLoopError, InvalidRequestError
 from api_client.events import event_fields
 from api_client.keys import KeyLayout
 from api_client.settings import ClientSettings
@@ -40,13 +48,14 @@ from api_client.wire import (
     JobKind,
     JobRecord,
     JobState,
+    job_error_text,
     now_iso,
     route_for,
 )
 
 __all__ = [
-    "DISCARD_CAUSES", "DraftOutcome", "apply_draft", "check_draft", "discard_note", "read_draft",
-    "uses_draft",
+    "DISCARD_CAUSES", "DraftOutcome", "apply_draft", "check_draft", "discard_note",
+    "ineffective_above", "read_draft", "refuse", "uses_draft",
 ]
 
 DISCARD_CAUSES: tuple[str, ...] = (
@@ -66,6 +75,9 @@ class DraftOutcome:
     entry: dict[str, Any] | None = None
     cause: str | None = None
     growth_tokens: int | None = None
+    ineffective: bool | None = None
+    stall_ms: float | None = None
+    guard_count: int | None = None  # guarded: automatic compactions within the window
 
     @property
     def applied(self) -> bool:
@@ -77,54 +89,110 @@ def uses_draft(reason: CompactReason | str, instructions: str | None) -> bool:
     return reason in (CompactReason.THRESHOLD, CompactReason.OVERFLOW) and not instructions
 
 
-def _record(job_id: str, session_id: str, reason: CompactReason, ts: str) -> JobRecord:
+def _record(job_id: str, session_id: str, reason: CompactReason, ts: str,
+            context_window: int | None = None, state: JobState = JobState.SUCCEEDED,
+            **fields: Any) -> JobRecord:
     route = route_for(JobKind.COMPACT, reason)
-    return JobRecord(id=job_id, kind=JobKind.COMPACT, session_id=session_id,
-                     state=JobState.SUCCEEDED, reason=reason, priority=route.priority,
-                     queue=route.queue, created_at=ts, started_at=ts, finished_at=ts)
+    return JobRecord(id=job_id, kind=JobKind.COMPACT, session_id=session_id, state=state,
+                     reason=reason, priority=route.priority, queue=route.queue, created_at=ts,
+                     started_at=ts, finished_at=ts, context_window=context_window, **fields)
+
+
+def ineffective_above(settings: ClientSettings, context_window: int | None) -> int | None:
+    """The loop guard's line for a request that named the agent's window: ``loop_guard_share
+    × (window - reserve_tokens)`` tokens (the worker's rule, ``worker.service._loop_guard``)."""
+    if not context_window or context_window <= settings.reserve_tokens:
+        return None
+    return int(settings.loop_guard_share * (context_window - settings.reserve_tokens))
 
 
 def _call(layout: KeyLayout, settings: ClientSettings, session_id: str, reason: CompactReason,
-          mode: str) -> tuple[Script, str]:
+          mode: str, context_window: int | None = None) -> tuple[Script, str]:
     s = layout.session(session_id)
     job_id = layout.new_job_id(session_id)
     ts = now_iso()
-    record = _record(job_id, session_id, reason, ts)
+    record = _record(job_id, session_id, reason, ts, context_window)
     compacted = JobEvent.for_record(record, EventType.SESSION_COMPACT, timestamp=ts)
     done = JobEvent.completion(record, JobState.SUCCEEDED, duration_ms=0, timestamp=ts)
     fields = [x for pair in record.to_redis().items() for x in pair]
-    keys = [*s.data(), s.effects, s.draft, layout.job(job_id).record, s.events]
+    keys = [*s.data(), s.effects, s.draft, layout.job(job_id).record, s.events, s.compactions]
+    above = ineffective_above(settings, context_window)
     args = [mode, job_id, str(_WALK_LIMIT), str(settings.keep_recent_tokens), ts,
             " ".join(secrets.token_hex(4) for _ in range(_CANDIDATES)), str(settings.job_ttl_s),
-            str(settings.session_event_maxlen), compacted.to_json(), done.to_json(), *fields]
+            str(settings.session_event_maxlen), compacted.to_json(), done.to_json(),
+            str(settings.loop_guard_max), repr(float(settings.loop_guard_window_s)),
+            repr(time.time()), "" if above is None else str(above), *fields]
     return Script("apply_draft", keys, args), job_id
 
 
 def _global_copies(layout: KeyLayout, settings: ClientSettings, job_id: str,
-                   events: tuple[tuple[str, str], ...]) -> Pipeline:
+                   events: tuple[tuple[str, str], ...], stall_ms: float | None) -> Pipeline:
     # As the worker's commits: the session stream got the events atomically; the global stream
-    # (another Cluster slot) gets its copies right after.
-    return Pipeline(tuple(
-        Command("xadd", (layout.global_events, {"type": kind, "job": job_id, "data": data}),
-                {"maxlen": settings.event_stream_maxlen, "approximate": True})
-        for kind, data in events), transaction=False)
+    # (another Cluster slot) gets its copies right after, with the measured stall (call →
+    # entry in hand) on the record for the worker's stall metric.
+    calls = [Command("xadd", (layout.global_events, {"type": kind, "job": job_id, "data": data}),
+                     {"maxlen": settings.event_stream_maxlen, "approximate": True})
+             for kind, data in events]
+    if stall_ms is not None:
+        calls.append(cmd("hset", layout.job(job_id).record, "stallMs", str(stall_ms)))
+    return Pipeline(tuple(calls), transaction=False)
 
 
 def apply_draft(layout: KeyLayout, settings: ClientSettings, session_id: str,
-                reason: CompactReason | str) -> Flow[DraftOutcome]:
-    """Apply the session's draft if it is still valid (one EVALSHA; see the module doc)."""
+                reason: CompactReason | str, *, use_draft: bool = True,
+                context_window: int | None = None,
+                started: float | None = None) -> Flow[DraftOutcome]:
+    """The loop guard, then (``use_draft``) the session's draft if it is still valid: one
+    EVALSHA (see the module doc). ``guarded``: the guard refused, nothing written yet (see
+    :func:`refuse`); ``clear``: the guard let a request without a draft pass. ``started``
+    (``time.perf_counter()`` at the call) stores the measured stall on the record."""
     why = CompactReason(reason)
     if why not in (CompactReason.THRESHOLD, CompactReason.OVERFLOW):
         raise InvalidRequestError(f"a draft is applied by a threshold or overflow compaction, "
                                   f"not {why.value}")
-    script, job_id = _call(layout, settings, session_id, why, "apply")
+    script, job_id = _call(layout, settings, session_id, why, "apply" if use_draft else "guard",
+                           context_window)
     reply = [str(x) for x in (yield script)]
+    if reply[0] == "guarded":
+        return DraftOutcome("guarded", guard_count=int(reply[1]))
     if reply[0] != "applied":
-        return DraftOutcome("discarded", cause=reply[1])
-    _, _, _, line, _, ev1, ev2 = reply
+        return DraftOutcome(reply[0], cause=reply[1] if len(reply) > 1 else None)
+    _, _, _, line, result, ev1, ev2 = reply
+    stall_ms = None if started is None else round((time.perf_counter() - started) * 1000, 3)
     yield _global_copies(layout, settings, job_id, (
-        (EventType.SESSION_COMPACT.value, ev1), (EventType.COMPACTION_END.value, ev2)))
-    return DraftOutcome("applied", job_id=job_id, entry=dict(json.loads(line)))
+        (EventType.SESSION_COMPACT.value, ev1), (EventType.COMPACTION_END.value, ev2)),
+        stall_ms)
+    return DraftOutcome("applied", job_id=job_id, entry=dict(json.loads(line)),
+                        ineffective=json.loads(result).get("ineffective"), stall_ms=stall_ms)
+
+
+def refuse(layout: KeyLayout, settings: ClientSettings, session_id: str,
+           reason: CompactReason | str, count: int,
+           context_window: int | None = None) -> Flow[str]:
+    """The loop guard refused an automatic compaction at the client: a failed job record and
+    its ``compaction_end`` event, exactly as a worker's refusal (``result.loopGuard``; ``wait()``
+    raises :class:`CompactionLoopError`), without a task message or a model call. One pipeline;
+    returns the job id."""
+    why = CompactReason(reason)
+    job_id = layout.new_job_id(session_id)
+    err = CompactionLoopError.tripped(session_id, count, settings.loop_guard_max,
+                                      settings.loop_guard_window_s)
+    error = job_error_text(JobKind.COMPACT, JobState.FAILED, why, str(err))
+    result = {"loopGuard": err.to_result()}
+    record = _record(job_id, session_id, why, now_iso(), context_window, JobState.FAILED,
+                     error=error, result=result)
+    fields = event_fields(JobEvent.completion(record, JobState.FAILED, error=error,
+                                              result=result, duration_ms=0))
+    key = layout.job(job_id).record
+    yield Pipeline((
+        Command("hset", (key,), {"mapping": record.to_redis()}),
+        cmd("expire", key, settings.job_ttl_s),
+        Command("xadd", (layout.session(session_id).events, fields),
+                {"maxlen": settings.session_event_maxlen, "approximate": True}),
+        Command("xadd", (layout.global_events, fields),
+                {"maxlen": settings.event_stream_maxlen, "approximate": True}),
+    ), transaction=False)
+    return job_id
 
 
 def check_draft(layout: KeyLayout, settings: ClientSettings,

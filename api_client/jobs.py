@@ -48,7 +48,8 @@ from api_client.wire import (
 )
 
 __all__ = [
-    "AsyncJobStore", "EnqueueResult", "JobStore", "completion_for", "finish_call",
+    "AsyncJobStore", "EnqueueResult", "JobStore", "check_context_window", "completion_for",
+    "finish_call",
     "job_rescue", "result_fields",
 ]
 
@@ -85,7 +86,8 @@ def _enum(cls: type[StrEnum], value: object, what: str) -> Any:
 
 def enqueue_call(layout: KeyLayout, settings: ClientSettings, session_id: str, kind: object,
                  reason: object, instructions: str | None, target_id: str | None,
-                 broker_db: int | None = None) -> tuple[list[str], list[str], Route]:
+                 broker_db: int | None = None,
+                 context_window: int | None = None) -> tuple[list[str], list[str], Route]:
     """KEYS and ARGV of enqueue.lua for a new job (plain strings: this is the request path).
 
     With ``broker_db`` (the broker is this Redis, that database) the script also pushes the
@@ -110,7 +112,9 @@ def enqueue_call(layout: KeyLayout, settings: ClientSettings, session_id: str, k
         "priority", str(route.priority), "queue", route.queue, "attempts", "0",
         "createdAt", now_iso(), "cancelRequested", "0",
     ]
-    for name, value in (("reason", why), ("instructions", instructions), ("targetId", target_id)):
+    window = check_context_window(context_window)
+    for name, value in (("reason", why), ("instructions", instructions), ("targetId", target_id),
+                        ("contextWindow", window)):
         if value:
             fields += [name, str(value)]
     push = None
@@ -127,6 +131,15 @@ def enqueue_call(layout: KeyLayout, settings: ClientSettings, session_id: str, k
             instructions or "", push.message if push else "", push.channel if push else "",
             push.event if push else "", *fields]
     return keys, args, route
+
+
+def check_context_window(value: object) -> int | None:
+    """The agent's context window a request may name (None = not given)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InvalidRequestError(f"context_window must be a positive int, not {value!r}")
+    return value
 
 
 def parse_enqueue(reply: Sequence[Any], route: Route, pushed: bool = False) -> EnqueueResult:
@@ -222,9 +235,10 @@ class _JobCore:
 
     def _enqueue(self, session_id: str, kind: JobKind | str, reason: CompactReason | str | None,
                  instructions: str | None, target_id: str | None,
-                 broker_db: int | None = None) -> Flow[EnqueueResult]:
+                 broker_db: int | None = None,
+                 context_window: int | None = None) -> Flow[EnqueueResult]:
         keys, args, route = enqueue_call(self.layout, self.settings, session_id, kind, reason,
-                                         instructions, target_id, broker_db)
+                                         instructions, target_id, broker_db, context_window)
         reply = yield Script("enqueue", keys, args, job_rescue("", session_id))
         return parse_enqueue(reply, route, broker_db is not None)
 
@@ -278,7 +292,8 @@ class JobStore(_JobCore):
 
     def enqueue(self, session_id: str, kind: JobKind | str, *,
                 reason: CompactReason | str | None = None, instructions: str | None = None,
-                target_id: str | None = None, broker_db: int | None = None) -> EnqueueResult:
+                target_id: str | None = None, broker_db: int | None = None,
+                context_window: int | None = None) -> EnqueueResult:
         """Create a queued job record, or return the in-flight one of the same kind (coalesced).
 
         A more urgent compaction than the queued one upgrades it (``upgraded``: re-send it on
@@ -286,9 +301,10 @@ class JobStore(_JobCore):
         running job asked for instructions, or a branch summary to another target raise
         :class:`JobConflictError`. A missing session or target raises before anything is
         written. With ``broker_db`` the script also pushes the task message (``pushed``).
+        ``context_window`` (the agent's) is stored on a new record for the loop guard.
         """
         return self._io.run(self._enqueue(session_id, kind, reason, instructions, target_id,
-                                          broker_db))
+                                          broker_db, context_window))
 
     def get(self, job_id: str) -> JobRecord:
         return self._io.run(self._get(job_id))
@@ -320,10 +336,10 @@ class AsyncJobStore(_JobCore):
 
     async def enqueue(self, session_id: str, kind: JobKind | str, *,
                       reason: CompactReason | str | None = None, instructions: str | None = None,
-                      target_id: str | None = None,
-                      broker_db: int | None = None) -> EnqueueResult:
+                      target_id: str | None = None, broker_db: int | None = None,
+                      context_window: int | None = None) -> EnqueueResult:
         return await self._io.run(self._enqueue(session_id, kind, reason, instructions,
-                                                target_id, broker_db))
+                                                target_id, broker_db, context_window))
 
     async def get(self, job_id: str) -> JobRecord:
         return await self._io.run(self._get(job_id))

@@ -253,6 +253,11 @@ class JobRecord(_Wire):
     cancel_requested: bool = False
     # Set by the client when a draft could not be applied and this job runs instead (the cause).
     draft_discarded: str | None = None
+    # The agent's context window, when the request named it (observe does): the threshold the
+    # loop guard judges ``ineffective`` against.
+    context_window: int | None = None
+    # A draft applied by the client: its compact() call → entry in hand, in ms (worker metric).
+    stall_ms: float | None = None
 
     def to_redis(self) -> dict[str, str]:
         out: dict[str, str] = {}

@@ -33,7 +33,7 @@ from typing import Any
 from celery.contrib.testing.worker import start_worker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_runtime import SAMPLE, model_server
+from _loopback import SAMPLE, loopback_model
 
 from api_client import CompactionClient
 from worker.app import create_app
@@ -105,7 +105,8 @@ def main() -> None:
     parser.add_argument("--turn-ms", type=int, default=1500)
     args = parser.parse_args()
     n = args.sessions
-    with embedded_redis() as url, model_server(args.model_ms / 1000) as model_url:
+    with embedded_redis() as url, loopback_model(args.model_ms / 1000) as model:
+        model_url = model.base_url
         settings = WorkerSettings(
             redis_url=url, pool="threads", concurrency=n + 2, job_deadline_s=120.0,
             hooks=HookSettings(entry_points=False, plugins=[]),

@@ -44,8 +44,10 @@ __all__ = [
     "observe_draft",
     "observe_facts",
     "observe_job",
+    "observe_loop_guard",
     "observe_model_call",
     "observe_stale",
+    "observe_stall",
     "observe_started",
     "server_address",
     "start",
@@ -59,6 +61,9 @@ NO_REASON = "none"  # the reason label of prune and branch-summary jobs
 TOKEN_DIRECTIONS = ("input", "output", "cache_read", "cache_write")
 
 _DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+# A draft's stall is one round trip (about a millisecond); a job's is its model calls.
+_STALL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
+                  60, 120, 300, 600)
 _WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
 
 # name (as exported, without _total/_bucket suffixes), type, help, labels
@@ -83,6 +88,12 @@ _DEFINITIONS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
      ("job", "kind", "outcome")),
     ("compactor_drafts_total", "counter",
      "Speculative drafts: computed, applied, discarded (by cause)", ("outcome", "cause")),
+    ("compactor_compaction_stall_seconds", "histogram",
+     "What the platform waited: compact() call to entry (source job: createdAt to commit; "
+     "draft: the client's measured apply)", ("reason", "source")),
+    ("compactor_loop_guard_total", "counter",
+     "Loop guard: compactions flagged ineffective, automatic compactions refused",
+     ("event", "reason")),
 )
 # Served by the scrape-time collector of worker.queue_depth (not stored per process).
 _SCRAPED: dict[str, tuple[str, ...]] = {"compactor_queue_depth": ("queue",),
@@ -166,7 +177,8 @@ def _define(registry: CollectorRegistry) -> None:
         if kind == "counter":
             _metrics[name] = Counter(name.removesuffix("_total"), text, labels, registry=registry)
         else:
-            buckets = _WAIT_BUCKETS if "wait" in name else _DURATION_BUCKETS
+            buckets = (_WAIT_BUCKETS if "wait" in name else
+                       _STALL_BUCKETS if "stall" in name else _DURATION_BUCKETS)
             _metrics[name] = Histogram(name, text, labels, registry=registry, buckets=buckets)
 
 
@@ -211,6 +223,19 @@ def observe_draft(outcome: str, cause: str = "") -> None:
     by the notify task), ``discarded`` with its cause (counted by the job that ran instead)."""
     if _metrics:
         _metrics["compactor_drafts_total"].labels(outcome, cause).inc()
+
+
+def observe_stall(reason: str | None, source: str, seconds: float) -> None:
+    """A compaction's stall, ``source`` ``job`` (a worker ran it) or ``draft`` (applied)."""
+    if _metrics:
+        _metrics["compactor_compaction_stall_seconds"].labels(
+            reason or NO_REASON, source).observe(seconds)
+
+
+def observe_loop_guard(event: str, reason: str | None) -> None:
+    """``ineffective`` (a committed compaction freed too little) or ``refused``."""
+    if _metrics:
+        _metrics["compactor_loop_guard_total"].labels(event, reason or NO_REASON).inc()
 
 
 class _Usage(Protocol):  # the model layer's Usage (this module imports nothing of the worker)

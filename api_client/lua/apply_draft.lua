@@ -3,18 +3,35 @@
 -- Valid when: the session exists, the draft's snapshot leaf is on the current leaf's path, no
 -- compaction entry was appended on that path since the snapshot, and the entries appended since
 -- weigh at most ARGV[4] tokens (sum of their stored JSON line lengths / 4). Apply then appends
--- the compaction entry as a child of the CURRENT leaf, bumps rev, records the effect, writes a
--- succeeded job record and its events (session stream), and deletes the draft. An invalid draft
--- is deleted in both modes.
+-- the compaction entry as a child of the CURRENT leaf, bumps rev, records the effect, counts it
+-- for the loop guard, writes a succeeded job record and its events (session stream), and
+-- deletes the draft. An invalid draft is deleted in both modes.
+-- The loop guard comes first (modes 'apply' and 'guard'): with ARGV[11] automatic compactions
+-- already counted within the window, nothing is written and 'guarded' is returned (the draft
+-- stays). The counter is the workers' (worker/store/loop_guard.py): job id → epoch seconds.
 -- KEYS: 1 header, 2 entries, 3 order, 4 leaf, 5 rev, 6 effects, 7 draft, 8 new job record,
---       9 session event stream
--- ARGV: 1 mode 'apply' | 'check', 2 new job id, 3 walk limit, 4 growth bound (tokens),
---       5 timestamp (entry), 6 id candidates, 7 record TTL s, 8 stream MAXLEN,
---       9 session_compact event JSON (no entry/tokens/result/fromExtension),
---       10 compaction_end event JSON (same), 11.. job record field/value pairs
+--       9 session event stream, 10 the session's compactions counter (loop guard)
+-- ARGV: 1 mode 'apply' | 'check' | 'guard' (the loop guard only), 2 new job id, 3 walk limit,
+--       4 growth bound (tokens), 5 timestamp (entry), 6 id candidates, 7 record TTL s,
+--       8 stream MAXLEN, 9 session_compact event JSON (no entry/tokens/result/fromExtension),
+--       10 compaction_end event JSON (same), 11 loop-guard limit (0 = off), 12 its window s,
+--       13 now (epoch s), 14 ineffective above this many tokens after ('' = the draft's
+--       ineffectiveAbove, the worker's line), 15.. job record field/value pairs
 -- Returns {'applied', entry id, revision, line, result JSON, event 1 JSON, event 2 JSON}
---       | {'valid', growth tokens} | {'discarded', cause}
+--       | {'valid', growth tokens} | {'clear'} (guard mode) | {'guarded', count}
+--       | {'discarded', cause}
 --   cause: nodraft | nosession | corrupt | offpath | compacted | grown | noid
+local limit, window, now = tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
+if ARGV[1] ~= 'check' and limit > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', '(' .. tostring(now - window))
+  local count = redis.call('ZCARD', KEYS[10])
+  if count >= limit then
+    return {'guarded', count}
+  end
+end
+if ARGV[1] == 'guard' then
+  return {'clear'}
+end
 local function discard(cause)
   redis.call('DEL', KEYS[7])
   return {'discarded', cause}
@@ -91,6 +108,12 @@ local tokens = ',"tokensBefore":' .. before
 if after_ then
   tokens = tokens .. ',"tokensAfter":' .. string.format('%d', tonumber(after_) + grown)
 end
+-- The loop guard's ineffective flag: what the context holds after (the draft's own tokensAfter
+-- plus what was appended since) above the line (share × threshold tokens).
+local above = tonumber(ARGV[14]) or tonumber(draft['ineffectiveAbove'])
+if after_ and above then
+  tokens = tokens .. ',"ineffective":' .. tostring(tonumber(after_) + grown > above)
+end
 local ext = 'false'
 if draft['fromExtension'] == true then
   ext = 'true'
@@ -99,10 +122,15 @@ local result = '{"fromDraft":true,"draftJobId":' .. cjson.encode(tostring(draft[
   .. ',"snapshotLeafId":' .. cjson.encode(target) .. ',"growthTokens":' .. tostring(grown)
   .. tokens .. ',"entry":' .. line .. '}'
 local fields = ',"entry":' .. line .. tokens .. ',"fromExtension":' .. ext
+if limit > 0 then
+  redis.call('ZADD', KEYS[10], ARGV[13], ARGV[2])
+  redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', '(' .. tostring(now - window))
+  redis.call('EXPIRE', KEYS[10], math.max(1, math.ceil(window)))
+end
 local ev1 = string.sub(ARGV[9], 1, -2) .. fields .. '}'
 local ev2 = string.sub(ARGV[10], 1, -2) .. fields .. ',"result":' .. result .. '}'
 
-redis.call('HSET', KEYS[8], unpack(ARGV, 11))
+redis.call('HSET', KEYS[8], unpack(ARGV, 15))
 redis.call('HSET', KEYS[8], 'entry', line, 'resultEntryId', new_id, 'result', result)
 redis.call('EXPIRE', KEYS[8], ARGV[7])
 redis.call('XADD', KEYS[9], 'MAXLEN', '~', ARGV[8], '*', 'type', 'session_compact',

@@ -100,6 +100,23 @@ def test_speculative_then_threshold_from_the_draft(cli: object) -> None:
     assert code == 0 and "from draft: yes" in out
 
 
+def test_compact_context_window_and_the_loop_guard(cli: object,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    _import(cli, "cli-guard")
+    code, out, _ = cli("compact", "cli-guard", "--reason", "threshold", "--context-window",  # type: ignore[operator]
+                       str(16_384 + 100), "--wait", "--json")
+    payload = json.loads(out)
+    assert code == 0 and payload["result"]["ineffective"] is True  # a 100-token threshold
+    monkeypatch.setenv("COMPACTOR_LOOP_GUARD_MAX", "1")  # this CLI's limit: already reached
+    code, out, _ = cli("compact", "cli-guard", "--reason", "overflow", "--wait", "--json")  # type: ignore[operator]
+    payload = json.loads(out)
+    assert code == 2 and payload["state"] == "failed"
+    assert payload["result"]["loopGuard"] == {"count": 1, "limit": 1, "windowS": 600.0}
+    assert "compaction loop: session cli-guard had 1" in payload["error"]
+    code, out, _ = cli("compact", "cli-guard", "--context-window", "0")  # type: ignore[operator]
+    assert code == 2
+
+
 def test_prune_and_branch_summary(cli: object) -> None:
     _import(cli, "cli-branch")
     code, out, _ = cli("prune", "cli-branch", "--wait", "--json")  # type: ignore[operator]

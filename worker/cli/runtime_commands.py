@@ -152,7 +152,8 @@ def _finish(args: argparse.Namespace, client: CompactionClient, handle: JobHandl
 
 def _compact(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        handle = client.compact(args.session_id, reason=args.reason, instructions=args.instructions)
+        handle = client.compact(args.session_id, reason=args.reason, instructions=args.instructions,
+                                context_window=args.context_window)
         return _finish(args, client, handle)
 
 
@@ -257,6 +258,9 @@ def _job_commands(commands: Any) -> None:
                          help="why it is asked for: manual (the default), threshold, overflow, "
                               "or speculative (computes a draft to apply later)")
     compact.add_argument("--instructions", help="custom summary instructions")
+    compact.add_argument("--context-window", type=int, metavar="N",
+                         help="the agent's context window: the threshold the loop guard judges "
+                              "'ineffective' against")
     _job_options(compact)
     compact.set_defaults(handler=_compact)
 

@@ -23,7 +23,12 @@ from worker.compaction.toolpairs import safe_first_kept_id
 from worker.llm import SummaryResult
 from worker.service._context import JobContext, JobSuccess, calls_summary, compaction_entry
 from worker.service._errors import JobCancelled
-from worker.service._loop_guard import check_loop, count_compaction, is_ineffective
+from worker.service._loop_guard import (
+    check_loop,
+    count_compaction,
+    is_ineffective,
+    observe_stall,
+)
 from worker.service._prune import PruneStep, prune_pass
 from worker.service._replan import settle, with_replans
 from worker.store import CommitOutcome
@@ -146,9 +151,11 @@ def run_compact(ctx: JobContext) -> JobSuccess:
     entry = outcome.entry or ctx.rt.commits.entry(ctx.session_id, outcome.entry_id or "") or {}
     tokens_after = _tokens_after(ctx, draft.path, entry) if entry else None
     ineffective = is_ineffective(ctx, tokens_after)
+    observe_stall(ctx.record, "job")
     ctx.rt.hooks.compact_done(entry, draft.from_extension, session_id=ctx.session_id)
     ctx.publish(EventType.SESSION_COMPACT, entry=entry, from_extension=draft.from_extension,
-                tokens_before=entry.get("tokensBefore"), tokens_after=tokens_after)
+                tokens_before=entry.get("tokensBefore"), tokens_after=tokens_after,
+                ineffective=ineffective)
     model, usage, _ = calls_summary(draft.calls)
     result = {**_result(ctx, progress, draft), "tokensAfter": tokens_after,
               "ineffective": ineffective}

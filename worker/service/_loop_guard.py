@@ -8,17 +8,26 @@ Two checks, both settings (``loop_guard_*``):
 * an automatic compaction (threshold, overflow) of a session that already had ``max`` of them
   committed within ``window_s`` fails with :class:`CompactionLoopError` before any model call.
   The counts live in Redis (``SessionKeys.compactions``); manual compactions do not count.
+  A draft a client applies is counted (and checked first) by apply_draft.lua in the same
+  round trip; a speculative job of a session at the limit is refused here before its model
+  calls.
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from api_client.errors import CompactionLoopError
-from api_client.wire import CompactReason
+from api_client.wire import CompactReason, JobRecord
+from worker import metrics
 from worker.service._context import JobContext
 
-__all__ = ["check_loop", "count_compaction", "guard_threshold", "is_ineffective"]
+__all__ = ["check_loop", "count_compaction", "guard_threshold", "is_ineffective", "observe_stall"]
 
 COUNTED = (CompactReason.THRESHOLD, CompactReason.OVERFLOW)
+# A speculative job of a looping session is refused too: its draft would be applied (counted)
+# or refused at the client anyway, and it costs the model calls the guard exists to save.
+REFUSED = (*COUNTED, CompactReason.SPECULATIVE)
 
 
 def _counted(ctx: JobContext) -> bool:
@@ -27,7 +36,7 @@ def _counted(ctx: JobContext) -> bool:
 
 def check_loop(ctx: JobContext) -> None:
     """Raise :class:`CompactionLoopError` when this automatic compaction would be one too many."""
-    if not _counted(ctx):
+    if ctx.record.reason not in REFUSED:
         return
     s = ctx.rt.settings
     count = ctx.rt.jobs.recent_compactions(ctx.session_id, ctx.rt.clock.time(),
@@ -36,6 +45,7 @@ def check_loop(ctx: JobContext) -> None:
         err = CompactionLoopError.tripped(ctx.session_id, count, s.loop_guard_max,
                                           s.loop_guard_window_s)
         err.job_id = ctx.job_id
+        metrics.observe_loop_guard("refused", ctx.record.reason)
         raise err
 
 
@@ -48,12 +58,35 @@ def count_compaction(ctx: JobContext) -> None:
 
 def guard_threshold(ctx: JobContext) -> int:
     """``share × (window - reserve_tokens)`` tokens: a context above it after a compaction is
-    ineffective (the agent will be back at the threshold within a turn or two)."""
+    ineffective (the agent will be back at the threshold within a turn or two). The window is
+    the agent's when the request named it (``compact(..., context_window=N)``; ``observe``
+    does), else the first model's, else ``context_window``."""
     s = ctx.rt.settings
-    window = (s.models[0].context_window if s.models else None) or s.context_window
+    window = (ctx.record.context_window
+              or (s.models[0].context_window if s.models else None) or s.context_window)
     return int(s.loop_guard_share * (window - s.reserve_tokens))
 
 
 def is_ineffective(ctx: JobContext, tokens_after: int | None) -> bool | None:
     """None when the context after is unknown (nothing committed)."""
-    return None if tokens_after is None else tokens_after > guard_threshold(ctx)
+    if tokens_after is None:
+        return None
+    flag = tokens_after > guard_threshold(ctx)
+    if flag:
+        metrics.observe_loop_guard("ineffective", ctx.record.reason)
+    return flag
+
+
+def observe_stall(record: JobRecord, source: str, now: datetime | None = None) -> None:
+    """The platform's wait (call → entry): a worker job's ``createdAt`` → its commit, or the
+    client's measured ``stallMs`` of an applied draft."""
+    if source == "draft":
+        if record.stall_ms is not None:
+            metrics.observe_stall(record.reason, source, record.stall_ms / 1000)
+        return
+    try:
+        created = datetime.fromisoformat(record.created_at)
+    except ValueError:
+        return  # a record written by something else: no sample rather than a wrong one
+    waited = ((now or datetime.now(UTC)) - created).total_seconds()
+    metrics.observe_stall(record.reason, source, max(0.0, waited))

@@ -19,6 +19,7 @@ from worker import metrics
 from worker.service._compact import _draft, _plan, _tokens_after
 from worker.service._context import JobContext, JobSuccess, calls_summary
 from worker.service._errors import JobCancelled
+from worker.service._loop_guard import check_loop, guard_threshold, observe_stall
 from worker.service.ports import Drafts, Runtime
 from worker.store.drafts import draft_json
 
@@ -36,6 +37,7 @@ def _drafts(rt: Runtime) -> Drafts:
 def run_speculative(ctx: JobContext) -> JobSuccess:
     """Compute and store a draft; the job's result says what was stored (no entry)."""
     ctx.publish(EventType.COMPACTION_START)
+    check_loop(ctx)  # a session in a compaction loop gets no more drafts: before any model call
     snap = ctx.rt.sessions.load(ctx.session_id)
     path = snap.session.tree().path_to(snap.leaf_id)
     prep = _plan(ctx, path)
@@ -49,7 +51,8 @@ def run_speculative(ctx: JobContext) -> JobSuccess:
     tokens = int(draft.entry.get("tokensBefore") or 0)
     text = draft_json(ctx.job_id, snap.leaf_id, snap.revision, draft.entry,
                       from_extension=draft.from_extension, tokens_after=tokens_after,
-                      snapshot_entries=len(path), snapshot_tokens=tokens)
+                      snapshot_entries=len(path), snapshot_tokens=tokens,
+                      ineffective_above=guard_threshold(ctx))
     saved = _drafts(ctx.rt).save(ctx.job_id, text)
     if saved == "cancelled":
         raise JobCancelled()
@@ -77,5 +80,8 @@ def run_draft_applied(rt: Runtime, job_id: str) -> dict[str, object]:
     rt.hooks.compact_done(record.entry, bool(record.entry.get("fromExtension")),
                           session_id=record.session_id)
     metrics.observe_draft("applied")
+    observe_stall(record, "draft")
+    if (record.result or {}).get("ineffective"):
+        metrics.observe_loop_guard("ineffective", record.reason)
     log.info("job %s: session_compact hooks ran for an applied draft", job_id)
     return {"jobId": job_id, "state": "notified"}

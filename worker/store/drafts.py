@@ -29,7 +29,7 @@ def _script() -> str:
 
 def draft_json(job_id: str, snapshot_leaf: str, revision: int, entry: Mapping[str, Any], *,
                from_extension: bool, tokens_after: int | None, snapshot_entries: int,
-               snapshot_tokens: int) -> str:
+               snapshot_tokens: int, ineffective_above: int | None = None) -> str:
     """The draft (fields: :mod:`api_client.drafts`). ``entry`` is the planned compaction entry;
     its id, parentId and timestamp are filled in when the draft is applied."""
     body = {k: v for k, v in entry.items() if k not in ("id", "parentId", "timestamp")}
@@ -43,6 +43,8 @@ def draft_json(job_id: str, snapshot_leaf: str, revision: int, entry: Mapping[st
         "snapshotEntries": snapshot_entries, "snapshotTokens": snapshot_tokens,
         "createdAt": now_iso(),
     }
+    if ineffective_above is not None:  # the worker's loop-guard line (apply_draft.lua)
+        draft["ineffectiveAbove"] = ineffective_above
     if entry.get("shortSummary") is not None:
         draft["shortSummary"] = entry["shortSummary"]
     return json.dumps(draft, ensure_ascii=False, separators=(",", ":"))

@@ -1,0 +1,40 @@
+"""The stall histogram and the draft / loop-guard counters, scraped from a real worker process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from runtime.runtime_support import new_session
+from runtime.test_runtime_metrics import metrics_worker, scrape, total, value, wait_for
+
+from api_client import CompactionClient
+
+STALL = "compactor_compaction_stall_seconds"
+
+
+def test_stall_of_a_job_and_of_a_draft(own_redis: Any, demo_text: str, tmp_path: Path) -> None:
+    with CompactionClient(own_redis.url) as client, \
+            metrics_worker(own_redis.url, tmp_path) as port:
+        job = client.compact(new_session(client, demo_text), reason="threshold",
+                             context_window=16_384 + 100)  # a 100-token threshold: ineffective
+        assert isinstance(job.wait(60), dict)
+        sid = new_session(client, demo_text)
+        assert client.compact(sid, reason="speculative").wait(60) is None
+        applied = client.compact(sid, reason="overflow")
+        assert applied.from_draft
+        stall_ms = applied.record().stall_ms
+        wait_for(lambda: value(scrape(port), "compactor_drafts_total", outcome="applied",
+                               cause="") == 1, 20)
+        after = scrape(port)
+    assert value(after, f"{STALL}_count", reason="threshold", source="job") == 1
+    assert value(after, f"{STALL}_count", reason="overflow", source="draft") == 1
+    assert value(after, f"{STALL}_count", reason="speculative", source="job") == 0
+    # The draft's stall is what the client measured: one round trip, well under a second here.
+    assert stall_ms is not None and 0 <= stall_ms < 1000
+    draft_sum = value(after, f"{STALL}_sum", reason="overflow", source="draft")
+    assert abs(draft_sum - stall_ms / 1000) < 1e-6
+    assert value(after, f"{STALL}_sum", reason="threshold", source="job") > 0
+    assert value(after, "compactor_loop_guard_total", event="ineffective",
+                 reason="threshold") == 1
+    assert total(after, "compactor_loop_guard_total", event="refused") == 0
