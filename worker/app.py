@@ -10,8 +10,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import warnings
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from celery import Celery, bootsteps
 from kombu.entity import Queue
@@ -26,6 +28,13 @@ from worker.settings import WorkerSettings, check_startup
 __all__ = ["CompactorCelery", "broker_transport_options", "create_app", "start_metrics"]
 
 log = logging.getLogger("worker.app")
+
+
+def _quiet_cancel_warning() -> None:
+    # Celery warns on every broker connection loss that 6.0 will cancel running late-ack tasks
+    # by default; we keep them running on purpose (see ``configure``). Added after Celery's
+    # logging set-up, which puts its own "always" filter for the warning first.
+    warnings.filterwarnings("ignore", message=r"\s*In Celery 5.1 we introduced an optional")
 
 
 class CompactorCelery(Celery):  # type: ignore[misc]
@@ -94,7 +103,9 @@ def configure(app: Celery, settings: WorkerSettings) -> None:
         task_ignore_result=True,
         worker_send_task_events=True, task_send_sent_event=True,
         broker_connection_retry_on_startup=True,
-        worker_cancel_long_running_tasks_on_connection_loss=True,
+        # A job keeps running through a broker outage: its lease keeps a second delivery off it,
+        # and cancelling it would throw away a model call that may already have finished.
+        worker_cancel_long_running_tasks_on_connection_loss=False,
         broker_transport_options=broker_transport_options(settings),
         result_backend_transport_options={"socket_connect_timeout": 5},
         result_expires=settings.job_ttl_s,
@@ -114,6 +125,7 @@ class StartupCheck(bootsteps.Step):  # type: ignore[misc]
         app: CompactorCelery = worker.app
         settings: WorkerSettings = app.compactor_settings
         check_startup(settings)
+        _quiet_cancel_warning()
         if settings.metrics_enabled:
             start_metrics(settings)
         if settings.pool == "prefork":
@@ -151,6 +163,8 @@ def create_app(settings: WorkerSettings | None = None, *,
                           broker=settings.resolved_broker_url,
                           backend=settings.resolved_result_backend, set_as_current=False)
     configure(app, settings)
+    if urlsplit(settings.resolved_broker_url).scheme == "redis":
+        app.conf.broker_transport = "worker.transport:Transport"
     app.steps["worker"].add(StartupCheck)
     app.steps["consumer"].add(HealthStep)
     register_tasks(app)

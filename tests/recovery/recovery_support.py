@@ -1,0 +1,143 @@
+"""Helpers of the recovery tests: Redis servers that restart on the same port (AOF optional),
+worker subprocesses with their log in a file, waiting helpers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(check: Callable[[], Any], timeout: float, what: str, step: float = 0.1) -> Any:
+    """Poll ``check`` until it returns something truthy; AssertionError naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(step)
+
+
+class RedisServer:
+    """A redis-server on a fixed port that can be stopped and started again (AOF optional)."""
+
+    def __init__(self, folder: Path, *, aof: bool = True, bind: str = "127.0.0.1",
+                 port: int | None = None, extra: Sequence[str] = ()) -> None:
+        self.folder = folder
+        self.aof = aof
+        self.bind = bind
+        self.port = port or free_port()
+        self.extra = list(extra)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        host = "127.0.0.1" if self.bind in ("0.0.0.0", "127.0.0.1") else self.bind
+        return f"redis://{host}:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        args = ["redis-server", "--port", str(self.port), "--bind", self.bind, "--save", "",
+                "--dir", str(self.folder), "--appendonly", "yes" if self.aof else "no",
+                "--appendfsync", "always", *self.extra]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as sock:
+                    sock.sendall(b"PING\r\n")
+                    if sock.recv(64).startswith(b"+PONG"):
+                        return self
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"redis-server on port {self.port} did not start")
+
+    def stop(self, *, hard: bool = True) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGKILL if hard else signal.SIGTERM)
+            self.proc.wait(10)
+            self.proc = None
+
+    def restart(self, down_s: float) -> None:
+        self.stop()
+        time.sleep(down_s)
+        self.start()
+
+
+def worker_env(redis_url: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COMPACTOR_")}
+    env.update({
+        "COMPACTOR_REDIS_URL": redis_url, "COMPACTOR_HOOKS_ENTRY_POINTS": "false",
+        "COMPACTOR_CONCURRENCY": "2", "PYTHONPATH": str(REPO / "tests"),
+        "PYTHONUNBUFFERED": "1",
+    })
+    env.update(extra)
+    return env
+
+
+def model_env(base_url: str) -> str:
+    return json.dumps([{"provider": "openai", "model": "loop", "base_url": base_url,
+                        "api_key": "k"}])
+
+
+class WorkerProcess:
+    """``python -m worker worker`` in a subprocess; its log goes to ``<folder>/<name>.log``."""
+
+    def __init__(self, env: dict[str, str], name: str, folder: Path, *,
+                 prefix: Sequence[str] = (), loglevel: str = "INFO") -> None:
+        self.name = name
+        self.log_path = folder / f"{name}.log"
+        self._log = self.log_path.open("ab")
+        args = [*prefix, sys.executable, "-m", "worker", "worker", "--loglevel", loglevel,
+                "--hostname", f"{name}@%h", "--without-mingle", "--without-gossip"]
+        self.proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=self._log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        wait_until(lambda: "ready." in self.log() or not self.alive(), timeout,
+                   f"worker {self.name} to start")
+        assert self.alive(), f"worker {self.name} exited:\n{self.log()[-3000:]}"
+
+    def kill(self) -> None:
+        if self.alive():
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self, timeout: float = 30) -> int | None:
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._log.close()
+        return self.proc.returncode
