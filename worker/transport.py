@@ -1,4 +1,4 @@
-"""The worker's kombu Redis transport: the client's, made to survive a lost connection.
+"""The worker's kombu Redis transport: the stock one, made to survive a lost connection.
 
 On a broker connection error Celery's consumer closes the old connection, and kombu drops the
 transport's reference to its connection (``transport.client = None``) *before* the channel has
@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from api_client._transport import Transport as ClientTransport
+from kombu.transport import redis as kombu_redis
 
 __all__ = ["Transport"]
 
 
-class Transport(ClientTransport):
+class Transport(kombu_redis.Transport):  # type: ignore[misc]
     @property  # type: ignore[override]
     def client(self) -> Any:
         return self._kept_client

@@ -22,6 +22,7 @@ from worker.service._errors import (
     LeaseHeldError,
     LeaseLostError,
 )
+from worker.service._outage import ride_out
 from worker.service._prune import run_prune
 from worker.service._speculative import count_discarded, run_speculative
 from worker.service.ports import Runtime
@@ -139,8 +140,9 @@ def _succeed(ctx: JobContext, success: JobSuccess) -> JobOutcome:
     event = JobEvent.completion(ctx.record, JobState.SUCCEEDED, entry=success.entry,
                                 model=success.model, duration_ms=ctx.control.elapsed_ms(),
                                 **fields)
-    ctx.rt.jobs.finish(ctx.job_id, JobState.SUCCEEDED, event=event, entry=success.entry,
-                       model=success.model, usage=success.usage, result=success.result)
+    ride_out(ctx.control, "finish", lambda: ctx.rt.jobs.finish(
+        ctx.job_id, JobState.SUCCEEDED, event=event, entry=success.entry, model=success.model,
+        usage=success.usage, result=success.result))
     entry_id = success.entry.get("id") if success.entry else None
     log.info("job %s succeeded in %d ms (entry %s)", ctx.job_id, ctx.control.elapsed_ms(), entry_id)
     return _observed(ctx, JobOutcome(ctx.job_id, JobState.SUCCEEDED.value, entry_id))
@@ -155,7 +157,8 @@ def _fail(ctx: JobContext, message: str, result: dict[str, Any] | None = None) -
     event = JobEvent.completion(ctx.record, JobState.FAILED, error=error, result=result,
                                 duration_ms=ctx.control.elapsed_ms())
     extra: dict[str, Any] = {} if result is None else {"result": result}
-    ctx.rt.jobs.finish(ctx.job_id, JobState.FAILED, event=event, error=error, **extra)
+    ride_out(ctx.control, "finish", lambda: ctx.rt.jobs.finish(
+        ctx.job_id, JobState.FAILED, event=event, error=error, **extra))
     log.info("job %s failed: %s", ctx.job_id, error)
     return _observed(ctx, JobOutcome(ctx.job_id, JobState.FAILED.value, error=error))
 
@@ -171,6 +174,7 @@ def _stopped(ctx: JobContext, stop: JobStopped) -> JobOutcome:
     text = job_error_text(ctx.record.kind, JobState.CANCELLED)
     event = JobEvent.completion(ctx.record, JobState.CANCELLED, error=text, aborted=True,
                                 duration_ms=ctx.control.elapsed_ms())
-    ctx.rt.jobs.finish(ctx.job_id, JobState.CANCELLED, event=event, error=text)
+    ride_out(ctx.control, "finish", lambda: ctx.rt.jobs.finish(
+        ctx.job_id, JobState.CANCELLED, event=event, error=text))
     log.info("job %s cancelled", ctx.job_id)
     return _observed(ctx, JobOutcome(ctx.job_id, JobState.CANCELLED.value, error=text))
