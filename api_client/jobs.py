@@ -13,6 +13,7 @@ The client itself finishes a job it could not send (failed) and a queued one it 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -225,7 +226,14 @@ class _JobCore:
                  broker_db: int | None = None) -> Flow[EnqueueResult]:
         keys, args, route = enqueue_call(self.layout, self.settings, session_id, kind, reason,
                                          instructions, target_id, broker_db)
+        job_id = args[0]
+        # Indexed before the record exists: a client that dies between the two leaves a job the
+        # workers' sweep still finds (an index entry without a record is simply dropped).
+        due = int((time.time() + self.settings.requeue_after_s) * 1000)
+        yield cmd("zadd", self.layout.jobs_due, {job_id: due}, nx=True)
         reply = yield Script("enqueue", keys, args, job_rescue("", session_id))
+        if str(reply[0]) != "created":
+            yield cmd("zrem", self.layout.jobs_due, job_id)
         return parse_enqueue(reply, route, broker_db is not None)
 
     def _get(self, job_id: str) -> Flow[JobRecord]:

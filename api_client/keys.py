@@ -2,7 +2,8 @@
 
 All keys of one session share the hash tag ``{<session_id>}``, so every Lua script and
 transaction on a session (including its jobs) touches a single Cluster slot. Only the global
-event stream lives elsewhere. ``<p>`` is the configurable prefix (``COMPACTOR_KEY_PREFIX``,
+event stream and the jobs-due index live elsewhere: each is one key in a slot of its own, only
+ever touched by single-key commands or scripts, never together with a session's keys. ``<p>`` is the configurable prefix (``COMPACTOR_KEY_PREFIX``,
 default ``compactor``).
 
 ==============================================  ======  ==================================================
@@ -36,6 +37,10 @@ key                                             type    content
                                                         client's enqueue script LPUSHes them when the broker
                                                         is this Redis: see :mod:`api_client.redis_broker`)
 ``/<db>.celeryev/task.sent``                    pubsub  task-sent events (kombu fanout; not a key)
+``<p>:jobs:due``                                sorted  job id → when (Unix ms) a worker's sweep must look
+                                                set     at the job: its lease's end (running) or the
+                                                        time to re-send it (queued); see
+                                                        :mod:`worker.store.sweep`
 ==============================================  ======  ==================================================
 
 A job id is ``<sid>:<token>`` (token = 16 hex digits), so the job's keys can be derived from the
@@ -124,13 +129,14 @@ class JobKeys:
 class KeyLayout:
     """Names the keys for one prefix. Cheap to build; holds no connection."""
 
-    __slots__ = ("global_events", "prefix")
+    __slots__ = ("global_events", "jobs_due", "prefix")
 
     def __init__(self, prefix: str = "compactor") -> None:
         if not prefix or any(c in prefix for c in "{} \t\r\n"):
             raise ConfigurationError(f"invalid key prefix {prefix!r}: no braces or whitespace")
         self.prefix = prefix
         self.global_events = f"{prefix}:events"
+        self.jobs_due = f"{prefix}:jobs:due"
 
     def session(self, session_id: str) -> SessionKeys:
         base = f"{self.prefix}:session:{{{check_session_id(session_id)}}}:"

@@ -54,6 +54,11 @@ class ClientSettings(BaseSettings):
     event_stream_maxlen: int = Field(default=10_000, gt=0)
     session_event_maxlen: int = Field(default=1_000, gt=0)
 
+    # A queued job whose message may be lost (a publish that failed halfway, a broker that
+    # restarted without persistence) is sent again by the workers' sweep after this long, then
+    # after twice as long, and so on (a duplicate message finds the job done and does nothing).
+    requeue_after_s: float = Field(default=60.0, gt=0)
+
     # The request path's budget: with Redis down, enqueue fails within about this long.
     enqueue_timeout_s: float = Field(default=2.0, gt=0)
     # Emit Celery's task-sent event so Flower sees jobs from "sent" on (one more publish).

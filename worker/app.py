@@ -18,11 +18,11 @@ from urllib.parse import urlsplit
 from celery import Celery, bootsteps
 from kombu.entity import Queue
 
-from api_client.wire import BROKER_TRANSPORT_OPTIONS, QUEUE_COMPACT, QUEUES
+from api_client.wire import BROKER_TRANSPORT_OPTIONS, QUEUE_COMPACT, QUEUES, Route
 from worker import metrics
 from worker.health import HealthStep, worker_health
 from worker.llm import Summarizer
-from worker.service import Runtime, build_runtime
+from worker.service import Runtime, Sweeper, build_runtime, worker_redis
 from worker.settings import WorkerSettings, check_startup
 
 __all__ = ["CompactorCelery", "broker_transport_options", "create_app", "start_metrics"]
@@ -153,6 +153,34 @@ def start_metrics(settings: WorkerSettings) -> None:
                   live=health.live, ready=health.ready)
 
 
+class SweepStep(bootsteps.StartStopStep):  # type: ignore[misc]
+    """The takeover sweep (worker/service/_sweeper.py), in the worker's main process."""
+
+    def __init__(self, worker: Any, **kwargs: Any) -> None:
+        self.sweeper: Sweeper | None = None
+        super().__init__(worker, **kwargs)
+
+    def start(self, worker: Any) -> None:
+        app: CompactorCelery = worker.app
+        settings = app.compactor_settings
+        if settings.sweep_interval_s <= 0:
+            return
+
+        def send(job_id: str, route: Route, task_id: str) -> None:
+            app.send_task(route.task, args=[job_id], queue=route.queue, priority=route.priority,
+                          task_id=task_id)
+
+        self.sweeper = Sweeper(settings, worker_redis(settings), send)
+        self.sweeper.start()
+
+    def stop(self, worker: Any) -> None:
+        if self.sweeper is not None:
+            self.sweeper.stop()
+            self.sweeper = None
+
+    shutdown = stop
+
+
 def create_app(settings: WorkerSettings | None = None, *,
                summarizer: Callable[[], Summarizer] | None = None) -> CompactorCelery:
     """The worker app. ``summarizer`` replaces the model router (a factory called per job)."""
@@ -167,6 +195,7 @@ def create_app(settings: WorkerSettings | None = None, *,
         app.conf.broker_transport = "worker.transport:Transport"
     app.steps["worker"].add(StartupCheck)
     app.steps["consumer"].add(HealthStep)
+    app.steps["worker"].add(SweepStep)
     register_tasks(app)
     return app
 
