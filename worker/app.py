@@ -156,29 +156,27 @@ def start_metrics(settings: WorkerSettings) -> None:
 class SweepStep(bootsteps.StartStopStep):  # type: ignore[misc]
     """The takeover sweep (worker/service/_sweeper.py), in the worker's main process."""
 
-    def __init__(self, worker: Any, **kwargs: Any) -> None:
-        self.sweeper: Sweeper | None = None
-        super().__init__(worker, **kwargs)
-
-    def start(self, worker: Any) -> None:
+    def create(self, worker: Any) -> Sweeper | None:
         app: CompactorCelery = worker.app
         settings = app.compactor_settings
         if settings.sweep_interval_s <= 0:
-            return
+            return None
 
         def send(job_id: str, route: Route, task_id: str) -> None:
             app.send_task(route.task, args=[job_id], queue=route.queue, priority=route.priority,
                           task_id=task_id)
 
-        self.sweeper = Sweeper(settings, worker_redis(settings), send)
-        self.sweeper.start()
+        return Sweeper(settings, worker_redis(settings), send)
+
+    def start(self, worker: Any) -> None:
+        if self.obj is not None:
+            self.obj.start()
 
     def stop(self, worker: Any) -> None:
-        if self.sweeper is not None:
-            self.sweeper.stop()
-            self.sweeper = None
+        if self.obj is not None:
+            self.obj.stop()
 
-    shutdown = stop
+    terminate = shutdown = stop
 
 
 def create_app(settings: WorkerSettings | None = None, *,

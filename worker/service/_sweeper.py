@@ -63,6 +63,8 @@ class Sweeper:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(5)
+            self._thread = None
+            self.store.redis.close()
 
     def _loop(self) -> None:
         while not self._stop.wait(self.settings.sweep_interval_s):
