@@ -18,7 +18,14 @@ from urllib.parse import urlsplit
 from celery import Celery, bootsteps
 from kombu.entity import Queue
 
-from api_client.wire import BROKER_TRANSPORT_OPTIONS, QUEUE_COMPACT, QUEUES, Route
+from api_client.wire import (
+    BROKER_TRANSPORT_OPTIONS,
+    QUEUE_COMPACT,
+    QUEUES,
+    Route,
+    broker_priority,
+    queue_arguments,
+)
 from worker import metrics
 from worker.health import HealthStep, worker_health
 from worker.llm import Summarizer
@@ -109,7 +116,9 @@ def configure(app: Celery, settings: WorkerSettings) -> None:
         broker_transport_options=broker_transport_options(settings),
         result_backend_transport_options={"socket_connect_timeout": 5},
         result_expires=settings.job_ttl_s,
-        task_queues=[Queue(name, routing_key=name) for name in QUEUES],  # type: ignore[no-untyped-call]
+        task_queues=[Queue(name, routing_key=name,  # type: ignore[no-untyped-call]
+                           queue_arguments=queue_arguments(settings.resolved_broker_url))
+                     for name in QUEUES],
         task_default_queue=QUEUE_COMPACT,
         task_create_missing_queues=False,
         worker_pool=settings.pool, worker_concurrency=settings.concurrency,
@@ -163,7 +172,8 @@ class SweepStep(bootsteps.StartStopStep):  # type: ignore[misc]
             return None
 
         def send(job_id: str, route: Route, task_id: str) -> None:
-            app.send_task(route.task, args=[job_id], queue=route.queue, priority=route.priority,
+            priority = broker_priority(route.priority, settings.resolved_broker_url)
+            app.send_task(route.task, args=[job_id], queue=route.queue, priority=priority,
                           task_id=task_id)
 
         return Sweeper(settings, worker_redis(settings), send)

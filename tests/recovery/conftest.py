@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,3 +35,19 @@ def aof_redis(tmp_path: Path) -> Iterator[RedisServer]:
     server = RedisServer(tmp_path / "redis", aof=True).start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def amqp_url() -> Iterator[str]:
+    """A RabbitMQ vhost of the test's own on the machine's broker (127.0.0.1:5672, guest)."""
+    ctl = shutil.which("rabbitmqctl")
+    if ctl is None:
+        if os.environ.get("CI"):
+            pytest.fail("rabbitmqctl not found (RabbitMQ is required in CI)")
+        pytest.skip("RabbitMQ (rabbitmqctl) not installed")
+    vhost = f"compactor-test-{uuid.uuid4().hex[:10]}"
+    subprocess.run([ctl, "-q", "add_vhost", vhost], check=True, capture_output=True, timeout=60)
+    subprocess.run([ctl, "-q", "set_permissions", "-p", vhost, "guest", ".*", ".*", ".*"],
+                   check=True, capture_output=True, timeout=60)
+    yield f"amqp://guest:guest@127.0.0.1:5672/{vhost}"
+    subprocess.run([ctl, "-q", "delete_vhost", vhost], capture_output=True, timeout=60)

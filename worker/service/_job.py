@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -65,22 +66,25 @@ def run_job(rt: Runtime, job_id: str) -> JobOutcome:
     """Run ``job_id`` if no other worker does. Raises :class:`LeaseHeldError` when one does, and
     the transient Redis errors (for a Celery retry) after letting go of the lease."""
     split_job_id(job_id)
-    lease = rt.jobs.acquire_lease(job_id, rt.worker_id, rt.settings.lease_ttl_s)
+    # One owner per delivery, not per process: two deliveries of one job on the same worker (a
+    # retry and a takeover message, say) must not both hold the lease and run the model.
+    owner = f"{rt.worker_id}/{secrets.token_hex(4)}"
+    lease = rt.jobs.acquire_lease(job_id, owner, rt.settings.lease_ttl_s)
     if lease is LeaseOutcome.FINISHED:
         return JobOutcome(job_id, "duplicate")
     if lease is LeaseOutcome.HELD:
         raise LeaseHeldError(job_id)
     try:
-        return _run_leased(rt, job_id)
+        return _run_leased(rt, job_id, owner)
     except TRANSIENT:
         try:
-            rt.jobs.release_lease(job_id, rt.worker_id)
+            rt.jobs.release_lease(job_id, owner)
         except TRANSIENT as err:  # expires on its own
             log.debug("job %s: lease not released: %s", job_id, err)
         raise
 
 
-def _run_leased(rt: Runtime, job_id: str) -> JobOutcome:
+def _run_leased(rt: Runtime, job_id: str, owner: str) -> JobOutcome:
     attempt = rt.jobs.mark_running(job_id)
     if attempt is None:
         return JobOutcome(job_id, "duplicate")
@@ -89,7 +93,7 @@ def _run_leased(rt: Runtime, job_id: str) -> JobOutcome:
     metrics.observe_started(record.kind.value, record.reason, attempt, record.created_at,
                             record.started_at)
     s = rt.settings
-    with JobControl(rt.jobs, job_id, rt.worker_id, deadline_s=s.job_deadline_s,
+    with JobControl(rt.jobs, job_id, owner, deadline_s=s.job_deadline_s,
                     lease_ttl_s=s.lease_ttl_s, clock=rt.clock) as control:
         ctx = JobContext(rt, record, control, rt.new_summarizer())
         try:
