@@ -18,8 +18,15 @@ key                                             type    content
 ``<p>:session:{<sid>}:rev``                     string  integer revision, +1 on every mutation (create,
                                                         import, append, navigate, worker commit)
 ``<p>:session:{<sid>}:effects``                 hash    job id → id of the entry that job wrote (the
-                                                        worker's exactly-once commit marker)
-``<p>:session:{<sid>}:events``                  stream  this session's job events (``MAXLEN ~``)
+                                                        worker's exactly-once commit marker); kept
+                                                        ``job_ttl_s`` (a job commits only while its
+                                                        record says running, and no record lives
+                                                        longer), then trimmed by later commits
+``<p>:session:{<sid>}:effects:at``              sorted  job id → when (Unix ms) its effect marker was
+                                                set     written (drives the trim above)
+``<p>:session:{<sid>}:events``                  stream  this session's job events (``MAXLEN ~``
+                                                        ``session_event_maxlen``; expires
+                                                        ``job_ttl_s`` after the last event)
 ``<p>:session:{<sid>}:inflight:<kind>``         string  job id of the queued/running job of that kind
                                                         (single-flight; expires as a safety net);
                                                         ``<kind>`` is a job kind or ``speculative``
@@ -96,6 +103,7 @@ class SessionKeys:
     leaf: str
     rev: str
     effects: str
+    effects_at: str
     events: str
     inflight_prefix: str  # + kind
     draft: str
@@ -112,7 +120,8 @@ class SessionKeys:
         """Every per-session key except job records (they expire on their own)."""
         return (
             self.header, self.entries, self.order, self.leaf, self.rev, self.effects,
-            self.events, *(self.inflight(k) for k in (*JOB_KINDS, INFLIGHT_SPECULATIVE)),
+            self.effects_at, self.events,
+            *(self.inflight(k) for k in (*JOB_KINDS, INFLIGHT_SPECULATIVE)),
             self.draft, self.compactions,
         )
 
@@ -147,6 +156,7 @@ class KeyLayout:
             leaf=base + "leaf",
             rev=base + "rev",
             effects=base + "effects",
+            effects_at=base + "effects:at",
             events=base + "events",
             inflight_prefix=base + "inflight:",
             draft=base + "draft",

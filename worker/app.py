@@ -26,7 +26,7 @@ from api_client.wire import (
     broker_priority,
     queue_arguments,
 )
-from worker import metrics
+from worker import log_redaction, metrics
 from worker.health import HealthStep, worker_health
 from worker.llm import Summarizer
 from worker.service import Runtime, Sweeper, build_runtime, worker_redis
@@ -195,6 +195,7 @@ def create_app(settings: WorkerSettings | None = None, *,
     from worker.tasks import register_tasks
 
     settings = settings or WorkerSettings()
+    log_redaction.install()
     app = CompactorCelery(settings, summarizer, main="compactor",
                           broker=settings.resolved_broker_url,
                           backend=settings.resolved_result_backend, set_as_current=False)
