@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from recovery.recovery_support import RedisServer
+from recovery.recovery_support import RedisClusterServers, RedisServer
 from runtime.runtime_model_server import ModelServer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,3 +51,12 @@ def amqp_url() -> Iterator[str]:
                    check=True, capture_output=True, timeout=60)
     yield f"amqp://guest:guest@127.0.0.1:5672/{vhost}"
     subprocess.run([ctl, "-q", "delete_vhost", vhost], capture_output=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterServers]:
+    if shutil.which("redis-cli") is None or shutil.which("redis-server") is None:
+        pytest.skip("redis-server / redis-cli not installed")
+    cluster = RedisClusterServers(tmp_path_factory.mktemp("cluster")).start()
+    yield cluster
+    cluster.stop()

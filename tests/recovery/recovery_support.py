@@ -141,3 +141,52 @@ class WorkerProcess:
                 self.proc.wait(10)
         self._log.close()
         return self.proc.returncode
+
+
+def _cluster_port() -> int:
+    """A free port whose cluster bus port (+10000) is valid and free too."""
+    while True:
+        port = free_port()
+        if port + 10000 > 65535:
+            continue
+        try:
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", port + 10000))
+            return port
+        except OSError:
+            continue
+
+
+class RedisClusterServers:
+    """A real 3-master Redis Cluster on free ports (no replicas), started and joined here."""
+
+    def __init__(self, folder: Path, masters: int = 3) -> None:
+        self.nodes = [RedisServer(folder / f"node{i}", aof=False, port=_cluster_port(),
+                                  extra=["--cluster-enabled", "yes", "--cluster-config-file",
+                                         f"nodes-{i}.conf", "--cluster-node-timeout", "5000"])
+                      for i in range(masters)]
+
+    @property
+    def url(self) -> str:
+        return self.nodes[0].url
+
+    def start(self) -> RedisClusterServers:
+        for node in self.nodes:
+            node.start()
+        addresses = [f"127.0.0.1:{n.port}" for n in self.nodes]
+        subprocess.run(["redis-cli", "--cluster", "create", *addresses, "--cluster-replicas", "0",
+                        "--cluster-yes"], check=True, capture_output=True, timeout=60)
+        wait_until(self._ready, 30, "the cluster to be ready", 0.2)
+        return self
+
+    def _ready(self) -> bool:
+        for node in self.nodes:
+            out = subprocess.run(["redis-cli", "-p", str(node.port), "cluster", "info"],
+                                 capture_output=True, text=True, timeout=10).stdout
+            if "cluster_state:ok" not in out:
+                return False
+        return True
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
