@@ -49,12 +49,11 @@ class RedisServer:
 
     @property
     def url(self) -> str:
-        host = "127.0.0.1" if self.bind in ("0.0.0.0", "127.0.0.1") else self.bind
-        return f"redis://{host}:{self.port}/0"
+        return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> RedisServer:
         self.folder.mkdir(parents=True, exist_ok=True)
-        args = ["redis-server", "--port", str(self.port), "--bind", self.bind, "--save", "",
+        args = ["redis-server", "--port", str(self.port), "--bind", *self.bind.split(), "--save", "",
                 "--dir", str(self.folder), "--appendonly", "yes" if self.aof else "no",
                 "--appendfsync", "always", *self.extra]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
