@@ -189,3 +189,35 @@ class RedisClusterServers:
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()
+
+
+def kill_and_recover(client: Any, env: dict[str, str], model: Any,
+                     sid: str, folder: Path) -> tuple[float, float]:
+    """SIGKILL the worker running a job; (s until it runs again, s until it is done)."""
+    doomed = WorkerProcess(env, "doomed", folder)
+    survivor: WorkerProcess | None = None
+    try:
+        doomed.wait_ready()
+        model.stall_next(1)
+        handle = client.compact(sid, reason="threshold")
+        assert model.in_flight.wait(30), "the first worker never called the model"
+        survivor = WorkerProcess(env, "survivor", folder)
+        survivor.wait_ready()
+        doomed.kill()
+        killed = time.monotonic()
+        wait_until(lambda: handle.record().attempts >= 2, 60, "the job to run again", 0.05)
+        rerun = time.monotonic() - killed
+        assert isinstance(handle.wait(60), dict)
+        done = time.monotonic() - killed
+    finally:
+        model.release()
+        for proc in (doomed, survivor):
+            if proc is not None:
+                proc.stop()
+    from runtime.runtime_support import completions, entries_of_type
+
+    record = handle.record()
+    assert record.state.value == "succeeded" and record.attempts == 2
+    assert len(entries_of_type(client, sid, "compaction")) == 1
+    assert len(completions(client, sid, handle.id)) == 1
+    return rerun, done

@@ -8,8 +8,13 @@ import time
 from pathlib import Path
 
 import pytest
-from recovery.recovery_support import RedisServer, free_port, model_env, worker_env
-from recovery.test_recovery_takeover import kill_and_recover
+from recovery.recovery_support import (
+    RedisServer,
+    free_port,
+    kill_and_recover,
+    model_env,
+    worker_env,
+)
 from runtime.runtime_model_server import ModelServer
 from runtime.runtime_support import new_session, running_worker, runtime_settings
 
