@@ -60,7 +60,7 @@ def rabbit_vhost() -> Iterator[str | None]:
 
 
 def kills(broker: str | None, n: int, folder: Path) -> dict[str, object]:
-    redis = RedisServer(folder / "redis").start()
+    redis = RedisServer(folder / f"redis-{uuid.uuid4().hex[:6]}").start()
     model = ModelServer()
     try:
         extra = {"COMPACTOR_BROKER_URL": broker} if broker else {}
@@ -69,7 +69,7 @@ def kills(broker: str | None, n: int, folder: Path) -> dict[str, object]:
         reruns, dones = [], []
         with CompactionClient(settings) as client:
             for i in range(n):
-                sid = client.sessions.import_jsonl(DEMO, f"bench-{i}")
+                sid = client.sessions.import_jsonl(DEMO, f"b-{uuid.uuid4().hex[:10]}")
                 rerun, done = kill_and_recover(client, env, model, sid, folder)
                 reruns.append(rerun)
                 dones.append(done)
