@@ -120,14 +120,27 @@ def enqueue_call(layout: KeyLayout, settings: ClientSettings, session_id: str, k
                          sent_event=settings.send_sent_event)
     # A speculative compaction flies apart: a real one must never coalesce into it.
     slot = INFLIGHT_SPECULATIVE if why is CompactReason.SPECULATIVE else job_kind.value
+    # Without a push KEYS[6] is never touched; a key of the session's slot stands in for it, so
+    # the script stays in one Redis Cluster slot (the queue list lives elsewhere).
     keys = [skeys.inflight(slot), record_prefix + job_id.rpartition(":")[2],
             skeys.events, skeys.header, skeys.entries,
-            push.queue_key if push else route.queue]
+            push.queue_key if push else skeys.inflight(slot)]
+    # With the broker in this (single) Redis the script indexes the job itself (one round
+    # trip); otherwise the caller does, with a command of its own (a Cluster slot apart).
+    due = ""
+    if push is not None:
+        keys.append(layout.jobs_due)
+        due = str(due_ms(settings))
     args = [job_id, record_prefix, str(route.priority), route.queue, why.value if why else "",
             target_id or "", str(settings.job_pending_ttl_s), str(settings.job_pending_ttl_s),
             instructions or "", push.message if push else "", push.channel if push else "",
-            push.event if push else "", *fields]
+            push.event if push else "", due, *fields]
     return keys, args, route
+
+
+def due_ms(settings: ClientSettings) -> int:
+    """When the workers' sweep first looks at a new job (``requeue_after_s`` from now)."""
+    return int((time.time() + settings.requeue_after_s) * 1000)
 
 
 def parse_enqueue(reply: Sequence[Any], route: Route, pushed: bool = False) -> EnqueueResult:
@@ -226,15 +239,15 @@ class _JobCore:
                  broker_db: int | None = None) -> Flow[EnqueueResult]:
         keys, args, route = enqueue_call(self.layout, self.settings, session_id, kind, reason,
                                          instructions, target_id, broker_db)
-        job_id = args[0]
-        # Indexed before the record exists: a client that dies between the two leaves a job the
-        # workers' sweep still finds (an index entry without a record is simply dropped).
-        due = int((time.time() + self.settings.requeue_after_s) * 1000)
-        yield cmd("zadd", self.layout.jobs_due, {job_id: due}, nx=True)
+        job_id, indexed = args[0], broker_db is not None
+        if not indexed:
+            # Indexed before the record exists: a client that dies between the two leaves a job
+            # the workers' sweep still finds (an entry without a record is simply dropped).
+            yield cmd("zadd", self.layout.jobs_due, {job_id: due_ms(self.settings)}, nx=True)
         reply = yield Script("enqueue", keys, args, job_rescue("", session_id))
-        if str(reply[0]) != "created":
+        if not indexed and str(reply[0]) != "created":
             yield cmd("zrem", self.layout.jobs_due, job_id)
-        return parse_enqueue(reply, route, broker_db is not None)
+        return parse_enqueue(reply, route, indexed)
 
     def _get(self, job_id: str) -> Flow[JobRecord]:
         fields = yield cmd("hgetall", self.layout.job(job_id).record)
