@@ -1,4 +1,4 @@
-"""The ~30 s chaos run of the default suite (``make chaos`` runs the long one): 2 workers plus
+"""The ~20 s chaos run of the default suite (``make chaos`` runs the long one): 2 workers plus
 one in its own network namespace, 200 jobs on 50 sessions while an agent keeps appending, a
 worker SIGKILLed, Redis restarted (AOF), the namespaced worker cut off from Redis."""
 
@@ -15,7 +15,7 @@ def test_chaos_every_job_ends_exactly_once(tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     reason = netns_available()
     # Only the network cut needs a namespace (root); the rest runs anyway.
-    config = ChaosConfig(duration_s=20.0, jobs=200, sessions=50, lease_ttl_s=3.0,
+    config = ChaosConfig(duration_s=15.0, jobs=200, sessions=50, lease_ttl_s=3.0,
                          netns=reason is None)
     report = run(config, tmp_path)
     with capsys.disabled():

@@ -37,8 +37,8 @@ def test_worker_survives_an_outage_with_a_busy_and_a_free_slot(
             model.stall_next(1)
             busy = client.compact(sid, reason="manual")
             assert model.in_flight.wait(30), "the worker never called the model"
-            aof_redis.restart(down_s=4)
-            time.sleep(3)  # the consumer notices the lost connection and handles it
+            aof_redis.restart(down_s=2)
+            time.sleep(2)  # the consumer notices the lost connection and handles it
             assert worker.alive(), f"worker exited:\n{worker.log()[-3000:]}"
             model.release()
             assert isinstance(busy.wait(60), dict)

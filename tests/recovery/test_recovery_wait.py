@@ -43,7 +43,7 @@ def test_wait_rides_out_a_redis_restart(aof_redis: RedisServer, model: ModelServ
     thread = threading.Thread(target=waiter, args=(aof_redis.url, handle.id, out))  # type: ignore[arg-type]
     thread.start()
     time.sleep(0.5)  # the waiter blocks in XREAD now
-    aof_redis.restart(down_s=3)
+    aof_redis.restart(down_s=1.5)
     assert thread.is_alive(), f"wait() ended during the outage: {out}"
     settings = runtime_settings(aof_redis.url, models=[model.candidate()])
     with running_worker(settings):
