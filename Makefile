@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # tests that need it put this folder on sys.path (tests/hooks/conftest.py).
 TEST_PLUGINS := build/test-plugins
 
-.PHONY: install install-test-plugins test lint typecheck check demo bench clean
+.PHONY: install install-test-plugins test lint typecheck check demo bench chaos recovery-bench clean
 
 install:
 	python3 -m venv $(VENV)
@@ -32,6 +32,15 @@ demo:
 
 bench:
 	$(PY) bench/run.py
+
+# A few minutes of workers killed, Redis restarted and a worker cut off from Redis (needs root
+# for the network namespace; without it the cut is skipped and said so).
+chaos:
+	PYTHONPATH=tests $(PY) -m recovery.chaos --duration 180 --jobs 400
+
+# SIGKILL recovery (Redis and RabbitMQ broker) and a Redis restart, with the default settings.
+recovery-bench:
+	$(PY) bench/bench_recovery.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

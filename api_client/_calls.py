@@ -10,6 +10,8 @@ any operation. A dead server becomes :class:`BrokerUnavailableError` in one plac
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -26,6 +28,7 @@ __all__ = [
     "Command",
     "Done",
     "Flow",
+    "Pause",
     "Pipeline",
     "Rescue",
     "Script",
@@ -77,7 +80,15 @@ class Script:
     rescue: Rescue = reraise
 
 
-Call: TypeAlias = Command | Pipeline | Script
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """No Redis call: the shell sleeps this long (``time.sleep`` / ``asyncio.sleep``), for a
+    flow that waits for Redis to come back."""
+
+    seconds: float
+
+
+Call: TypeAlias = Command | Pipeline | Script | Pause
 Flow: TypeAlias = Generator[Call, Any, T]
 
 
@@ -92,7 +103,7 @@ class _Shell(Generic[R]):
         self._blocking: Callable[[], R] | None = blocking
         self._scripts: dict[str, Any] = {}
 
-    def _bound(self, call: Call) -> Callable[[], Any]:
+    def _bound(self, call: Command | Pipeline | Script) -> Callable[[], Any]:
         """The call as a redis-py callable (no I/O yet: it runs when called)."""
         if isinstance(call, Script):
             script = self._scripts.get(call.name)
@@ -139,6 +150,9 @@ class SyncShell(_Shell["redis.Redis[str]"]):
             return None, err
 
     def execute(self, call: Call) -> Any:
+        if isinstance(call, Pause):
+            time.sleep(call.seconds)
+            return None
         try:
             return self._bound(call)()
         except redis.ResponseError as err:
@@ -162,6 +176,9 @@ class AsyncShell(_Shell["redis.asyncio.Redis[str]"]):
             return None, err
 
     async def execute(self, call: Call) -> Any:
+        if isinstance(call, Pause):
+            await asyncio.sleep(call.seconds)
+            return None
         try:
             return await self._bound(call)()
         except redis.ResponseError as err:

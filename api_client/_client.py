@@ -38,7 +38,18 @@ from api_client.redis_conn import REDIS_DOWN, lua, make_async_redis, make_redis,
 from api_client.session.context import LlmContext, llm_context
 from api_client.session_store import AsyncSessionStore, SessionStore
 from api_client.settings import REDIS_SCHEMES, ClientSettings, load_settings
-from api_client.wire import BROKER_TRANSPORT_OPTIONS, CompactReason, JobKind, JobState, Route
+from api_client.wire import (
+    BROKER_TRANSPORT_OPTIONS,
+    QUEUE_COMPACT,
+    QUEUES,
+    CompactReason,
+    JobKind,
+    JobState,
+    Route,
+    broker_priority,
+    is_amqp,
+    queue_arguments,
+)
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -98,6 +109,15 @@ class TaskProducer:
         )
         if urlsplit(url).scheme == "redis":
             app.conf.broker_transport = "api_client._transport:Transport"
+        if is_amqp(url):
+            # The worker's declarations exactly (priority queues, one direct exchange).
+            from kombu.entity import Queue
+
+            args = queue_arguments(url)
+            app.conf.task_queues = [
+                Queue(name, routing_key=name, queue_arguments=args)  # type: ignore[no-untyped-call]
+                for name in QUEUES]
+            app.conf.task_default_queue = QUEUE_COMPACT
         return app
 
     def send(self, job_id: str, route: Route, *, resend: bool = False) -> None:
@@ -108,7 +128,8 @@ class TaskProducer:
         down: tuple[type[BaseException], ...] = (OperationalError, *REDIS_DOWN)
         try:
             self.app().send_task(
-                route.task, args=[job_id], queue=route.queue, priority=route.priority,
+                route.task, args=[job_id], queue=route.queue,
+                priority=broker_priority(route.priority, self.settings.resolved_broker_url),
                 task_id=task_id, retry=False, argsrepr=repr([job_id]), kwargsrepr="{}",
             )
         except down as err:

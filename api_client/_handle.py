@@ -4,6 +4,11 @@
 was current when the job was enqueued) until the job's completion event arrives, so it wakes as
 soon as the worker's ``finish`` commits, and costs nothing while it waits. Written once
 (:meth:`_HandleCore._wait`); the sync and asyncio handles only run it.
+
+A Redis outage shorter than the wait's timeout is ridden out: the read is tried again with a
+short backoff (from the same stream id, so no event is missed; the record is read once Redis is
+back in case the stream did not survive). Without a timeout, an outage longer than
+:data:`OUTAGE_LIMIT_S` raises :class:`BrokerUnavailableError`.
 """
 
 from __future__ import annotations
@@ -12,8 +17,9 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from api_client._calls import Command, Flow, cmd
+from api_client._calls import Call, Command, Flow, Pause, cmd
 from api_client.errors import (
+    BrokerUnavailableError,
     CompactionLoopError,
     JobCancelledError,
     JobFailedError,
@@ -26,7 +32,12 @@ if TYPE_CHECKING:
     from api_client._client import AsyncCompactionClient, CompactionClient
     from api_client.jobs import _JobCore
 
-__all__ = ["AsyncJobHandle", "JobHandle", "JobResult"]
+__all__ = ["OUTAGE_LIMIT_S", "AsyncJobHandle", "JobHandle", "JobResult"]
+
+# How long ``wait(timeout=None)`` tries to reach Redis again before it gives up.
+OUTAGE_LIMIT_S = 60.0
+_RECONNECT_FIRST_S = 0.1
+_RECONNECT_CAP_S = 1.0
 
 # compact / branch_summary: the entry written (a branch summary with nothing to summarise only
 # moves the leaf: None); prune: a PruneResult.
@@ -80,6 +91,46 @@ def _block_ms(deadline: float | None) -> int | None:
     return max(1, int(remaining * 1000)) if remaining > 0 else None
 
 
+class _Outage:
+    """Backoff between tries while Redis is unreachable, bounded by the wait's deadline."""
+
+    def __init__(self, deadline: float | None) -> None:
+        self.deadline = deadline
+        self.since: float | None = None
+        self.delay = _RECONNECT_FIRST_S
+
+    def pause(self, err: BrokerUnavailableError) -> Pause:
+        """The sleep before the next try; raises ``err`` when the outage outlasts the wait."""
+        now = time.monotonic()
+        self.since = self.since or now
+        limit = self.deadline if self.deadline is not None else self.since + OUTAGE_LIMIT_S
+        if now + self.delay >= limit:
+            raise err
+        delay, self.delay = self.delay, min(self.delay * 2, _RECONNECT_CAP_S)
+        return Pause(delay)
+
+    def recovered(self) -> bool:
+        """True once, on the first good reply after an outage."""
+        was, self.since, self.delay = self.since, None, _RECONNECT_FIRST_S
+        return was is not None
+
+    def call(self, call: Call) -> Flow[Any]:
+        """``call``, tried again (after a pause) while Redis is unreachable."""
+        while True:
+            try:
+                return (yield call)
+            except BrokerUnavailableError as err:
+                yield self.pause(err)
+
+    def flow(self, make: Any) -> Flow[Any]:
+        """A whole sub-flow (``make()`` builds it), started again while Redis is unreachable."""
+        while True:
+            try:
+                return (yield from make())
+            except BrokerUnavailableError as err:
+                yield self.pause(err)
+
+
 def _timeout(job_id: str, timeout: float | None) -> JobTimeoutError:
     return JobTimeoutError(f"job {job_id} did not finish within {timeout} s (it may still finish)",
                            job_id=job_id)
@@ -104,17 +155,26 @@ class _HandleCore:
     def _wait(self, jobs: _JobCore, timeout: float | None) -> Flow[JobResult]:
         deadline = None if timeout is None else time.monotonic() + timeout
         stream = jobs.layout.session(self.session_id).events
+        outage = _Outage(deadline)
         since = self._since
         if since is None:
             # Read the stream's tail first: a completion after it is then surely in the stream.
-            last = yield cmd("xrevrange", stream, count=1)
+            last = yield from outage.call(cmd("xrevrange", stream, count=1))
             since = str(last[0][0]) if last else "0-0"
-            record = yield from jobs._get(self.id)
+            record = yield from outage.flow(lambda: jobs._get(self.id))
             if record.state.terminal:
                 return from_record(record)
         while (block := _block_ms(deadline)) is not None:
-            reply = yield Command("xread", ({stream: since},), {"count": 100, "block": block},
-                                  blocking=True)
+            try:
+                reply = yield Command("xread", ({stream: since},),
+                                      {"count": 100, "block": block}, blocking=True)
+            except BrokerUnavailableError as err:
+                yield outage.pause(err)
+                continue
+            if outage.recovered():
+                record = yield from outage.flow(lambda: jobs._get(self.id))
+                if record.state.terminal:
+                    return from_record(record)  # the stream may not have survived the outage
             last_seen, event = completion_in(reply, self.id)
             if event is not None:
                 result = from_event(event)
@@ -123,7 +183,8 @@ class _HandleCore:
                     return (yield from jobs._get(self.id)).entry
                 return result
             since = last_seen or since
-        record = yield from jobs._get(self.id)  # the event may be trimmed: the record still knows
+        # The event may be trimmed: the record still knows.
+        record = yield from _Outage(time.monotonic() + 1.0).flow(lambda: jobs._get(self.id))
         if record.state.terminal:
             return from_record(record)
         raise _timeout(self.id, timeout)

@@ -13,6 +13,7 @@ The client itself finishes a job it could not send (failed) and a queued one it 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -123,13 +124,21 @@ def enqueue_call(layout: KeyLayout, settings: ClientSettings, session_id: str, k
                          sent_event=settings.send_sent_event)
     # A speculative compaction flies apart: a real one must never coalesce into it.
     slot = INFLIGHT_SPECULATIVE if why is CompactReason.SPECULATIVE else job_kind.value
+    # Without a push KEYS[6] is never touched; a key of the session's slot stands in for it, so
+    # the script stays in one Redis Cluster slot (the queue list lives elsewhere).
     keys = [skeys.inflight(slot), record_prefix + job_id.rpartition(":")[2],
             skeys.events, skeys.header, skeys.entries,
-            push.queue_key if push else route.queue]
+            push.queue_key if push else skeys.inflight(slot)]
+    # With the broker in this (single) Redis the script indexes the job itself (one round
+    # trip); otherwise the caller does, with a command of its own (a Cluster slot apart).
+    due = ""
+    if push is not None:
+        keys.append(layout.jobs_due)
+        due = str(due_ms(settings))
     args = [job_id, record_prefix, str(route.priority), route.queue, why.value if why else "",
             target_id or "", str(settings.job_pending_ttl_s), str(settings.job_pending_ttl_s),
             instructions or "", push.message if push else "", push.channel if push else "",
-            push.event if push else "", *fields]
+            push.event if push else "", due, *fields]
     return keys, args, route
 
 
@@ -140,6 +149,11 @@ def check_context_window(value: object) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise InvalidRequestError(f"context_window must be a positive int, not {value!r}")
     return value
+
+
+def due_ms(settings: ClientSettings) -> int:
+    """When the workers' sweep first looks at a new job (``requeue_after_s`` from now)."""
+    return int((time.time() + settings.requeue_after_s) * 1000)
 
 
 def parse_enqueue(reply: Sequence[Any], route: Route, pushed: bool = False) -> EnqueueResult:
@@ -239,8 +253,15 @@ class _JobCore:
                  context_window: int | None = None) -> Flow[EnqueueResult]:
         keys, args, route = enqueue_call(self.layout, self.settings, session_id, kind, reason,
                                          instructions, target_id, broker_db, context_window)
+        job_id, indexed = args[0], broker_db is not None
+        if not indexed:
+            # Indexed before the record exists: a client that dies between the two leaves a job
+            # the workers' sweep still finds (an entry without a record is simply dropped).
+            yield cmd("zadd", self.layout.jobs_due, {job_id: due_ms(self.settings)}, nx=True)
         reply = yield Script("enqueue", keys, args, job_rescue("", session_id))
-        return parse_enqueue(reply, route, broker_db is not None)
+        if not indexed and str(reply[0]) != "created":
+            yield cmd("zrem", self.layout.jobs_due, job_id)
+        return parse_enqueue(reply, route, indexed)
 
     def _get(self, job_id: str) -> Flow[JobRecord]:
         fields = yield cmd("hgetall", self.layout.job(job_id).record)

@@ -2,7 +2,8 @@
 
 All keys of one session share the hash tag ``{<session_id>}``, so every Lua script and
 transaction on a session (including its jobs) touches a single Cluster slot. Only the global
-event stream lives elsewhere. ``<p>`` is the configurable prefix (``COMPACTOR_KEY_PREFIX``,
+event stream and the jobs-due index live elsewhere: each is one key in a slot of its own, only
+ever touched by single-key commands or scripts, never together with a session's keys. ``<p>`` is the configurable prefix (``COMPACTOR_KEY_PREFIX``,
 default ``compactor``).
 
 ==============================================  ======  ==================================================
@@ -17,8 +18,15 @@ key                                             type    content
 ``<p>:session:{<sid>}:rev``                     string  integer revision, +1 on every mutation (create,
                                                         import, append, navigate, worker commit)
 ``<p>:session:{<sid>}:effects``                 hash    job id → id of the entry that job wrote (the
-                                                        worker's exactly-once commit marker)
-``<p>:session:{<sid>}:events``                  stream  this session's job events (``MAXLEN ~``)
+                                                        worker's exactly-once commit marker); kept
+                                                        ``job_ttl_s`` (a job commits only while its
+                                                        record says running, and no record lives
+                                                        longer), then trimmed by later commits
+``<p>:session:{<sid>}:effects:at``              sorted  job id → when (Unix ms) its effect marker was
+                                                set     written (drives the trim above)
+``<p>:session:{<sid>}:events``                  stream  this session's job events (``MAXLEN ~``
+                                                        ``session_event_maxlen``; expires
+                                                        ``job_ttl_s`` after the last event)
 ``<p>:session:{<sid>}:inflight:<kind>``         string  job id of the queued/running job of that kind
                                                         (single-flight; expires as a safety net);
                                                         ``<kind>`` is a job kind or ``speculative``
@@ -36,6 +44,10 @@ key                                             type    content
                                                         client's enqueue script LPUSHes them when the broker
                                                         is this Redis: see :mod:`api_client.redis_broker`)
 ``/<db>.celeryev/task.sent``                    pubsub  task-sent events (kombu fanout; not a key)
+``<p>:jobs:due``                                sorted  job id → when (Unix ms) a worker's sweep must look
+                                                set     at the job: its lease's end (running) or the
+                                                        time to re-send it (queued); see
+                                                        :mod:`worker.store.sweep`
 ==============================================  ======  ==================================================
 
 A job id is ``<sid>:<token>`` (token = 16 hex digits), so the job's keys can be derived from the
@@ -91,6 +103,7 @@ class SessionKeys:
     leaf: str
     rev: str
     effects: str
+    effects_at: str
     events: str
     inflight_prefix: str  # + kind
     draft: str
@@ -107,7 +120,8 @@ class SessionKeys:
         """Every per-session key except job records (they expire on their own)."""
         return (
             self.header, self.entries, self.order, self.leaf, self.rev, self.effects,
-            self.events, *(self.inflight(k) for k in (*JOB_KINDS, INFLIGHT_SPECULATIVE)),
+            self.effects_at, self.events,
+            *(self.inflight(k) for k in (*JOB_KINDS, INFLIGHT_SPECULATIVE)),
             self.draft, self.compactions,
         )
 
@@ -124,13 +138,14 @@ class JobKeys:
 class KeyLayout:
     """Names the keys for one prefix. Cheap to build; holds no connection."""
 
-    __slots__ = ("global_events", "prefix")
+    __slots__ = ("global_events", "jobs_due", "prefix")
 
     def __init__(self, prefix: str = "compactor") -> None:
         if not prefix or any(c in prefix for c in "{} \t\r\n"):
             raise ConfigurationError(f"invalid key prefix {prefix!r}: no braces or whitespace")
         self.prefix = prefix
         self.global_events = f"{prefix}:events"
+        self.jobs_due = f"{prefix}:jobs:due"
 
     def session(self, session_id: str) -> SessionKeys:
         base = f"{self.prefix}:session:{{{check_session_id(session_id)}}}:"
@@ -141,6 +156,7 @@ class KeyLayout:
             leaf=base + "leaf",
             rev=base + "rev",
             effects=base + "effects",
+            effects_at=base + "effects:at",
             events=base + "events",
             inflight_prefix=base + "inflight:",
             draft=base + "draft",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import cache
 from importlib.resources import files
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import redis
 import redis.asyncio
@@ -63,7 +63,13 @@ def _options(settings: ClientSettings, blocking: bool) -> dict[str, Any]:
 
 def make_redis(settings: ClientSettings, *, blocking: bool = False,
                url: str | None = None) -> redis.Redis[str]:
-    """A client for ``url`` (default: the sessions' Redis) with the request path's timeouts."""
+    """A client for ``url`` (default: the sessions' Redis) with the request path's timeouts; for
+    the sessions' Redis a ``RedisCluster`` (same command API) when ``redis_cluster`` is set."""
+    if url is None and settings.redis_cluster:
+        from redis.cluster import RedisCluster
+
+        cluster: Any = RedisCluster.from_url(settings.redis_url, **_options(settings, blocking))
+        return cast("redis.Redis[str]", cluster)
     return redis.Redis.from_url(url or settings.redis_url, **_options(settings, blocking))
 
 
@@ -73,12 +79,18 @@ def make_async_redis(settings: ClientSettings, *, blocking: bool = False,
     options["retry"] = redis.asyncio.retry.Retry(
         NoBackoff(), 1, supported_errors=(redis.ConnectionError,)
     )
+    if url is None and settings.redis_cluster:
+        from redis.asyncio.cluster import RedisCluster
+
+        options.pop("health_check_interval")
+        cluster: Any = RedisCluster.from_url(settings.redis_url, **options)
+        return cast("redis.asyncio.Redis[str]", cluster)
     return redis.asyncio.Redis.from_url(url or settings.redis_url, **options)
 
 
 def check_decoding(client: redis.Redis[Any] | redis.asyncio.Redis[Any]) -> None:
     """The stores read ``str`` replies: refuse a client built without ``decode_responses``."""
-    if not client.connection_pool.connection_kwargs.get("decode_responses"):
+    if not client.get_encoder().decode_responses:  # type: ignore[no-untyped-call,union-attr]
         raise ConfigurationError("the Redis client must be created with decode_responses=True")
 
 

@@ -202,7 +202,7 @@ class _SessionCore:
         sid = check_session_id(session_id if session_id is not None else str(uuid.uuid4()))
         k = self.keys(sid)
         header = dump_record(new_session_header(sid, cwd, title))
-        yield self._script("import", sid, (*k.data(), k.effects), ["0", header, ""])
+        yield self._script("import", sid, (*k.data(), k.effects, k.effects_at), ["0", header, ""])
         return sid
 
     def _append_many(self, session_id: str, items: Iterable[Mapping[str, Any]]) -> Flow[list[str]]:
@@ -231,7 +231,7 @@ class _SessionCore:
                 new_id: IdFactory) -> Flow[str]:
         session, sid = parse_import(text, session_id, new_id)
         k = self.keys(sid)
-        yield self._script("import", sid, (*k.data(), k.effects),
+        yield self._script("import", sid, (*k.data(), k.effects, k.effects_at),
                            import_args(session, sid, replace))
         return sid
 

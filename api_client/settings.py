@@ -42,6 +42,11 @@ class ClientSettings(BaseSettings):
     )
 
     redis_url: str = "redis://127.0.0.1:6379/0"
+    # Session data on a Redis Cluster (``redis_url`` names any node). Every per-session key
+    # shares the session's hash tag and the global keys are used one at a time, so no call is
+    # cross-slot. The broker and result backend must then be given apart (a Celery broker
+    # cannot be a cluster): a Redis or a RabbitMQ.
+    redis_cluster: bool = False
     broker_url: str | None = None
     result_backend: str | None = None
     key_prefix: str = "compactor"
@@ -53,6 +58,11 @@ class ClientSettings(BaseSettings):
     job_pending_ttl_s: int = Field(default=3_600, gt=0)
     event_stream_maxlen: int = Field(default=10_000, gt=0)
     session_event_maxlen: int = Field(default=1_000, gt=0)
+
+    # A queued job whose message may be lost (a publish that failed halfway, a broker that
+    # restarted without persistence) is sent again by the workers' sweep after this long, then
+    # after twice as long, and so on (a duplicate message finds the job done and does nothing).
+    requeue_after_s: float = Field(default=60.0, gt=0)
 
     # The request path's budget: with Redis down, enqueue fails within about this long.
     enqueue_timeout_s: float = Field(default=2.0, gt=0)
@@ -96,10 +106,17 @@ class ClientSettings(BaseSettings):
 
     @property
     def resolved_broker_url(self) -> str:
+        if self.broker_url is None and self.redis_cluster:
+            raise ConfigurationError("COMPACTOR_REDIS_CLUSTER needs COMPACTOR_BROKER_URL: a "
+                                     "Celery broker cannot be a Redis Cluster")
         return self.broker_url or self.redis_url
 
     @property
     def resolved_result_backend(self) -> str:
+        if self.result_backend is None and self.redis_cluster:
+            # Results are not needed by Compactor (records hold them); keep them off the cluster.
+            broker = self.resolved_broker_url
+            return "disabled://" if broker.partition("://")[0].endswith("amqp") else broker
         return self.result_backend or self.redis_url
 
     @property

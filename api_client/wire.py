@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 __all__ = [
+    "AMQP_MAX_PRIORITY",
     "BROKER_TRANSPORT_OPTIONS",
     "DRAFT_APPLIED_ROUTE",
     "PRIORITY_BRANCH",
@@ -48,9 +49,12 @@ __all__ = [
     "PruneResult",
     "Route",
     "TokenUsage",
+    "broker_priority",
     "failure_message",
+    "is_amqp",
     "job_error_text",
     "now_iso",
+    "queue_arguments",
     "route_for",
     "terminal_event_type",
 ]
@@ -131,6 +135,26 @@ BROKER_TRANSPORT_OPTIONS: Mapping[str, Any] = {
     "sep": ":",
     "queue_order_strategy": "priority",
 }
+
+# RabbitMQ (``amqp://``): priority queues (``x-max-priority``) serve the *higher* number first,
+# so the Redis-style priority above is sent as ``AMQP_MAX_PRIORITY - priority``. Client and
+# worker declare the queues with the same arguments (RabbitMQ refuses a mismatch).
+AMQP_MAX_PRIORITY = 9
+AMQP_SCHEMES = frozenset({"amqp", "amqps", "pyamqp"})
+
+
+def is_amqp(broker_url: str) -> bool:
+    return broker_url.partition("://")[0].lower() in AMQP_SCHEMES
+
+
+def queue_arguments(broker_url: str) -> dict[str, Any]:
+    """Arguments every Compactor queue is declared with on this broker."""
+    return {"x-max-priority": AMQP_MAX_PRIORITY} if is_amqp(broker_url) else {}
+
+
+def broker_priority(priority: int, broker_url: str) -> int:
+    """The Celery message priority for a route's priority (lower = sooner) on this broker."""
+    return AMQP_MAX_PRIORITY - priority if is_amqp(broker_url) else priority
 
 
 @dataclass(frozen=True, slots=True)

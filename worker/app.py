@@ -10,22 +10,38 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import warnings
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from celery import Celery, bootsteps
 from kombu.entity import Queue
 
-from api_client.wire import BROKER_TRANSPORT_OPTIONS, QUEUE_COMPACT, QUEUES
-from worker import metrics
+from api_client.wire import (
+    BROKER_TRANSPORT_OPTIONS,
+    QUEUE_COMPACT,
+    QUEUES,
+    Route,
+    broker_priority,
+    queue_arguments,
+)
+from worker import log_redaction, metrics
 from worker.health import HealthStep, worker_health
 from worker.llm import Summarizer
-from worker.service import Runtime, build_runtime
+from worker.service import Runtime, Sweeper, build_runtime, worker_redis
 from worker.settings import WorkerSettings, check_startup
 
 __all__ = ["CompactorCelery", "broker_transport_options", "create_app", "start_metrics"]
 
 log = logging.getLogger("worker.app")
+
+
+def _quiet_cancel_warning() -> None:
+    # Celery warns on every broker connection loss that 6.0 will cancel running late-ack tasks
+    # by default; we keep them running on purpose (see ``configure``). Added after Celery's
+    # logging set-up, which puts its own "always" filter for the warning first.
+    warnings.filterwarnings("ignore", message=r"\s*In Celery 5.1 we introduced an optional")
 
 
 class CompactorCelery(Celery):  # type: ignore[misc]
@@ -94,11 +110,15 @@ def configure(app: Celery, settings: WorkerSettings) -> None:
         task_ignore_result=True,
         worker_send_task_events=True, task_send_sent_event=True,
         broker_connection_retry_on_startup=True,
-        worker_cancel_long_running_tasks_on_connection_loss=True,
+        # A job keeps running through a broker outage: its lease keeps a second delivery off it,
+        # and cancelling it would throw away a model call that may already have finished.
+        worker_cancel_long_running_tasks_on_connection_loss=False,
         broker_transport_options=broker_transport_options(settings),
         result_backend_transport_options={"socket_connect_timeout": 5},
         result_expires=settings.job_ttl_s,
-        task_queues=[Queue(name, routing_key=name) for name in QUEUES],  # type: ignore[no-untyped-call]
+        task_queues=[Queue(name, routing_key=name,  # type: ignore[no-untyped-call]
+                           queue_arguments=queue_arguments(settings.resolved_broker_url))
+                     for name in QUEUES],
         task_default_queue=QUEUE_COMPACT,
         task_create_missing_queues=False,
         worker_pool=settings.pool, worker_concurrency=settings.concurrency,
@@ -114,6 +134,7 @@ class StartupCheck(bootsteps.Step):  # type: ignore[misc]
         app: CompactorCelery = worker.app
         settings: WorkerSettings = app.compactor_settings
         check_startup(settings)
+        _quiet_cancel_warning()
         if settings.metrics_enabled:
             start_metrics(settings)
         if settings.pool == "prefork":
@@ -141,18 +162,49 @@ def start_metrics(settings: WorkerSettings) -> None:
                   live=health.live, ready=health.ready)
 
 
+class SweepStep(bootsteps.StartStopStep):  # type: ignore[misc]
+    """The takeover sweep (worker/service/_sweeper.py), in the worker's main process."""
+
+    def create(self, worker: Any) -> Sweeper | None:
+        app: CompactorCelery = worker.app
+        settings = app.compactor_settings
+        if settings.sweep_interval_s <= 0:
+            return None
+
+        def send(job_id: str, route: Route, task_id: str) -> None:
+            priority = broker_priority(route.priority, settings.resolved_broker_url)
+            app.send_task(route.task, args=[job_id], queue=route.queue, priority=priority,
+                          task_id=task_id)
+
+        return Sweeper(settings, worker_redis(settings), send)
+
+    def start(self, worker: Any) -> None:
+        if self.obj is not None:
+            self.obj.start()
+
+    def stop(self, worker: Any) -> None:
+        if self.obj is not None:
+            self.obj.stop()
+
+    terminate = shutdown = stop
+
+
 def create_app(settings: WorkerSettings | None = None, *,
                summarizer: Callable[[], Summarizer] | None = None) -> CompactorCelery:
     """The worker app. ``summarizer`` replaces the model router (a factory called per job)."""
     from worker.tasks import register_tasks
 
     settings = settings or WorkerSettings()
+    log_redaction.install()
     app = CompactorCelery(settings, summarizer, main="compactor",
                           broker=settings.resolved_broker_url,
                           backend=settings.resolved_result_backend, set_as_current=False)
     configure(app, settings)
+    if urlsplit(settings.resolved_broker_url).scheme == "redis":
+        app.conf.broker_transport = "worker.transport:Transport"
     app.steps["worker"].add(StartupCheck)
     app.steps["consumer"].add(HealthStep)
+    app.steps["worker"].add(SweepStep)
     register_tasks(app)
     return app
 

@@ -1,8 +1,10 @@
 """Celery tasks: thin adapters from a delivered job id to :func:`worker.service.run_job`.
 
 A task validates its one argument, runs the service, and maps what escapes it: a job another
-worker runs is looked at again later; Redis trouble is retried with exponential backoff;
-everything else has already ended the job (record + completion event) inside the service.
+worker runs is looked at again later; Redis trouble is retried inside the delivery with
+exponential backoff (the message stays unacked, so it is never dropped), and ends the job
+``failed`` once the retries are used up; everything else has already ended the job (record +
+completion event) inside the service.
 
 What Celery records for a delivery (its events, so Flower, and the worker log) is the job's end:
 succeeded → SUCCESS (the outcome), failed → FAILURE with :class:`JobFailedError` carrying the
@@ -15,14 +17,16 @@ is acked (``task_acks_on_failure_or_timeout``), never redelivered.
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
-from celery.exceptions import Ignore
+from celery.exceptions import Ignore, Reject
 
 from api_client.errors import InvalidIdError, JobFailedError, JobNotFoundError
 from api_client.keys import split_job_id
 from api_client.wire import TASK_DRAFT_APPLIED, TASK_NAMES, JobState
 from worker.service import TRANSIENT, JobOutcome, LeaseHeldError, run_job
+from worker.service._outage import ride_out_until
 
 if TYPE_CHECKING:
     from worker.app import CompactorCelery
@@ -45,20 +49,57 @@ def run_task(task: Any, job_id: object) -> dict[str, Any]:
     assert isinstance(job_id, str)
     app: CompactorCelery = task.app
     settings = app.compactor_settings
+    for attempt in range(settings.task_max_retries + 1):
+        try:
+            return _report(task, app, run_job(app.runtime(), job_id))
+        except JobNotFoundError:
+            # The record expired (or never existed): nothing left to do for this message.
+            log.warning("job %s: no record; message dropped", job_id)
+            raise
+        except LeaseHeldError as err:
+            # Look again once the other worker's lease would have run out: by then it has
+            # finished the job (this delivery then ends as a duplicate) or died (this one
+            # takes over).
+            _retry_later(task, err, settings.lease_ttl_s)
+        except TRANSIENT as err:
+            if attempt == settings.task_max_retries:
+                return _give_up(task, app, job_id, err)
+            # Wait here, holding the message: a retry would publish to a broker that may be
+            # down too, and Celery drops the message when that publish fails.
+            delay = settings.task_retry_backoff_s * 2 ** attempt
+            log.warning("job %s: Redis unavailable (%s); again in %.1f s", job_id, err, delay)
+            time.sleep(delay)
+    raise AssertionError("unreachable")  # the last attempt returns or gives up
+
+
+def _retry_later(task: Any, err: LeaseHeldError, countdown: float) -> None:
+    """A Celery retry in ``countdown`` s; when publishing it fails, wait here and look again."""
     try:
-        return _report(task, app, run_job(app.runtime(), job_id))
-    except JobNotFoundError:
-        # The record expired (or never existed): nothing left to do for this message.
-        log.warning("job %s: no record; message dropped", job_id)
-        raise
-    except LeaseHeldError as err:
-        # Look again once the other worker's lease would have run out: by then it has finished
-        # the job (this delivery then ends as a duplicate) or died (this one takes over).
-        raise task.retry(exc=err, countdown=settings.lease_ttl_s, max_retries=None) from err
-    except TRANSIENT as err:
-        delay = settings.task_retry_backoff_s * 2 ** task.request.retries
-        log.warning("job %s: Redis unavailable (%s); retry in %.1f s", job_id, err, delay)
-        raise task.retry(exc=err, countdown=delay, max_retries=settings.task_max_retries) from err
+        raise task.retry(exc=err, countdown=countdown, max_retries=None)
+    except Reject:
+        log.warning("job %s: could not publish a retry; looking again in %.1f s",
+                    err.job_id, countdown)
+        time.sleep(countdown)
+
+
+def _give_up(task: Any, app: CompactorCelery, job_id: str, err: BaseException) -> dict[str, Any]:
+    """Retries exhausted: end the job ``failed`` (which frees the session's single-flight key).
+    Still no Redis: the record stays, and the lease sweep of a live worker acts on it later."""
+    settings = app.compactor_settings
+    error = f"Redis unavailable after {settings.task_max_retries} retries: {err}"
+    log.warning("job %s: giving up: %s", job_id, error)
+    jobs = app.runtime().jobs
+    try:
+        # Give Redis one lease period more to take the failure (a job never stays running).
+        ended = ride_out_until(time.monotonic() + settings.lease_ttl_s, job_id, "give up",
+                               lambda: jobs.finish(job_id, JobState.FAILED, error=error))
+    except TRANSIENT as again:
+        log.error("job %s: %s; the record could not be updated either (%s)", job_id, error, again)
+        raise JobFailedError(f"{error} (record not updated)", job_id=job_id) from again
+    if not ended:  # another delivery ended it meanwhile: report that end
+        return _report(task, app, JobOutcome(job_id, "duplicate"))
+    log.error("job %s: %s; ended as failed", job_id, error)
+    raise JobFailedError(error, job_id=job_id)
 
 
 def _report(task: Any, app: CompactorCelery, outcome: JobOutcome) -> dict[str, Any]:

@@ -73,6 +73,22 @@ local function job_guard(header_key, record_key, effects_key, job_id)
   return nil
 end
 
+-- Record a job's effect (the exactly-once marker) and forget markers older than retention_ms
+-- (a few per commit, so the trim stays cheap): a job commits only while its record says
+-- running, and no record lives longer than the retention (job_ttl_s).
+local function remember_effect(effects_key, at_key, job_id, value, retention_ms)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('HSET', effects_key, job_id, value)
+  redis.call('ZADD', at_key, now, job_id)
+  local old = redis.call('ZRANGEBYSCORE', at_key, '-inf', now - tonumber(retention_ms),
+    'LIMIT', 0, 16)
+  if #old > 0 then
+    redis.call('HDEL', effects_key, unpack(old))
+    redis.call('ZREM', at_key, unpack(old))
+  end
+end
+
 -- First candidate id not used in the session.
 local function free_id(entries_key, candidates)
   for candidate in string.gmatch(candidates, '%S+') do

@@ -1,11 +1,14 @@
 -- Create a job record unless a job of the same kind is already queued or running for the
 -- session (single-flight), and push its Celery task message when the broker is this Redis.
 -- KEYS: 1 inflight key (session, kind), 2 new record key, 3 session event stream,
---       4 session header, 5 session entries, 6 broker queue list (only written with ARGV[10])
+--       4 session header, 5 session entries, 6 broker queue list (only written with ARGV[10]),
+--       7 jobs-due index (only with ARGV[13]; given only when this Redis is no Cluster)
 -- ARGV: 1 new job id, 2 record key prefix (+ token = a record key), 3 priority (lower = sooner),
 --       4 queue, 5 reason, 6 target id ('' = none), 7 inflight TTL s, 8 pending record TTL s,
 --       9 instructions ('' = none), 10 task message to LPUSH ('' = the caller publishes),
---       11 event channel, 12 task-sent event to PUBLISH ('' = none), 13.. record field pairs
+--       11 event channel, 12 task-sent event to PUBLISH ('' = none),
+--       13 when the sweep looks at the new job (Unix ms; '' = the caller indexes it),
+--       14.. record field pairs
 -- Errors: COMPACTOR_NOSESSION (no header), COMPACTOR_NOENTRY <id> (target not in the session)
 -- Returns {outcome, job id, state, last event id of the session stream ('0-0' when empty),
 --          why (conflicts only)}
@@ -48,9 +51,12 @@ if current then
     return {'coalesced', current, f[1], last_event_id()}
   end
 end
-redis.call('HSET', KEYS[2], unpack(ARGV, 13))
+redis.call('HSET', KEYS[2], unpack(ARGV, 14))
 redis.call('EXPIRE', KEYS[2], ARGV[8])
 redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[7])
+if ARGV[13] ~= '' then
+  redis.call('ZADD', KEYS[7], 'NX', ARGV[13], ARGV[1])
+end
 if ARGV[10] ~= '' then
   redis.call('LPUSH', KEYS[6], ARGV[10])
   if ARGV[12] ~= '' then

@@ -32,5 +32,7 @@ local id = ''
 if ARGV[6] ~= '' then
   id = redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[5], '*',
     'type', ARGV[6], 'job', ARGV[1], 'data', ARGV[7])
+  -- A session's stream lives as long as the records of its jobs, then goes.
+  redis.call('EXPIRE', KEYS[6], ARGV[4])
 end
 return {1, state, id}

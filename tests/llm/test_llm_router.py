@@ -25,6 +25,7 @@ from llm.llm_fakes import (
 )
 
 from worker.llm import errors as E
+from worker.llm.cooldown import RedisCooldownStore
 from worker.llm.router import Router
 from worker.summarizer_types import Usage
 
@@ -239,7 +240,9 @@ def test_cooldown_is_shared_between_routers_through_redis(llm_server: FakeLLMSer
     result = first.summarize(make_request())
     assert llm_server.keys() == ["flaky", "flaky", "steady"]  # the 2nd failure opened the breaker
     assert "circuit breaker opened" in result.trail[1]
-    ttl = client.pttl("compactor:llm:cool:openai|flaky|" + llm_server.url + "/v1")
+    label = "openai|flaky|" + llm_server.url + "/v1"
+    _, cool = RedisCooldownStore(client, prefix="compactor:llm:")._keys(label)
+    ttl = client.pttl(cool)
     assert 25_000 < ttl <= 30_000
     result = second.summarize(make_request())
     assert llm_server.keys() == ["flaky", "flaky", "steady", "steady"]  # skipped by the other router

@@ -11,6 +11,7 @@ Keys (``prefix`` defaults to ``compactor:llm:``):
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -45,7 +46,9 @@ class RedisCooldownStore:
         self._prefix = prefix
 
     def _keys(self, candidate: str) -> tuple[str, str]:
-        return f"{self._prefix}fail:{candidate}", f"{self._prefix}cool:{candidate}"
+        # Both keys share a hash tag: the MULTI below must stay in one Redis Cluster slot.
+        tag = "{" + hashlib.sha1(candidate.encode()).hexdigest()[:12] + "}"
+        return f"{self._prefix}fail:{tag}{candidate}", f"{self._prefix}cool:{tag}{candidate}"
 
     def is_cooling(self, candidate: str) -> bool:
         import redis

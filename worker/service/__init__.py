@@ -12,6 +12,7 @@ from worker.service._errors import (
     LeaseLostError,
 )
 from worker.service._job import JobOutcome, run_job
+from worker.service._sweeper import Sender, Sweeper
 from worker.service.composition import build_runtime, worker_redis
 from worker.service.ports import Runtime
 
@@ -25,6 +26,8 @@ __all__ = [
     "LeaseHeldError",
     "LeaseLostError",
     "Runtime",
+    "Sender",
+    "Sweeper",
     "build_runtime",
     "run_job",
     "worker_redis",

@@ -18,6 +18,7 @@ from worker.hooks import TreePreparation
 from worker.llm import SummaryResult
 from worker.service._context import JobContext, JobSuccess, branch_summary_entry, calls_summary
 from worker.service._errors import JobCancelled
+from worker.service._outage import ride_out
 from worker.service._replan import settle, with_replans
 from worker.store import CommitOutcome
 
@@ -88,8 +89,9 @@ def _round(ctx: JobContext, target: str, round_no: int) -> tuple[Move, CommitOut
     if move.destination == move.old_leaf and move.entry is None:
         return move, None  # already there: nothing changes
     ctx.control.check()
-    outcome = ctx.rt.commits.branch(ctx.job_id, move.old_leaf, move.destination, move.entry,
-                                    _result(ctx, move))
+    result = _result(ctx, move)
+    outcome = ride_out(ctx.control, "commit", lambda: ctx.rt.commits.branch(
+        ctx.job_id, move.old_leaf, move.destination, move.entry, result))
     return (move, outcome) if settle(ctx, outcome, "branch summary", round_no) else None
 
 
@@ -100,10 +102,14 @@ def run_branch(ctx: JobContext) -> JobSuccess:
     move, outcome = with_replans(ctx, "branch summary", lambda n: _round(ctx, target, n))
     entry = None
     if outcome is not None and outcome.entry_id:
-        entry = outcome.entry or ctx.rt.commits.entry(ctx.session_id, outcome.entry_id)
+        entry_id = outcome.entry_id
+        entry = outcome.entry or ride_out(ctx.control, "read entry", lambda: ctx.rt.commits.entry(
+            ctx.session_id, entry_id))
     new_leaf = outcome.entry_id if outcome is not None and outcome.entry_id else move.destination
     if entry is not None:
-        ctx.publish(EventType.BRANCH_SUMMARY, entry=entry, from_extension=move.from_extension)
+        done = entry
+        ride_out(ctx.control, "publish", lambda: ctx.publish(
+            EventType.BRANCH_SUMMARY, entry=done, from_extension=move.from_extension))
     if not move.noop:
         ctx.rt.hooks.tree_done(new_leaf, move.old_leaf, entry, move.from_extension,
                                session_id=ctx.session_id)

@@ -29,6 +29,7 @@ from worker.service._loop_guard import (
     is_ineffective,
     observe_stall,
 )
+from worker.service._outage import ride_out
 from worker.service._prune import PruneStep, prune_pass
 from worker.service._replan import settle, with_replans
 from worker.store import CommitOutcome
@@ -133,8 +134,9 @@ def _round(ctx: JobContext, progress: Progress, round_no: int) -> tuple[Draft | 
         return (None, None)
     draft = _draft(ctx, prep, path)
     ctx.control.check()
-    outcome = ctx.rt.commits.append_entry(ctx.job_id, snap.leaf_id, draft.entry,
-                                          _result(ctx, progress, draft))
+    result = _result(ctx, progress, draft)
+    outcome = ride_out(ctx.control, "commit", lambda: ctx.rt.commits.append_entry(
+        ctx.job_id, snap.leaf_id, draft.entry, result))
     return (draft, outcome) if settle(ctx, outcome, "compaction", round_no) else None
 
 
@@ -147,15 +149,17 @@ def run_compact(ctx: JobContext) -> JobSuccess:
         # Nothing to compact: the reference ends with no result and no retry (§12.4 step 2).
         result = {**progress.pruned.to_result(), "durationMs": ctx.control.elapsed_ms()}
         return JobSuccess(result=result, event={"result": result, "will_retry": False})
-    count_compaction(ctx)
-    entry = outcome.entry or ctx.rt.commits.entry(ctx.session_id, outcome.entry_id or "") or {}
+    ride_out(ctx.control, "count", lambda: count_compaction(ctx))
+    entry = outcome.entry or ride_out(ctx.control, "read entry", lambda: ctx.rt.commits.entry(
+        ctx.session_id, outcome.entry_id or "")) or {}
     tokens_after = _tokens_after(ctx, draft.path, entry) if entry else None
     ineffective = is_ineffective(ctx, tokens_after)
     observe_stall(ctx.record, "job")
     ctx.rt.hooks.compact_done(entry, draft.from_extension, session_id=ctx.session_id)
-    ctx.publish(EventType.SESSION_COMPACT, entry=entry, from_extension=draft.from_extension,
-                tokens_before=entry.get("tokensBefore"), tokens_after=tokens_after,
-                ineffective=ineffective)
+    ride_out(ctx.control, "publish", lambda: ctx.publish(
+        EventType.SESSION_COMPACT, entry=entry, from_extension=draft.from_extension,
+        tokens_before=entry.get("tokensBefore"), tokens_after=tokens_after,
+        ineffective=ineffective))
     model, usage, _ = calls_summary(draft.calls)
     result = {**_result(ctx, progress, draft), "tokensAfter": tokens_after,
               "ineffective": ineffective}

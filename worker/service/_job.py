@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,7 @@ from worker.service._errors import (
     LeaseHeldError,
     LeaseLostError,
 )
+from worker.service._outage import ride_out
 from worker.service._prune import run_prune
 from worker.service._speculative import count_discarded, run_speculative
 from worker.service.ports import Runtime
@@ -64,22 +66,25 @@ def run_job(rt: Runtime, job_id: str) -> JobOutcome:
     """Run ``job_id`` if no other worker does. Raises :class:`LeaseHeldError` when one does, and
     the transient Redis errors (for a Celery retry) after letting go of the lease."""
     split_job_id(job_id)
-    lease = rt.jobs.acquire_lease(job_id, rt.worker_id, rt.settings.lease_ttl_s)
+    # One owner per delivery, not per process: two deliveries of one job on the same worker (a
+    # retry and a takeover message, say) must not both hold the lease and run the model.
+    owner = f"{rt.worker_id}/{secrets.token_hex(4)}"
+    lease = rt.jobs.acquire_lease(job_id, owner, rt.settings.lease_ttl_s)
     if lease is LeaseOutcome.FINISHED:
         return JobOutcome(job_id, "duplicate")
     if lease is LeaseOutcome.HELD:
         raise LeaseHeldError(job_id)
     try:
-        return _run_leased(rt, job_id)
+        return _run_leased(rt, job_id, owner)
     except TRANSIENT:
         try:
-            rt.jobs.release_lease(job_id, rt.worker_id)
+            rt.jobs.release_lease(job_id, owner)
         except TRANSIENT as err:  # expires on its own
             log.debug("job %s: lease not released: %s", job_id, err)
         raise
 
 
-def _run_leased(rt: Runtime, job_id: str) -> JobOutcome:
+def _run_leased(rt: Runtime, job_id: str, owner: str) -> JobOutcome:
     attempt = rt.jobs.mark_running(job_id)
     if attempt is None:
         return JobOutcome(job_id, "duplicate")
@@ -88,7 +93,7 @@ def _run_leased(rt: Runtime, job_id: str) -> JobOutcome:
     metrics.observe_started(record.kind.value, record.reason, attempt, record.created_at,
                             record.started_at)
     s = rt.settings
-    with JobControl(rt.jobs, job_id, rt.worker_id, deadline_s=s.job_deadline_s,
+    with JobControl(rt.jobs, job_id, owner, deadline_s=s.job_deadline_s,
                     lease_ttl_s=s.lease_ttl_s, clock=rt.clock) as control:
         ctx = JobContext(rt, record, control, rt.new_summarizer())
         try:
@@ -139,8 +144,9 @@ def _succeed(ctx: JobContext, success: JobSuccess) -> JobOutcome:
     event = JobEvent.completion(ctx.record, JobState.SUCCEEDED, entry=success.entry,
                                 model=success.model, duration_ms=ctx.control.elapsed_ms(),
                                 **fields)
-    ctx.rt.jobs.finish(ctx.job_id, JobState.SUCCEEDED, event=event, entry=success.entry,
-                       model=success.model, usage=success.usage, result=success.result)
+    ride_out(ctx.control, "finish", lambda: ctx.rt.jobs.finish(
+        ctx.job_id, JobState.SUCCEEDED, event=event, entry=success.entry, model=success.model,
+        usage=success.usage, result=success.result))
     entry_id = success.entry.get("id") if success.entry else None
     log.info("job %s succeeded in %d ms (entry %s)", ctx.job_id, ctx.control.elapsed_ms(), entry_id)
     return _observed(ctx, JobOutcome(ctx.job_id, JobState.SUCCEEDED.value, entry_id))
@@ -155,7 +161,8 @@ def _fail(ctx: JobContext, message: str, result: dict[str, Any] | None = None) -
     event = JobEvent.completion(ctx.record, JobState.FAILED, error=error, result=result,
                                 duration_ms=ctx.control.elapsed_ms())
     extra: dict[str, Any] = {} if result is None else {"result": result}
-    ctx.rt.jobs.finish(ctx.job_id, JobState.FAILED, event=event, error=error, **extra)
+    ride_out(ctx.control, "finish", lambda: ctx.rt.jobs.finish(
+        ctx.job_id, JobState.FAILED, event=event, error=error, **extra))
     log.info("job %s failed: %s", ctx.job_id, error)
     return _observed(ctx, JobOutcome(ctx.job_id, JobState.FAILED.value, error=error))
 
@@ -171,6 +178,7 @@ def _stopped(ctx: JobContext, stop: JobStopped) -> JobOutcome:
     text = job_error_text(ctx.record.kind, JobState.CANCELLED)
     event = JobEvent.completion(ctx.record, JobState.CANCELLED, error=text, aborted=True,
                                 duration_ms=ctx.control.elapsed_ms())
-    ctx.rt.jobs.finish(ctx.job_id, JobState.CANCELLED, event=event, error=text)
+    ride_out(ctx.control, "finish", lambda: ctx.rt.jobs.finish(
+        ctx.job_id, JobState.CANCELLED, event=event, error=text))
     log.info("job %s cancelled", ctx.job_id)
     return _observed(ctx, JobOutcome(ctx.job_id, JobState.CANCELLED.value, error=text))

@@ -6,7 +6,7 @@ implementations; built once per worker process, lazily (prefork children build t
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import redis
 from redis.backoff import ExponentialBackoff
@@ -28,15 +28,18 @@ __all__ = ["build_runtime", "worker_redis"]
 
 def worker_redis(settings: WorkerSettings) -> redis.Redis[str]:
     """The worker's Redis client: decoded replies, a few quick retries, no request-path budget
-    (a large session's snapshot may take longer than the client's 1 s command timeout)."""
-    return redis.Redis.from_url(
-        settings.redis_url,
-        decode_responses=True,
-        socket_connect_timeout=2.0,
-        socket_timeout=30.0,
-        retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 2),
-        health_check_interval=30,
-    )
+    (a large session's snapshot may take longer than the client's 1 s command timeout). A
+    ``RedisCluster`` when ``redis_cluster`` is set (the same command API)."""
+    options: dict[str, Any] = {
+        "decode_responses": True, "socket_connect_timeout": 2.0, "socket_timeout": 30.0,
+        "retry": Retry(ExponentialBackoff(cap=0.5, base=0.05), 2),
+    }
+    if settings.redis_cluster:
+        from redis.cluster import RedisCluster
+
+        cluster: Any = RedisCluster.from_url(settings.redis_url, **options)
+        return cast("redis.Redis[str]", cluster)
+    return redis.Redis.from_url(settings.redis_url, health_check_interval=30, **options)
 
 
 def build_runtime(settings: WorkerSettings, *,
@@ -56,7 +59,8 @@ def build_runtime(settings: WorkerSettings, *,
         settings=settings,
         sessions=SessionStore(client, layout),
         jobs=JobStore(client, settings, layout),
-        commits=CommitStore(client, layout, walk_limit=settings.commit_walk_limit),
+        commits=CommitStore(client, layout, walk_limit=settings.commit_walk_limit,
+                            effect_retention_s=settings.job_ttl_s + settings.visibility_timeout_s),
         tokenizer=tokenizer,
         hooks=load_hook_runner(settings),
         new_summarizer=summarizer,

@@ -81,10 +81,13 @@ def line_digest(line: str) -> str:
 class CommitStore:
     """Worker-side commits for one Redis (``client`` must decode responses)."""
 
-    def __init__(self, client: redis.Redis[str], layout: KeyLayout, *, walk_limit: int = 10_000) -> None:
+    def __init__(self, client: redis.Redis[str], layout: KeyLayout, *, walk_limit: int = 10_000,
+                 effect_retention_s: float = 86_400) -> None:
         self.redis = client
         self.layout = layout
         self.walk_limit = walk_limit
+        # Effect markers older than this are trimmed by later commits (see api_client.keys).
+        self.effect_retention_ms = max(1, int(effect_retention_s * 1000))
         self._entry = client.register_script(_script("commit_entry"))
         self._branch = client.register_script(_script("commit_branch"))
         self._prune = client.register_script(_script("commit_prune"))
@@ -145,9 +148,9 @@ class CommitStore:
     def _run(self, script: Any, job_id: str, args: list[str]) -> CommitOutcome:
         jk = self.layout.job(job_id)
         s = jk.session
-        keys = [s.header, s.entries, s.order, s.leaf, s.rev, s.effects, jk.record]
+        keys = [s.header, s.entries, s.order, s.leaf, s.rev, s.effects, jk.record, s.effects_at]
         try:
-            reply = script(keys=keys, args=args)
+            reply = script(keys=keys, args=[*args, str(self.effect_retention_ms)])
         except REDIS_DOWN as err:
             raise unavailable(err) from err
         status, entry_id, revision, line = (str(x) for x in reply)

@@ -2,9 +2,10 @@
 -- Applies only if the leaf is still the snapshot's leaf (the summarised branch is exactly the
 -- one being left). With a summary line, the entry is appended under the destination and
 -- becomes the leaf; without one, the leaf moves to the destination ('' = reset).
--- KEYS: 1 header, 2 entries, 3 order, 4 leaf, 5 rev, 6 effects, 7 job record
+-- KEYS: 1 header, 2 entries, 3 order, 4 leaf, 5 rev, 6 effects, 7 job record, 8 effects:at
 -- ARGV: 1 job id, 2 snapshot leaf id, 3 destination id ('' = none), 4 line head ('' = no entry),
 --       5 line tail, 6 id candidates, 7 job result JSON
+--       last: effect marker retention ms
 -- Returns {status, entry id ('' = none), revision, stored line}
 local refused = job_guard(KEYS[1], KEYS[7], KEYS[6], ARGV[1])
 if refused then
@@ -35,7 +36,7 @@ if ARGV[4] ~= '' then
 else
   redis.call('SET', KEYS[4], dest)
 end
-redis.call('HSET', KEYS[6], ARGV[1], id)
+remember_effect(KEYS[6], KEYS[8], ARGV[1], id, ARGV[#ARGV])
 redis.call('HSET', KEYS[7], 'result', ARGV[7])
 local rev = redis.call('INCR', KEYS[5])
 return {'committed', id, tostring(rev), line}

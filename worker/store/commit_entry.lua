@@ -2,10 +2,11 @@
 -- The entry becomes a child of the CURRENT leaf only if the snapshot's leaf is still on the
 -- current leaf's path and no compaction entry was added on it since; the job's effect is
 -- recorded in the same step, so a job appends at most one entry however often it runs.
--- KEYS: 1 header, 2 entries, 3 order, 4 leaf, 5 rev, 6 effects, 7 job record
+-- KEYS: 1 header, 2 entries, 3 order, 4 leaf, 5 rev, 6 effects, 7 job record, 8 effects:at
 -- ARGV: 1 job id, 2 snapshot leaf id, 3 walk limit, 4 line head (up to '"id":'),
 --       5 line tail (from ',"timestamp"' on, leading comma included), 6 id candidates,
 --       7 job result JSON (stored on the record)
+--       last: effect marker retention ms
 -- Returns {status, entry id, revision, stored line}
 --   status: committed | duplicate | stale | cancelled | finished | nosession | noid
 local refused = job_guard(KEYS[1], KEYS[7], KEYS[6], ARGV[1])
@@ -28,7 +29,7 @@ local line = ARGV[4] .. cjson.encode(id) .. ',"parentId":' .. parent .. ARGV[5]
 redis.call('HSET', KEYS[2], id, line)
 redis.call('RPUSH', KEYS[3], id)
 redis.call('SET', KEYS[4], id)
-redis.call('HSET', KEYS[6], ARGV[1], id)
+remember_effect(KEYS[6], KEYS[8], ARGV[1], id, ARGV[#ARGV])
 redis.call('HSET', KEYS[7], 'result', ARGV[7])
 local rev = redis.call('INCR', KEYS[5])
 return {'committed', id, tostring(rev), line}

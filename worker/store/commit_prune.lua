@@ -3,10 +3,11 @@
 -- of them makes the whole step stale instead of overwriting it. The plan protects the newest
 -- results of the snapshot's path, so it also needs the snapshot leaf on the current leaf's path
 -- (appends only add newer results; a move back would expose pruned results as the newest).
--- KEYS: 1 header, 2 entries, 3 order (unused), 4 leaf, 5 rev, 6 effects, 7 job record
+-- KEYS: 1 header, 2 entries, 3 order (unused), 4 leaf, 5 rev, 6 effects, 7 job record, 8 effects:at
 -- ARGV: 1 job id, 2 record the effect ('1' | '0'), 3 job result JSON, 4 n,
 --       5 snapshot leaf id ('' = not checked), 6 walk limit,
 --       then per entry: id, SHA-1 of the planned line, new line
+--       last: effect marker retention ms
 -- Returns {status, '', revision, ''}
 if ARGV[2] == '1' then
   local refused = job_guard(KEYS[1], KEYS[7], KEYS[6], ARGV[1])
@@ -44,7 +45,7 @@ for i = 0, n - 1 do
   redis.call('HSET', KEYS[2], ARGV[7 + 3 * i], ARGV[9 + 3 * i])
 end
 if ARGV[2] == '1' then
-  redis.call('HSET', KEYS[6], ARGV[1], '')
+  remember_effect(KEYS[6], KEYS[8], ARGV[1], '', ARGV[#ARGV])
   redis.call('HSET', KEYS[7], 'result', ARGV[3])
 end
 local rev = redis.call('INCR', KEYS[5])

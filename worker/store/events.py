@@ -29,13 +29,15 @@ class EventPublisher:
     def publish(self, event: JobEvent) -> str:
         """XADD to the session's stream and the global one; returns the session stream id."""
         fields = event_fields(event)
+        stream = self.layout.session(event.session_id).events
         pipe = self.redis.pipeline(transaction=False)
-        pipe.xadd(self.layout.session(event.session_id).events, fields,  # type: ignore[arg-type]
+        pipe.xadd(stream, fields,  # type: ignore[arg-type]
                   maxlen=self.settings.session_event_maxlen, approximate=True)
+        pipe.expire(stream, self.settings.job_ttl_s)  # as finish.lua: lives as long as records
         pipe.xadd(self.layout.global_events, fields,  # type: ignore[arg-type]
                   maxlen=self.settings.event_stream_maxlen, approximate=True)
         try:
-            session_id, _ = pipe.execute()
+            session_id, _, _ = pipe.execute()
         except REDIS_DOWN as err:
             raise unavailable(err) from err
         return str(session_id)

@@ -20,6 +20,7 @@ from api_client.wire import JobEvent, now_iso
 from worker.store.events import EventPublisher
 from worker.store.leases import LeaseOutcome, Leases, guarded, script_text
 from worker.store.loop_guard import CompactionCounter
+from worker.store.sweep import now_ms
 
 __all__ = ["JobStore"]
 
@@ -36,7 +37,12 @@ class JobStore(ClientJobStore):
         self.compactions = CompactionCounter(client, self.layout)
 
     def acquire_lease(self, job_id: str, worker_id: str, ttl_s: float) -> LeaseOutcome:
-        return self.leases.acquire(job_id, worker_id, ttl_s)
+        outcome = self.leases.acquire(job_id, worker_id, ttl_s)
+        if outcome is LeaseOutcome.ACQUIRED:
+            # The sweep looks again when this lease would end (the worker died if it did).
+            due: dict[str | bytes, float] = {job_id: now_ms() + int(ttl_s * 1000)}
+            guarded(job_id, lambda: self.redis.zadd(self.layout.jobs_due, due))
+        return outcome
 
     def renew_lease(self, job_id: str, worker_id: str, ttl_s: float) -> bool:
         return self.leases.renew(job_id, worker_id, ttl_s)

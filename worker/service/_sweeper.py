@@ -1,0 +1,122 @@
+"""Takeover: live workers act on jobs whose worker is gone or whose message is lost.
+
+Every ``sweep_interval_s`` each worker claims the entries of the jobs-due index whose time has
+come (:class:`~worker.store.sweep.SweepStore`; one worker per entry) and looks at each job:
+
+* ended or gone → dropped from the index;
+* a live lease → looked at again when that lease would end;
+* ``running`` and no lease → its worker died or lost Redis: the job is sent again (the new
+  delivery takes the lease; the effect marker keeps the commit exactly once, a late duplicate
+  ends as ``duplicate``), unless it already had ``max_deliveries`` attempts: then it ends
+  ``failed`` with a record and an event;
+* ``queued`` and no lease → its message may be lost (a publish that failed halfway, a broker
+  restarted without persistence): sent again, next look ``requeue_after_s`` × 2ⁿ later.
+
+So no job stays queued or running longer than its lease (or ``requeue_after_s``) plus one sweep
+interval without someone acting on it; the broker's visibility timeout stays the backstop.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+import redis
+
+from api_client.errors import CompactorError
+from api_client.keys import KeyLayout
+from api_client.wire import TASK_NAMES, JobKind, JobState, Route
+from worker.service._errors import TRANSIENT
+from worker.settings import WorkerSettings
+from worker.store.jobs import JobStore
+from worker.store.sweep import JobLook, SweepStore, now_ms
+
+__all__ = ["Sender", "Sweeper"]
+
+log = logging.getLogger("worker.sweep")
+
+# send(job id, route, task id): publish the task (the worker's Celery app).
+Sender = Callable[[str, Route, str], None]
+
+_BATCH = 100
+_MAX_BACKOFF_STEPS = 6
+
+
+class Sweeper:
+    """The sweep of one worker process (a daemon thread between :meth:`start` and :meth:`stop`)."""
+
+    def __init__(self, settings: WorkerSettings, client: redis.Redis[str], send: Sender) -> None:
+        layout = KeyLayout(settings.key_prefix)
+        self.settings = settings
+        self.store = SweepStore(client, layout)
+        self.jobs = JobStore(client, settings, layout)
+        self.send = send
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="compactor-sweep", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+            self.store.redis.close()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.settings.sweep_interval_s):
+            try:
+                self.sweep()
+            except TRANSIENT as err:
+                log.debug("sweep skipped: %s", err)
+            except Exception:  # the sweep must outlive a bug in one look
+                log.exception("sweep failed")
+
+    def sweep(self) -> int:
+        """One pass; returns how many jobs it acted on (sent again or ended)."""
+        hold_ms = int(self.settings.lease_ttl_s * 1000)
+        acted = 0
+        for job_id in self.store.claim(hold_ms, _BATCH):
+            try:
+                acted += self._act(self.store.look(job_id))
+            except CompactorError as err:
+                log.warning("sweep: job %s: %s", job_id, err)
+        return acted
+
+    def _act(self, job: JobLook) -> int:
+        if job.state is None or job.state.terminal:
+            self.store.forget(job.job_id)
+            return 0
+        if job.lease_ms > 0:
+            self.store.due_at(job.job_id, now_ms() + job.lease_ms + 500)
+            return 0
+        if job.state is JobState.RUNNING and job.attempts >= self.settings.max_deliveries:
+            return self._give_up(job)
+        return self._resend(job)
+
+    def _resend(self, job: JobLook) -> int:
+        n = self.store.count_resend(job.job_id)
+        if job.state is JobState.RUNNING:
+            wait_s = self.settings.lease_ttl_s * 2  # time for the new delivery to take the lease
+            tag, why = f"t{job.attempts}", "its worker is gone (lease expired)"
+        else:
+            wait_s = self.settings.requeue_after_s
+            tag, why = f"q{n}", "its message may be lost"
+        wait_s *= 2 ** min(n - 1, _MAX_BACKOFF_STEPS)
+        self.store.due_at(job.job_id, now_ms() + int(wait_s * 1000))
+        route = Route(TASK_NAMES[JobKind(job.kind)], job.queue, job.priority)
+        self.send(job.job_id, route, f"{job.job_id}-{tag}")
+        log.warning("job %s (%s, attempt %d): %s; sent again", job.job_id, job.state,
+                    job.attempts, why)
+        return 1
+
+    def _give_up(self, job: JobLook) -> int:
+        error = (f"the job's worker was lost during {job.attempts} attempts; not run again "
+                 f"(max_deliveries={self.settings.max_deliveries})")
+        if self.jobs.finish(job.job_id, JobState.FAILED, error=error):
+            log.error("job %s: %s", job.job_id, error)
+        self.store.forget(job.job_id)
+        return 1

@@ -1,0 +1,84 @@
+"""The jobs-due index (``<p>:jobs:due``) and what the workers' sweep reads and writes.
+
+Every job that is queued or running has an entry: job id → when (Unix ms) a sweep must look at
+it. The client adds it at enqueue (``requeue_after_s`` ahead), a worker moves it to the end of
+the lease it takes, the sweep moves it on after each look (or drops it once the job ended).
+The index is one key in one Cluster slot; the sweep claims entries with a single-key script
+and reads each job's record and lease with a separate call in the session's slot, so nothing
+is ever cross-slot. Entries without a record (a coalesced enqueue, an expired job) are dropped.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from api_client.keys import KeyLayout
+from api_client.wire import JobState
+from worker.store.leases import guarded, script_text
+
+__all__ = ["JobLook", "SweepStore", "now_ms"]
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class JobLook:
+    """One job as the sweep sees it (``state`` None: no record any more)."""
+
+    job_id: str
+    state: JobState | None
+    attempts: int = 0
+    resent: int = 0
+    kind: str = ""
+    queue: str = ""
+    priority: int = 0
+    lease_ms: int = 0  # the lease's remaining life; 0 = no live lease
+
+
+class SweepStore:
+    """The index and the per-job reads and writes of one sweeping worker."""
+
+    def __init__(self, client: redis.Redis[str], layout: KeyLayout) -> None:
+        self.redis = client
+        self.layout = layout
+        self._claim = client.register_script(script_text("sweep_claim"))
+
+    def claim(self, hold_ms: int, limit: int) -> list[str]:
+        """Job ids due now, held ``hold_ms`` away from other sweeps."""
+        args = [str(now_ms()), str(hold_ms), str(limit)]
+        claimed = guarded("", lambda: self._claim(keys=[self.layout.jobs_due], args=args))
+        return [str(j) for j in claimed]
+
+    def due_at(self, job_id: str, when_ms: int) -> None:
+        guarded(job_id, lambda: self.redis.zadd(self.layout.jobs_due, {job_id: when_ms}))
+
+    def forget(self, job_id: str) -> None:
+        guarded(job_id, lambda: self.redis.zrem(self.layout.jobs_due, job_id))
+
+    def look(self, job_id: str) -> JobLook:
+        jk = self.layout.job(job_id)
+
+        def read() -> list[Any]:
+            pipe = self.redis.pipeline(transaction=False)  # one slot: the session's
+            pipe.hmget(jk.record, ["state", "attempts", "resent", "kind", "queue", "priority"])
+            pipe.pttl(jk.lease)
+            return list(pipe.execute())
+
+        fields, pttl = guarded(job_id, read)
+        state, attempts, resent, kind, queue, priority = fields
+        if state is None:
+            return JobLook(job_id, None)
+        return JobLook(job_id, JobState(state), int(attempts or 0), int(resent or 0),
+                       str(kind or ""), str(queue or ""), int(priority or 0),
+                       max(0, int(pttl)))
+
+    def count_resend(self, job_id: str) -> int:
+        record = self.layout.job(job_id).record
+        return int(guarded(job_id, lambda: self.redis.hincrby(record, "resent", 1)))
+
