@@ -142,6 +142,9 @@ class FakeJobs:
         self.released += 1
         return True
 
+    def lease_holder(self, job_id: str) -> str | None:
+        return None  # a held lease is another worker's (never this process's)
+
     def is_cancel_requested(self, job_id: str) -> bool:
         return self.cancel_requested
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,8 @@ from worker.store.leases import LeaseOutcome
 __all__ = ["JobOutcome", "run_job"]
 
 log = logging.getLogger("worker.service")
+
+_LOCAL_POLL_S = 0.1
 
 HANDLERS: Mapping[JobKind, Callable[[JobContext], JobSuccess]] = {
     JobKind.COMPACT: run_compact,
@@ -70,6 +73,8 @@ def run_job(rt: Runtime, job_id: str) -> JobOutcome:
     # retry and a takeover message, say) must not both hold the lease and run the model.
     owner = f"{rt.worker_id}/{secrets.token_hex(4)}"
     lease = rt.jobs.acquire_lease(job_id, owner, rt.settings.lease_ttl_s)
+    if lease is LeaseOutcome.HELD:
+        lease = _after_local_run(rt, job_id, owner)
     if lease is LeaseOutcome.FINISHED:
         return JobOutcome(job_id, "duplicate")
     if lease is LeaseOutcome.HELD:
@@ -82,6 +87,23 @@ def run_job(rt: Runtime, job_id: str) -> JobOutcome:
         except TRANSIENT as err:  # expires on its own
             log.debug("job %s: lease not released: %s", job_id, err)
         raise
+
+
+def _after_local_run(rt: Runtime, job_id: str, owner: str) -> LeaseOutcome:
+    """Another delivery in this very process runs the job (a duplicate message): wait for it to
+    end here, then look again (usually ``FINISHED``: this delivery is the duplicate). A holder
+    elsewhere is left to the retry or the sweep (``HELD``)."""
+    local = f"{rt.worker_id}/"
+    holder = rt.jobs.lease_holder(job_id)
+    if not (holder and holder.startswith(local)):
+        return LeaseOutcome.HELD
+    deadline = rt.clock.monotonic() + rt.settings.job_deadline_s
+    while holder and holder.startswith(local):
+        if rt.clock.monotonic() > deadline:
+            return LeaseOutcome.HELD
+        time.sleep(_LOCAL_POLL_S)
+        holder = rt.jobs.lease_holder(job_id)
+    return rt.jobs.acquire_lease(job_id, owner, rt.settings.lease_ttl_s)
 
 
 def _run_leased(rt: Runtime, job_id: str, owner: str) -> JobOutcome:

@@ -81,6 +81,10 @@ class JobLeases(Protocol):
 
     def release_lease(self, job_id: str, worker_id: str) -> bool: ...
 
+    def lease_holder(self, job_id: str) -> str | None:
+        """The owner of the job's live lease (``<worker id>/<delivery>``), if any."""
+        ...
+
     def is_cancel_requested(self, job_id: str) -> bool: ...
 
 

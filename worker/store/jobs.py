@@ -47,6 +47,9 @@ class JobStore(ClientJobStore):
     def renew_lease(self, job_id: str, worker_id: str, ttl_s: float) -> bool:
         return self.leases.renew(job_id, worker_id, ttl_s)
 
+    def lease_holder(self, job_id: str) -> str | None:
+        return self.leases.holder(job_id)
+
     def release_lease(self, job_id: str, worker_id: str) -> bool:
         return self.leases.release(job_id, worker_id)
 

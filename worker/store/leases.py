@@ -59,6 +59,7 @@ class Leases:
 
     def __init__(self, client: redis.Redis[str], layout: KeyLayout) -> None:
         self.layout = layout
+        self._client = client
         self._acquire = client.register_script(script_text("lease_acquire"))
         self._renew = client.register_script(script_text("lease_renew"))
         self._release = client.register_script(script_text("lease_release"))
@@ -71,6 +72,10 @@ class Leases:
     def renew(self, job_id: str, worker_id: str, ttl_s: float) -> bool:
         keys = [self.layout.job(job_id).lease]
         return bool(self._run(self._renew, job_id, keys, [worker_id, _ms(ttl_s)]))
+
+    def holder(self, job_id: str) -> str | None:
+        lease = self.layout.job(job_id).lease
+        return guarded(job_id, lambda: self._client.get(lease))
 
     def release(self, job_id: str, worker_id: str) -> bool:
         return bool(self._run(self._release, job_id, [self.layout.job(job_id).lease], [worker_id]))
