@@ -27,7 +27,7 @@ from typing import Any
 
 from recovery.recovery_support import REPO, RedisServer, WorkerProcess, wait_until, worker_env
 
-from api_client import CompactionClient
+from api_client import ClientSettings, CompactionClient
 from api_client.errors import CompactorError
 from api_client.events import decode_event
 
@@ -173,6 +173,9 @@ class Agent(threading.Thread):
             time.sleep(0.02)
 
 
+NO_LOOP_GUARD = 1_000_000
+
+
 @dataclass
 class ChaosConfig:
     duration_s: float = 30.0
@@ -209,7 +212,10 @@ class Chaos:
                           COMPACTOR_CONCURRENCY="4", COMPACTOR_LEASE_TTL_S=str(c.lease_ttl_s),
                           COMPACTOR_KEEP_RECENT_TOKENS="300", COMPACTOR_JOB_DEADLINE_S="60",
                           COMPACTOR_VISIBILITY_TIMEOUT_S="90", COMPACTOR_TOKENIZER="estimate",
-                          COMPACTOR_SWEEP_INTERVAL_S="1", COMPACTOR_REQUEUE_AFTER_S="20")
+                          COMPACTOR_SWEEP_INTERVAL_S="1", COMPACTOR_REQUEUE_AFTER_S="20",
+                          # The agent compacts each session ~4 times in seconds: the loop guard
+                          # would (rightly) refuse those, and chaos is not testing it.
+                          COMPACTOR_LOOP_GUARD_MAX=str(NO_LOOP_GUARD))
 
     def spawn(self) -> WorkerProcess:
         self._spawned += 1
@@ -219,7 +225,8 @@ class Chaos:
 
     def run(self) -> dict[str, Any]:
         c = self.config
-        client = CompactionClient(self.redis.url)
+        client = CompactionClient(ClientSettings(redis_url=self.redis.url,
+                                                 loop_guard_max=NO_LOOP_GUARD))
         text = DEMO.read_text(encoding="utf-8")
         sessions = [client.sessions.import_jsonl(text, f"chaos-{i}") for i in range(c.sessions)]
         self.tally.appended = {sid: [] for sid in sessions}

@@ -26,6 +26,9 @@ def test_chaos_every_job_ends_exactly_once(tmp_path: Path,
     assert report["stuck"] == 0
     assert report["jobs"] >= 200
     assert sum(report["states"].values()) == report["jobs"]
+    # Chaos costs time, not jobs: nearly every job still succeeds (a job may end failed only
+    # after losing its worker max_deliveries times).
+    assert report["states"].get("succeeded", 0) >= 0.95 * report["jobs"], report["states"]
     assert report["chaos"]["worker SIGKILLs"] >= 1
     assert report["chaos"]["Redis restarts (AOF)"] >= 1
     if reason is None:
