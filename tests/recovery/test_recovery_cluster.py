@@ -4,13 +4,15 @@ kind, the sweep's index and the asyncio client work without a cross-slot call.""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from pathlib import Path
 
 import pytest
 import redis
 from recovery.recovery_support import RedisClusterServers, RedisServer
+from redis.crc import key_slot
 from runtime.runtime_model_server import ModelServer
-from runtime.runtime_support import completions, new_session, running_worker, runtime_settings
+from runtime.runtime_support import completions, running_worker, runtime_settings
 
 from api_client import AsyncCompactionClient, ClientSettings, CompactionClient, ConfigurationError
 from worker.app import create_app
@@ -24,7 +26,7 @@ def test_jobs_on_a_redis_cluster(redis_cluster: RedisClusterServers, model: Mode
                                     models=[model.candidate()], requeue_after_s=1.0,
                                     sweep_interval_s=0.5)
         with CompactionClient(settings) as client, running_worker(settings):
-            sids = [new_session(client, demo_text) for _ in range(6)]
+            sids = [client.sessions.import_jsonl(demo_text, sid) for sid in _spread_ids(6)]
             handles = [client.compact(sid, reason="threshold") for sid in sids[:4]]
             handles.append(client.prune(sids[4]))
             # A job whose message never went out: the sweep re-sends it (global index key).
@@ -46,6 +48,18 @@ def test_jobs_on_a_redis_cluster(redis_cluster: RedisClusterServers, model: Mode
 async def _async_compact(settings: ClientSettings, sid: str) -> object:
     async with AsyncCompactionClient(settings) as client:
         return await (await client.compact(sid, reason="manual")).wait(60)
+
+
+def _spread_ids(count: int) -> list[str]:
+    """Session ids whose hash slots fall in each third of the slot space in turn: the ranges
+    `redis-cli --cluster create` gives three masters, so the sessions land on all of them
+    (random ids put all six on one master now and then)."""
+    ids: list[str] = []
+    while len(ids) < count:
+        sid = f"s-{uuid.uuid4().hex[:10]}"
+        if key_slot(sid.encode()) * 3 // 16384 == len(ids) % 3:
+            ids.append(sid)
+    return ids
 
 
 def _owner(cluster: RedisClusterServers, key: str) -> int:
