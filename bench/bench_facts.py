@@ -8,24 +8,38 @@ its block is appended ("without") and after ("with"). The block's size is printe
 budget.
 
     .venv/bin/python bench/bench_facts.py            (needs ../shared/fixtures/pi)
-    COMPACTOR_MODELS='[{"provider":"openai","model":"gemma","baseUrl":"http://127.0.0.1:8080/v1"}]' \
+    COMPACTOR_MODELS='[{"provider":"openai","model":"gemma","base_url":"http://127.0.0.1:8080/v1"}]' \
         .venv/bin/python bench/bench_facts.py
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import time
 from pathlib import Path
 
-from api_client.session import load_session
-from worker.compaction import CompactionSettings, compact, get_tokenizer, prepare_compaction
-from worker.compaction.facts import FACT_KINDS, OPEN, default_fact_budget, estimate_tokens
+from api_client.session import Entry, load_session
+from api_client.session.convert import convert_to_llm, for_compaction
+from worker.compaction import (
+    CompactionSettings,
+    compact,
+    get_tokenizer,
+    prepare_compaction,
+    serialize_conversation,
+)
+from worker.compaction.facts import (
+    FACT_KINDS,
+    OPEN,
+    default_fact_budget,
+    estimate_tokens,
+    extract_facts,
+)
+from worker.compaction.prepare import Preparation
 from worker.compaction.prompts import history_max_tokens
 from worker.llm import build_summarizer
 from worker.llm.settings import LlmSettings
 from worker.summarizer_types import CancelToken, Summarizer, SummaryRequest, SummaryResult, Usage
+from worker.tokens import Tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(os.environ.get("COMPACTOR_PI_FIXTURES", REPO.parent / "shared" / "fixtures" / "pi"))
@@ -69,9 +83,38 @@ def row(session: str, who: str, stats: dict[str, dict[str, int]], block_tokens: 
     return f"| {session} | {who} | " + " | ".join(cells) + f" | {share} | {block_tokens}/{budget} |"
 
 
+def last_tokens(path: list[Entry], limit: int, tokenizer: Tokenizer) -> list[Entry]:
+    """The shortest suffix of ``path`` that starts at a user message and counts at least
+    ``limit`` tokens of messages (the end of the session: where the work was densest)."""
+    used = 0
+    for index in range(len(path) - 1, -1, -1):
+        message = for_compaction(path[index])
+        used += tokenizer.count(message) if message is not None else 0
+        if used >= limit and message is not None and message.get("role") == "user":
+            return path[index:]
+    return path
+
+
+def verify(prep: Preparation, summary: str, stats: dict[str, dict[str, int]]) -> None:
+    """The "with" column is what a verbatim search of summary + kept messages finds, not the
+    ledger's own word: count it again here and stop on a difference."""
+    facts = extract_facts([*prep.messages_to_summarize, *prep.turn_prefix_messages],
+                          prep.carried_facts)
+    kept = serialize_conversation(convert_to_llm(prep.recent_messages))
+    haystack = " ".join(f"{summary}\n{kept}".split())
+    for kind in FACT_KINDS:
+        found = sum(1 for f in facts if f.kind == kind and " ".join(f.text.split()) in haystack)
+        claimed = stats[kind]["inSummary"] + stats[kind]["appended"]
+        if found != claimed:
+            raise SystemExit(f"{kind}: the ledger claims {claimed} found, a search finds {found}")
+
+
 def main() -> None:
     tokenizer = get_tokenizer("tiktoken")
-    settings = CompactionSettings()
+    # A slice (the path's last N tokens, keeping a quarter) fits a small local model's window.
+    slice_tokens = int(os.environ.get("BENCH_FACTS_SLICE_TOKENS", "0"))
+    settings = CompactionSettings(keep_recent_tokens=slice_tokens // 4) if slice_tokens \
+        else CompactionSettings()
     budget = default_fact_budget(history_max_tokens(settings.reserve_tokens))
     print("found/total without the block → with it (verbatim in summary + kept messages)\n")
     print("| session | summarizer | " + " | ".join(FACT_KINDS) + " | all | block tokens/budget |")
@@ -79,6 +122,8 @@ def main() -> None:
     for name in ("before-compaction", "large-session"):
         session = load_session((FIXTURES / f"{name}.jsonl").read_text(encoding="utf-8"))
         path = session.tree().path_to(session.tree().leaf_id)
+        if slice_tokens:
+            path = last_tokens(path, slice_tokens, tokenizer)
         prep = prepare_compaction(path, settings, tokenizer)
         if prep is None:
             print(f"| {name} | (no plan) |")
@@ -89,8 +134,10 @@ def main() -> None:
             seconds = time.perf_counter() - start
             text = outcome.summary
             block = text[text.rindex(OPEN) - 2 : text.index("</session-facts>") + 16] if OPEN in text else ""
-            print(row(name, f"{who} ({seconds:.1f} s)", outcome.details["facts"], estimate_tokens(block), budget))
+            stats = outcome.details["facts"]
+            verify(prep, text, stats)
+            print(row(name, f"{who} ({seconds:.1f} s)", stats, estimate_tokens(block), budget))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -43,7 +43,14 @@ def kinds(messages: list[dict[str, Any]]) -> dict[str, list[str]]:
          {"commands": ["pytest -q tests/x_test.py"], "paths": ["tests/x_test.py"]}),
         ([assistant(tools=[("bash", {"command": "cat README.md | head"})]),
           assistant(tools=[("bash", {"command": "cat README.md | head"})])],
-         {"commands": ["cat README.md"], "paths": ["README.md"]}),  # deduped, without the pipe
+         {"commands": ["cat"], "paths": ["README.md"]}),  # deduped, without the pipe; a read: its path
+        ([assistant(tools=[("bash", {"command": 'grep -n "retry(" src/x.ts'})])],
+         {"commands": ['grep -n "retry("'], "paths": ["src/x.ts"]}),  # a read up to its first path
+        ([assistant(tools=[("bash", {"command": "sed -n 1,5p src/x.ts"}),
+                           ("bash", {"command": "sed -i 's/a/b/' src/x.ts"})])],
+         {"commands": ["sed -n 1,5p", "sed -i 's/a/b/' src/x.ts"], "paths": ["src/x.ts"]}),
+        ([user("fix the flaky retry test in the worker, then run the whole suite again")],
+         {"requests": ["fix the flaky retry test in the worker, then run"]}),  # cut at a word
         ([assistant(tools=[("bash", {"command": "cd /srv/app && npm test 2>&1 | tail -5"})])],
          {"commands": ["npm test"], "paths": ["/srv/app"]}),  # the cd prefix is a path, not the command
         ([assistant(tools=[("bash", {"command": "sed -i 's|a/b.ts|c/d.ts|g' src/x.ts > /dev/null"})])],
@@ -51,7 +58,7 @@ def kinds(messages: list[dict[str, Any]]) -> dict[str, list[str]]:
         ([err("\n  Error: ENOENT: no such file, open 'lib/x.js:12:3'\nstack...")],
          {"errors": ["Error: ENOENT: no such file, open 'lib/x.js:12:3'"], "paths": ["lib/x.js"]}),
         ([user("Please fix #123, see https://github.com/o/r/pull/9.\nMore detail")],
-         {"requests": ["Please fix #123, see https://github.com/o/r/pull/9."],
+         {"requests": ["Please fix #123, see https://github.com/o/r/pull"],  # 48 characters at most
           "identifiers": ["https://github.com/o/r/pull/9", "#123"]}),
         ([{"role": "bashExecution", "command": "git status", "output": "", "exitCode": 0}],
          {"commands": ["git status"]}),
@@ -67,7 +74,7 @@ def test_extraction(messages: list[dict[str, Any]], expected: dict[str, list[str
 
 def test_long_heads_are_cut_to_a_verbatim_prefix() -> None:
     (fact,) = extract_facts([{"role": "bashExecution", "command": "echo " + "y" * 300}])
-    assert fact.text == ("echo " + "y" * 300)[:80]
+    assert fact.text == ("echo " + "y" * 300)[:64]
 
 
 def test_found_facts_are_counted_and_lost_ones_appended() -> None:
@@ -75,7 +82,7 @@ def test_found_facts_are_counted_and_lost_ones_appended() -> None:
     result = apply_ledger(facts, "We were asked to: Run the tests.", 500)
     assert result.stats["requests"] == {"total": 1, "inSummary": 1, "appended": 0, "dropped": 0}
     assert result.stats["commands"] == {"total": 1, "inSummary": 0, "appended": 1, "dropped": 0}
-    assert result.block == "\n\n<session-facts>\ncommand: make test\n</session-facts>"
+    assert result.block == "\n\n<session-facts>\ncommands:\n- make test\n</session-facts>"
     assert parse_fact_block("S" + result.block) == [("commands", "make test")]
     assert strip_fact_block("S" + result.block) == "S"
 
@@ -109,6 +116,22 @@ def test_next_compaction_strips_the_block_and_carries_its_facts() -> None:
     ledger = compaction_ledger(prep, "new summary")
     assert parse_fact_block("new summary" + ledger.block)[0] == ("paths", "x/y.py")
     assert strip_fact_block(strip_file_operation_tags(summary)) == "S"
+
+
+def test_block_is_sectioned_and_earlier_one_line_blocks_still_parse() -> None:
+    facts = [Fact("requests", "go on"), Fact("paths", "a/b.py"), Fact("commands", "make test")]
+    block = apply_ledger(facts, "", 500).block
+    assert block == ("\n\n<session-facts>\npaths:\n- a/b.py\ncommands:\n- make test\n"
+                     "requests:\n- go on\n</session-facts>")
+    old = "S\n\n<session-facts>\npath: x/y.py\nrequest: go on\n(not kept, no room: 1 command)\n</session-facts>"
+    assert parse_fact_block(old) == [("paths", "x/y.py"), ("requests", "go on")]
+
+
+def test_a_fact_inside_another_needs_no_line_and_counts_as_appended() -> None:
+    facts = [Fact("commands", "ls"), Fact("commands", "ls -la"), Fact("requests", "ls -la ok")]
+    result = apply_ledger(facts, "", 500)
+    assert parse_fact_block(result.block) == [("requests", "ls -la ok")]
+    assert result.stats["commands"] == {"total": 2, "inSummary": 0, "appended": 2, "dropped": 0}
 
 
 def test_kept_messages_count_as_found() -> None:

@@ -95,7 +95,7 @@ def test_branch_summary_has_preamble_blank_line_and_tags() -> None:
     rec = Recorder()
     out = summarize_branch(entries, rec, tokenizer=EST)
     # The fixed model text drops the request: the fact ledger appends it before the tags.
-    assert out.summary == (f"{branch_preamble()}\n\n<branch>\n\n<session-facts>\nrequest: try x\n"
+    assert out.summary == (f"{branch_preamble()}\n\n<branch>\n\n<session-facts>\nrequests:\n- try x\n"
                            "</session-facts>\n\n<modified-files>\n/n.py\n</modified-files>")
     assert out.facts is not None and out.facts["requests"] == {"total": 1, "inSummary": 0, "appended": 1, "dropped": 0}
     assert out.facts["paths"] == {"total": 1, "inSummary": 1, "appended": 0, "dropped": 0}

@@ -160,7 +160,7 @@ def test_before_compact_custom_compaction(stack: CompactionClient, sid: str, plu
     # The platform's text is kept; the fact ledger appends the request it lost (README).
     summary, _, block = entry["summary"].partition("\n\n<session-facts>\n")
     assert summary == "Summary written by the platform."
-    assert block.startswith("request: Fix the CSV importer.") and block.endswith("\n</session-facts>")
+    assert block.startswith("requests:\n- Fix the CSV importer.") and block.endswith("\n</session-facts>")
     assert entry["details"]["facts"]["requests"]["appended"] == 1
     assert entry["fromExtension"] is True
     assert entry["preserveData"] == {"artifacts": ["a.md"]}

@@ -41,8 +41,13 @@ _KIND_OF_LABEL = {label: kind for kind, label in _LABEL.items()}
 _RANK = {"paths": 0, "errors": 1, "identifiers": 2, "requests": 3, "commands": 3}
 OPEN, CLOSE = "<session-facts>", "</session-facts>"
 _HEAD = 100  # an error line is at most this many characters
-_COMMAND_HEAD = 80
-_REQUEST_HEAD = 72
+_COMMAND_HEAD = 64
+_REQUEST_HEAD = 48
+# Programs that only read: their command fact is what they looked for (the words before the first
+# path); the file they read is its own path fact, so the block does not carry it twice.
+_READ_ONLY = frozenset({"cat", "head", "tail", "less", "grep", "rg", "ag", "find", "fd", "ls", "tree",
+                        "wc", "awk", "stat", "file", "du", "cut", "sort", "uniq", "nl", "sed"})
+_WORD_SPAN = re.compile(r"""(?:'[^']*'|"(?:\\.|[^"\\])*"|[^\s'"]+)+""")
 _PATH_TOOL_KEYS = ("path", "file_path", "filePath")
 _EXT = ("py|pyi|js|mjs|cjs|ts|tsx|jsx|json|jsonl|md|toml|ya?ml|txt|sh|rs|go|c|h|cc|cpp|hpp|java|kt"
         "|rb|php|lua|sql|html|css|scss|cfg|ini|lock|env|xml|csv|log|ipynb")
@@ -63,6 +68,14 @@ def _norm(text: str) -> str:
 def _head(text: str, limit: int = _HEAD) -> str:
     line = next((ln for ln in text.splitlines() if ln.strip()), "")
     return _norm(line)[:limit].rstrip()
+
+
+def _cut_at_word(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, at a space when one is in its second half."""
+    if len(text) <= limit:
+        return text
+    cut = text[: limit + 1].rsplit(" ", 1)[0]
+    return (cut if len(cut) > limit // 2 else text[:limit]).rstrip()
 
 
 def estimate_tokens(text: str) -> int:
@@ -122,11 +135,27 @@ def _is_path(word: str) -> bool:
 
 def command_head(command: str) -> str:
     """A command as the ledger keeps it: its first line without a leading ``cd DIR &&`` and
-    without output plumbing (pipes, redirections), whitespace collapsed, at most 80 characters."""
+    without output plumbing (pipes, redirections), whitespace collapsed; a read-only program
+    (``grep``, ``cat``, ``sed`` without ``-i``, ...) up to its first path; at most 64 characters,
+    cut at a word. Always a verbatim prefix of the normalized line."""
     line = _norm(next((ln for ln in command.splitlines() if ln.strip()), ""))
     line = _CD_PREFIX.sub("", line)
     line = _PLUMBING.split(line, 1)[0]
-    return line[:_COMMAND_HEAD].rstrip()
+    return _cut_at_word(_before_first_path(line), _COMMAND_HEAD)
+
+
+def _before_first_path(line: str) -> str:
+    words = list(_WORD_SPAN.finditer(line))
+    if not words or words[0].group() not in _READ_ONLY:
+        return line
+    if words[0].group() == "sed" and any(w.group().startswith("-i") for w in words):
+        return line  # sed -i changes the file: the whole edit is the fact
+    for word in words[1:]:
+        text = word.group()
+        if text[0] not in "'\"-" and ("/" in text or re.search(rf"\.(?:{_EXT})$", text)) \
+                and _is_path(re.sub(r":\d+(?::\d+)?$", "", text)):
+            return line[: word.start()].rstrip()
+    return line
 
 
 def _tool_call(ledger: _Ledger, block: dict[str, object], position: int) -> None:
@@ -146,7 +175,7 @@ def _tool_call(ledger: _Ledger, block: dict[str, object], position: int) -> None
 def _user_request(ledger: _Ledger, text: str, position: int) -> None:
     if not text.strip():
         return
-    ledger.add("requests", _head(text, _REQUEST_HEAD), position)
+    ledger.add("requests", _cut_at_word(_head(text), _REQUEST_HEAD), position)
     for url in _URL.findall(text):
         ledger.add("identifiers", url.rstrip(".,;:!?"), position)
     for number in _ISSUE.findall(text):
@@ -198,15 +227,25 @@ def strip_fact_block(summary: str) -> str:
 
 
 def parse_fact_block(summary: str) -> list[tuple[str, str]]:
-    """The ``(kind, text)`` lines of a trailing block; the 'not kept' note is not a fact."""
+    """The ``(kind, text)`` facts of a trailing block; the 'not kept' note is not a fact.
+
+    Reads the sectioned layout (``paths:`` then ``- text`` lines) and the one-line layout of
+    earlier versions (``path: text``), so summaries stored before an upgrade keep their facts.
+    """
     if not summary.endswith(CLOSE) or OPEN not in summary:
         return []
     body = summary[summary.rindex(OPEN) + len(OPEN) : -len(CLOSE)]
-    facts = []
+    facts: list[tuple[str, str]] = []
+    section = None
     for line in body.split("\n"):
-        label, sep, text = line.partition(": ")
-        if sep and label in _KIND_OF_LABEL and text.strip():
-            facts.append((_KIND_OF_LABEL[label], text.strip()))
+        if line.endswith(":") and line[:-1] in FACT_KINDS:
+            section = line[:-1]
+        elif line.startswith("- ") and section and line[2:].strip():
+            facts.append((section, line[2:].strip()))
+        else:
+            label, sep, text = line.partition(": ")
+            if sep and label in _KIND_OF_LABEL and text.strip():
+                facts.append((_KIND_OF_LABEL[label], text.strip()))
     return facts
 
 
@@ -221,31 +260,50 @@ def _omitted_note(left_out: Sequence[Fact]) -> str:
 
 
 def _render(chosen: Sequence[Fact], left_out: Sequence[Fact]) -> str:
-    order = {k: i for i, k in enumerate(FACT_KINDS)}
-    lines = [f"{_LABEL[f.kind]}: {f.text}" for f in sorted(chosen, key=lambda f: order[f.kind])]
+    lines: list[str] = []
+    for kind in FACT_KINDS:
+        of_kind = [f for f in chosen if f.kind == kind]
+        if of_kind:
+            lines += [f"{kind}:", *(f"- {f.text}" for f in of_kind)]
     if left_out:
         lines.append(_omitted_note(left_out))
     return "\n\n" + "\n".join([OPEN, *lines, CLOSE]) if lines else ""
 
 
 _NOTE_ROOM = 140  # characters kept free for the "not kept" note
+_HEADERS = sum(len(kind) + 2 for kind in FACT_KINDS)
 
 
-def _choose(lost: Sequence[Fact], budget: int) -> tuple[list[Fact], list[Fact]]:
-    room = 4 * budget - len(OPEN) - len(CLOSE) - 4 - _NOTE_ROOM  # estimate: 4 chars a token
+def _choose(lost: Sequence[Fact], budget: int) -> tuple[list[Fact], list[Fact], list[Fact]]:
+    """(facts given a line, facts found inside those lines, facts left out).
+
+    "ls" is found in the line "ls -la": a fact inside a chosen one needs no line of its own.
+    """
+    # estimate: 4 chars a token; a header line per kind, "- " and a newline per fact
+    room = 4 * budget - len(OPEN) - len(CLOSE) - 4 - _NOTE_ROOM - _HEADERS
     chosen: list[Fact] = []
+    covered: list[Fact] = []
     left_out: list[Fact] = []
     used = 0
     for fact in sorted(lost, key=_priority):
-        cost = js_len(f"{_LABEL[fact.kind]}: {fact.text}") + 1
-        if used + cost <= room:
-            chosen.append(fact)
-            used += cost
-        else:
+        text = _norm(fact.text)
+        if any(text in _norm(c.text) for c in chosen):
+            covered.append(fact)
+            continue
+        cost = js_len(fact.text) + 3
+        if used + cost > room:
             left_out.append(fact)
+            continue
+        inner = [c for c in chosen if _norm(c.text) in text]
+        chosen = [c for c in chosen if c not in inner] + [fact]
+        covered += inner
+        used += cost - sum(js_len(c.text) + 3 for c in inner)
     while chosen and estimate_tokens(_render(chosen, left_out)) > budget:
         left_out.append(chosen.pop())
-    return chosen, left_out
+    lines = "\n".join(_norm(f.text) for f in chosen)
+    covered += [f for f in left_out if _norm(f.text) in lines]
+    left_out = [f for f in left_out if _norm(f.text) not in lines]
+    return chosen, covered, left_out
 
 
 @dataclass(frozen=True)
@@ -254,19 +312,25 @@ class LedgerResult:
     stats: dict[str, dict[str, int]]  # kind -> {total, inSummary, appended, dropped}
 
 
-def apply_ledger(facts: Sequence[Fact], found_in: str, budget: int, *, append: bool = True) -> LedgerResult:
-    """Check ``facts`` against ``found_in`` (summary + kept text); the block of the lost ones."""
+def apply_ledger(facts: Sequence[Fact], found_in: str, budget: int, *,
+                 append: bool = True) -> LedgerResult:
+    """Check ``facts`` against ``found_in`` (summary + kept text); the block of the lost ones.
+
+    ``appended`` counts the facts findable in the block: those given a line and those inside
+    another fact's line.
+    """
     haystack = _norm(found_in)
     lost = [f for f in facts if _norm(f.text) not in haystack]
-    chosen, left_out = _choose(lost, budget) if append and budget > 0 else ([], list(lost))
+    writing = append and budget > 0
+    chosen, covered, left_out = _choose(lost, budget) if writing else ([], [], list(lost))
     stats = {}
     for kind in FACT_KINDS:
         total = sum(1 for f in facts if f.kind == kind)
-        appended = sum(1 for f in chosen if f.kind == kind)
+        appended = sum(1 for f in (*chosen, *covered) if f.kind == kind)
         dropped = sum(1 for f in left_out if f.kind == kind)
         stats[kind] = {"total": total, "inSummary": total - appended - dropped,
                        "appended": appended, "dropped": dropped}
-    block = _render(chosen, left_out) if append and budget > 0 else ""
+    block = _render(chosen, left_out) if writing else ""
     return LedgerResult(block if estimate_tokens(block) <= budget else "", stats)
 
 
