@@ -282,13 +282,12 @@ class CompactionClient(_ClientCore):
         (the handle is then finished: ``from_draft``). Threshold/overflow raise
         :class:`CompactionLoopError` when the loop guard trips. ``context_window`` (the
         agent's) lets the result say whether the compaction was ``ineffective``."""
-        handle, discarded = _instant.from_draft(self, session_id, reason, instructions,
-                                                context_window)
-        if handle is not None:
-            return handle
         request = self._request(JobKind.COMPACT, reason, instructions,
                                 context_window=context_window)
-        return self._enqueue(session_id, request, discarded)
+        handle, enqueued, discarded = _instant.from_draft(self, session_id, request)
+        if handle is not None:
+            return handle
+        return self._enqueue(session_id, request, discarded, enqueued)
 
     def observe(self, session_id: str, *, context_tokens: int,
                 context_window: int) -> _instant.ObserveResult:
@@ -360,9 +359,10 @@ class CompactionClient(_ClientCore):
         if self._blocking is not None:
             self._blocking.close()
 
-    def _enqueue(self, session_id: str, request: dict[str, Any],
-                 discarded: str | None = None) -> JobHandle:
-        result = self.jobs.enqueue(session_id, **request, broker_db=self._inline_db())
+    def _enqueue(self, session_id: str, request: dict[str, Any], discarded: str | None = None,
+                 result: EnqueueResult | None = None) -> JobHandle:
+        if result is None:  # else compact_auto.lua enqueued it already
+            result = self.jobs.enqueue(session_id, **request, broker_db=self._inline_db())
         if discarded:
             self.io.run(self._discarded(session_id, request, result, discarded))
         if result.must_send:
@@ -413,13 +413,12 @@ class AsyncCompactionClient(_ClientCore):
     async def compact(self, session_id: str, reason: CompactReason | str = "manual",
                       instructions: str | None = None, *,
                       context_window: int | None = None) -> AsyncJobHandle:
-        handle, discarded = await _instant.from_draft_async(self, session_id, reason,
-                                                            instructions, context_window)
-        if handle is not None:
-            return handle
         request = self._request(JobKind.COMPACT, reason, instructions,
                                 context_window=context_window)
-        return await self._enqueue(session_id, request, discarded)
+        handle, enqueued, discarded = await _instant.from_draft_async(self, session_id, request)
+        if handle is not None:
+            return handle
+        return await self._enqueue(session_id, request, discarded, enqueued)
 
     async def observe(self, session_id: str, *, context_tokens: int,
                       context_window: int) -> _instant.ObserveResult:
@@ -475,8 +474,11 @@ class AsyncCompactionClient(_ClientCore):
             await self._blocking.aclose()  # type: ignore[attr-defined]
 
     async def _enqueue(self, session_id: str, request: dict[str, Any],
-                       discarded: str | None = None) -> AsyncJobHandle:
-        result = await self.jobs.enqueue(session_id, **request, broker_db=self._inline_db())
+                       discarded: str | None = None,
+                       result: EnqueueResult | None = None) -> AsyncJobHandle:
+        if result is None:
+            result = await self.jobs.enqueue(session_id, **request,
+                                             broker_db=self._inline_db())
         if discarded:
             await self.io.run(self._discarded(session_id, request, result, discarded))
         if result.must_send:

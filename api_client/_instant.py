@@ -11,14 +11,14 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from api_client._calls import Flow
 from api_client._decide import should_compact, should_precompute
 from api_client._handle import AsyncJobHandle, JobHandle
 from api_client.drafts import DraftOutcome, apply_draft, check_draft, refuse, uses_draft
 from api_client.errors import BrokerUnavailableError
-from api_client.jobs import check_context_window
+from api_client.jobs import EnqueueResult, check_context_window, parse_enqueue
 from api_client.wire import DRAFT_APPLIED_ROUTE, CompactReason, JobKind
 
 if TYPE_CHECKING:
@@ -55,40 +55,56 @@ def _notify(producer: TaskProducer, job_id: str) -> None:
                     job_id, err)
 
 
-def _attempt(client: _Client, session_id: str, reason: CompactReason | str,
-             instructions: str | None, context_window: int | None,
-             started: float) -> Flow[tuple[str | None, bool, str | None]]:
-    """The loop guard and the draft in one round trip (automatic reasons only): (job id of a
-    finished job — the applied draft, or the refusal's failed record —, from a draft, discard
-    cause worth reporting)."""
-    check_context_window(context_window)
+@dataclass(frozen=True, slots=True)
+class _Tried:
+    finished: str | None = None  # job id of a finished job: the applied draft, or a refusal
+    from_draft: bool = False
+    cause: str | None = None  # a discarded draft's cause worth reporting
+    enqueued: EnqueueResult | None = None  # no draft: the job enqueued in the same script
+
+
+def _attempt(client: _Client, session_id: str, request: dict[str, Any],
+             broker_db: int | None, started: float) -> Flow[_Tried]:
+    """The loop guard, the draft and — when no draft was there — the enqueue, in one round trip
+    (automatic reasons only; ``compact_auto.lua``)."""
+    reason, instructions = request["reason"], request["instructions"]
+    context_window = check_context_window(request.get("context_window"))
     if reason not in GUARDED:
-        return None, False, None
+        return _Tried()
+    job = client.jobs.enqueue_script(session_id, JobKind.COMPACT, reason, instructions, None,
+                                     broker_db, context_window)
+    yield from job.index_first()
     outcome: DraftOutcome = yield from apply_draft(
         client.layout, client.settings, session_id, reason,
         use_draft=uses_draft(reason, instructions), context_window=context_window,
-        started=started)
+        started=started, then=job.script)
+    if outcome.status == "enqueued" and outcome.enqueue_reply is not None:
+        result = parse_enqueue(outcome.enqueue_reply, job.route, job.indexed)
+        yield from job.unindex(result.outcome == "created")
+        return _Tried(enqueued=result)
+    yield from job.unindex(False)
     if outcome.status == "guarded" and outcome.guard_count is not None:
         job_id = yield from refuse(client.layout, client.settings, session_id, reason,
                                    outcome.guard_count, context_window)
-        return job_id, False, None
+        return _Tried(finished=job_id)
     if not outcome.applied or outcome.job_id is None:
-        return None, False, None if outcome.cause in (None, "nodraft") else outcome.cause
-    return outcome.job_id, True, None
+        return _Tried(cause=None if outcome.cause in (None, "nodraft") else outcome.cause)
+    return _Tried(finished=outcome.job_id, from_draft=True)
 
 
-def from_draft(client: CompactionClient, session_id: str, reason: CompactReason | str,
-               instructions: str | None, context_window: int | None = None,
-               ) -> tuple[JobHandle | None, str | None]:
-    """(finished handle, None) when a draft applied or the loop guard refused (then ``wait()``
-    raises :class:`CompactionLoopError`), else (None, discard cause or None)."""
-    job_id, applied, cause = client.io.run(_attempt(
-        client, session_id, reason, instructions, context_window, time.perf_counter()))
-    if job_id is None:
-        return None, cause
-    if applied:
-        _notify(client.producer, job_id)
-    return JobHandle(client, job_id, session_id, JobKind.COMPACT, from_draft=applied), None
+def from_draft(client: CompactionClient, session_id: str, request: dict[str, Any],
+               ) -> tuple[JobHandle | None, EnqueueResult | None, str | None]:
+    """(finished handle, None, None) when a draft applied or the loop guard refused (then
+    ``wait()`` raises :class:`CompactionLoopError`); (None, the enqueued job, None) when there
+    was no draft; else (None, None, the discard cause or None): the caller enqueues."""
+    tried = client.io.run(_attempt(client, session_id, request, client._inline_db(),
+                                   time.perf_counter()))
+    if tried.finished is None:
+        return None, tried.enqueued, tried.cause
+    if tried.from_draft:
+        _notify(client.producer, tried.finished)
+    return JobHandle(client, tried.finished, session_id, JobKind.COMPACT,
+                     from_draft=tried.from_draft), None, None
 
 
 def observe(client: CompactionClient, session_id: str, *, context_tokens: int,
@@ -108,16 +124,16 @@ def observe(client: CompactionClient, session_id: str, *, context_tokens: int,
 
 
 async def from_draft_async(client: AsyncCompactionClient, session_id: str,
-                           reason: CompactReason | str, instructions: str | None,
-                           context_window: int | None = None,
-                           ) -> tuple[AsyncJobHandle | None, str | None]:
-    job_id, applied, cause = await client.io.run(_attempt(
-        client, session_id, reason, instructions, context_window, time.perf_counter()))
-    if job_id is None:
-        return None, cause
-    if applied:
-        await asyncio.to_thread(_notify, client.producer, job_id)
-    return AsyncJobHandle(client, job_id, session_id, JobKind.COMPACT, from_draft=applied), None
+                           request: dict[str, Any],
+                           ) -> tuple[AsyncJobHandle | None, EnqueueResult | None, str | None]:
+    tried = await client.io.run(_attempt(client, session_id, request, client._inline_db(),
+                                         time.perf_counter()))
+    if tried.finished is None:
+        return None, tried.enqueued, tried.cause
+    if tried.from_draft:
+        await asyncio.to_thread(_notify, client.producer, tried.finished)
+    return AsyncJobHandle(client, tried.finished, session_id, JobKind.COMPACT,
+                          from_draft=tried.from_draft), None, None
 
 
 async def observe_async(client: AsyncCompactionClient, session_id: str, *, context_tokens: int,

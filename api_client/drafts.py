@@ -78,6 +78,7 @@ class DraftOutcome:
     ineffective: bool | None = None
     stall_ms: float | None = None
     guard_count: int | None = None  # guarded: automatic compactions within the window
+    enqueue_reply: tuple[Any, ...] | None = None  # enqueued: enqueue.lua's reply
 
     @property
     def applied(self) -> bool:
@@ -140,19 +141,30 @@ def _global_copies(layout: KeyLayout, settings: ClientSettings, job_id: str,
 
 def apply_draft(layout: KeyLayout, settings: ClientSettings, session_id: str,
                 reason: CompactReason | str, *, use_draft: bool = True,
-                context_window: int | None = None,
-                started: float | None = None) -> Flow[DraftOutcome]:
+                context_window: int | None = None, started: float | None = None,
+                then: Script | None = None) -> Flow[DraftOutcome]:
     """The loop guard, then (``use_draft``) the session's draft if it is still valid: one
     EVALSHA (see the module doc). ``guarded``: the guard refused, nothing written yet (see
     :func:`refuse`); ``clear``: the guard let a request without a draft pass. ``started``
-    (``time.perf_counter()`` at the call) stores the measured stall on the record."""
+    (``time.perf_counter()`` at the call) stores the measured stall on the record.
+
+    ``then`` (enqueue.lua's call) runs in the same script when there was no draft to apply and
+    the guard let the request pass (``compact_auto.lua``): ``enqueued`` with its reply.
+    """
     why = CompactReason(reason)
     if why not in (CompactReason.THRESHOLD, CompactReason.OVERFLOW):
         raise InvalidRequestError(f"a draft is applied by a threshold or overflow compaction, "
                                   f"not {why.value}")
     script, job_id = _call(layout, settings, session_id, why, "apply" if use_draft else "guard",
                            context_window)
-    reply = [str(x) for x in (yield script)]
+    if then is not None:
+        script = Script("compact_auto", [*script.keys, *then.keys],
+                        [str(len(script.keys)), str(len(script.args)), *script.args, *then.args],
+                        then.rescue)
+    raw = yield script
+    if str(raw[0]) == "enqueued":
+        return DraftOutcome("enqueued", enqueue_reply=tuple(raw[1:]))
+    reply = [str(x) for x in raw]
     if reply[0] == "guarded":
         return DraftOutcome("guarded", guard_count=int(reply[1]))
     if reply[0] != "applied":

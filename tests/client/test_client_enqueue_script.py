@@ -90,9 +90,9 @@ def test_one_round_trip_for_a_new_job(client: CompactionClient, raw: redis.Redis
     client.warm()
     monitor = Monitor(client.settings.redis_url)
     handle = client.compact("s1", "threshold")
-    # A threshold compaction first tries the session's draft (apply_draft.lua, README "Instant
-    # compaction"): with none, the enqueue follows as the second and last round trip.
-    assert monitor.until_marker() == ["EVALSHA", "EVALSHA"]
+    # A threshold compaction tries the session's draft and, with none, enqueues in the same
+    # script (compact_auto.lua, README "Instant compaction"): one round trip too.
+    assert monitor.until_marker() == ["EVALSHA"]
     assert client.broker_mode == "inline"
     (message,) = [json.loads(m) for m in raw.lrange("compactor.compact:3", 0, -1)]
     assert message["headers"]["id"] == handle.id
@@ -104,17 +104,21 @@ def test_one_round_trip_for_a_new_job(client: CompactionClient, raw: redis.Redis
 def test_async_one_round_trip(settings: ClientSettings, raw: redis.Redis[str]) -> None:
     seed_sessions(settings.redis_url, "s1")
 
-    async def run() -> tuple[str, list[str]]:
+    async def run() -> tuple[str, list[str], str, list[str]]:
         async with AsyncCompactionClient(settings) as ac:
             await ac.warm()
             monitor = Monitor(settings.redis_url)
             job_id = (await ac.prune("s1")).id
-            return job_id, monitor.until_marker()
+            sent = monitor.until_marker()
+            overflow = (await ac.compact("s1", "overflow")).id
+            return job_id, sent, overflow, monitor.until_marker()
 
-    job_id, sent = asyncio.run(run())
-    assert sent == ["EVALSHA"]
+    job_id, sent, overflow, sent_overflow = asyncio.run(run())
+    assert sent == ["EVALSHA"] and sent_overflow == ["EVALSHA"]
     (message,) = [json.loads(m) for m in raw.lrange("compactor.prune:6", 0, -1)]
     assert message["headers"]["id"] == job_id
+    (urgent,) = [json.loads(m) for m in raw.lrange("compactor.urgent", 0, -1)]
+    assert urgent["headers"]["id"] == overflow
 
 
 def test_missing_session_and_target_write_nothing(client: CompactionClient,

@@ -11,6 +11,7 @@ carried into the next ledger as the oldest candidates.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import shlex
@@ -108,12 +109,23 @@ class _Ledger:
             fact.last = position
 
     def paths_in(self, text: str, position: int) -> None:
-        """Whole shell words that name files: with a slash or a known extension, a letter, no URL."""
-        text = text.split("<<", 1)[0][:2000]  # a heredoc's body is content, not a path
-        for word in _shell_words(text):
-            word = re.sub(r":\d+(?::\d+)?$", "", word.strip(".:"))  # file.py:12:3
-            if ("/" in word or re.search(rf"\.(?:{_EXT})$", word)) and _is_path(word):
-                self.add("paths", word, position)
+        for path in _paths_of(text):
+            self.add("paths", path, position)
+
+
+@functools.lru_cache(maxsize=8192)
+def _paths_of(text: str) -> tuple[str, ...]:
+    """Whole shell words that name files: with a slash or a known extension, a letter, no URL.
+
+    Cached by text for the process: a worker that sees a session grow reads only new commands.
+    """
+    text = text.split("<<", 1)[0][:2000]  # a heredoc's body is content, not a path
+    paths = []
+    for word in _shell_words(text):
+        word = re.sub(r":\d+(?::\d+)?$", "", word.strip(".:"))  # file.py:12:3
+        if ("/" in word or re.search(rf"\.(?:{_EXT})$", word)) and _is_path(word):
+            paths.append(word)
+    return tuple(paths)
 
 
 def _shell_words(text: str) -> list[str]:
@@ -133,6 +145,7 @@ def _is_path(word: str) -> bool:
             and re.search(r"[A-Za-z]", word) is not None and len(word) > 2)
 
 
+@functools.lru_cache(maxsize=8192)
 def command_head(command: str) -> str:
     """A command as the ledger keeps it: its first line without a leading ``cd DIR &&`` and
     without output plumbing (pipes, redirections), whitespace collapsed; a read-only program
@@ -281,28 +294,35 @@ def _choose(lost: Sequence[Fact], budget: int) -> tuple[list[Fact], list[Fact], 
     """
     # estimate: 4 chars a token; a header line per kind, "- " and a newline per fact
     room = 4 * budget - len(OPEN) - len(CLOSE) - 4 - _NOTE_ROOM - _HEADERS
+    norm = {id(f): _norm(f.text) for f in lost}
     chosen: list[Fact] = []
     covered: list[Fact] = []
     left_out: list[Fact] = []
     used = 0
+    joined = ""  # the chosen lines: normalized texts hold no newline, so none matches across two
     for fact in sorted(lost, key=_priority):
-        text = _norm(fact.text)
-        if any(text in _norm(c.text) for c in chosen):
+        text = norm[id(fact)]
+        if text in joined:
             covered.append(fact)
             continue
         cost = js_len(fact.text) + 3
         if used + cost > room:
             left_out.append(fact)
             continue
-        inner = [c for c in chosen if _norm(c.text) in text]
-        chosen = [c for c in chosen if c not in inner] + [fact]
-        covered += inner
-        used += cost - sum(js_len(c.text) + 3 for c in inner)
+        inner = [c for c in chosen if norm[id(c)] in text]
+        if inner:
+            chosen = [c for c in chosen if c not in inner]
+            covered += inner
+            used -= sum(js_len(c.text) + 3 for c in inner)
+            joined = "\n".join(norm[id(c)] for c in chosen)
+        chosen.append(fact)
+        joined += "\n" + text
+        used += cost
     while chosen and estimate_tokens(_render(chosen, left_out)) > budget:
         left_out.append(chosen.pop())
-    lines = "\n".join(_norm(f.text) for f in chosen)
-    covered += [f for f in left_out if _norm(f.text) in lines]
-    left_out = [f for f in left_out if _norm(f.text) not in lines]
+    lines = "\n".join(norm[id(f)] for f in chosen)
+    covered += [f for f in left_out if norm[id(f)] in lines]
+    left_out = [f for f in left_out if norm[id(f)] not in lines]
     return chosen, covered, left_out
 
 

@@ -8,7 +8,7 @@ call is kept too, or report that no safe cut exists.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from api_client.session import CompactionEntry, Entry, Message, MessageEntry
 from worker.compaction.cutpoint import is_valid_cut_point
@@ -38,33 +38,32 @@ def _holds_call(message: Message, call_id: str | None) -> bool:
     return call_id in ids if call_id is not None else bool(ids)
 
 
-def orphaned_tool_results(messages: Iterable[Message]) -> list[int]:
-    """Positions of the tool results that no earlier assistant message of the list called."""
+def _orphans(messages: Iterable[tuple[int, Message]]) -> Iterator[tuple[int, Message]]:
+    """The (position, message) of each tool result no earlier assistant message called."""
     seen: set[str] = set()
     any_call = False
-    orphans: list[int] = []
-    for position, message in enumerate(messages):
-        if message.get("role") == "assistant":
+    for position, message in messages:
+        role = message.get("role")
+        if role == "assistant":
             ids = tool_call_ids(message)
             seen |= ids
             any_call = any_call or bool(ids)
-        elif message.get("role") == "toolResult":
+        elif role == "toolResult":
             call_id = _call_id(message)
             if not (call_id in seen if call_id is not None else any_call):
-                orphans.append(position)
-    return orphans
+                yield position, message
 
 
-def _kept(path: Sequence[Entry], first: int) -> list[tuple[int, Message]]:
-    # What the new compaction's context keeps; earlier compactions contribute nothing (SPEC §4).
-    return [(i, e.message) for i, e in enumerate(path[first:], start=first)
-            if isinstance(e, MessageEntry)]
+def orphaned_tool_results(messages: Iterable[Message]) -> list[int]:
+    """Positions of the tool results that no earlier assistant message of the list called."""
+    return [position for position, _ in _orphans(enumerate(messages))]
 
 
 def _first_orphan(path: Sequence[Entry], first: int) -> tuple[int, Message] | None:
-    kept = _kept(path, first)
-    orphans = orphaned_tool_results(m for _, m in kept)
-    return kept[orphans[0]] if orphans else None
+    # What the new compaction's context keeps; earlier compactions contribute nothing (SPEC §4).
+    kept = ((i, path[i].message) for i in range(first, len(path))  # type: ignore[attr-defined]
+            if isinstance(path[i], MessageEntry))
+    return next(_orphans(kept), None)
 
 
 def _caller_index(path: Sequence[Entry], result: Message, before: int, floor: int) -> int | None:
