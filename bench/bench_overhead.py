@@ -103,7 +103,9 @@ def _job(path: list[Any], tokenizer: Any, router: Any) -> None:
         plan_prune,
         prepare_compaction,
     )
+    from worker.tokens import JobTokenizer
 
+    tokenizer = JobTokenizer(tokenizer)  # as the worker: one per job
     plan_prune(path, tokenizer)
     prep = prepare_compaction(path, CompactionSettings(), tokenizer)
     assert prep is not None

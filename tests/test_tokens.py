@@ -156,3 +156,21 @@ def test_a_grown_session_tokenizes_only_its_new_text(pi_file: Path) -> None:
     prepare_compaction(grown, CompactionSettings(), tok)
     plan_prune(grown, tok)
     assert encoded and all("[new]" in t for t in encoded)
+
+
+def test_job_tokenizer_counts_each_message_object_once() -> None:
+    from worker.tokens import JobTokenizer
+
+    calls: list[object] = []
+
+    class Counting(EstimateTokenizer):
+        def count(self, message: Any) -> int:
+            calls.append(message)
+            return super().count(message)
+
+    job = JobTokenizer(Counting())
+    first = {"role": "user", "content": "x" * 40, "timestamp": 1}
+    twin = dict(first)  # equal content, another object: counted again (by the inner cache)
+    assert [job.count(first), job.count(first), job.count(twin)] == [10, 10, 10]
+    assert calls == [first, twin] and calls[0] is first and calls[1] is twin
+    assert job.name == "estimate" and job.count_text("abcd") == 1

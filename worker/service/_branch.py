@@ -52,7 +52,7 @@ def _summary(ctx: JobContext, prep: TreePreparation) -> tuple[str | None, Any, b
         return None, None, False, ()
     ctx.control.check()
     outcome = summarize_branch(
-        prep.entries_to_summarize, ctx.summarizer, tokenizer=ctx.rt.tokenizer,
+        prep.entries_to_summarize, ctx.summarizer, tokenizer=ctx.tokenizer,
         context_window=_context_window(ctx), reserve_tokens=ctx.rt.settings.branch_reserve_tokens,
         custom_instructions=ctx.record.instructions, cancel=ctx.control,
         fact_budget_tokens=ctx.rt.settings.fact_budget_tokens)

@@ -57,7 +57,7 @@ def _reason(ctx: JobContext) -> CompactReason:
 
 
 def _plan(ctx: JobContext, path: Sequence[Entry]) -> Preparation | None:
-    prep = prepare_compaction(path, ctx.rt.compaction_settings, ctx.rt.tokenizer)
+    prep = prepare_compaction(path, ctx.rt.compaction_settings, ctx.tokenizer)
     if prep is None and _reason(ctx) is CompactReason.MANUAL:
         # Automatic compaction ends quietly when there is nothing to do (SPEC §12.4 step 2).
         if no_plan_reason(path) == "already compacted":
@@ -104,7 +104,7 @@ def _tokens_after(ctx: JobContext, path: Sequence[Entry], entry: JsonObject) -> 
     """Tokens of the context the compacted path sends to the model (before later appends)."""
     tree = SessionTree([*path, parse_entry(dict(entry))])
     context = build_session_context(tree, str(entry["id"]), strict=False)
-    return sum(ctx.rt.tokenizer.count(m.message) for m in context.messages)
+    return sum(ctx.tokenizer.count(m.message) for m in context.messages)
 
 
 def _result(ctx: JobContext, progress: Progress, draft: Draft) -> dict[str, Any]:

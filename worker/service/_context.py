@@ -11,6 +11,7 @@ from api_client.wire import EventType, JobEvent, JobRecord, now_iso
 from worker.llm import Summarizer, SummaryResult, Usage
 from worker.service._control import JobControl
 from worker.service.ports import Runtime
+from worker.tokens import JobTokenizer, Tokenizer
 
 __all__ = [
     "JobContext",
@@ -27,6 +28,11 @@ class JobContext:
     record: JobRecord          # as of this delivery (state running, attempt counted)
     control: JobControl
     summarizer: Summarizer
+    # This job's counts: each message counted once per job (the process cache sits behind it).
+    tokenizer: Tokenizer = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.tokenizer = JobTokenizer(self.rt.tokenizer)
 
     @property
     def job_id(self) -> str:

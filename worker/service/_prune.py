@@ -46,7 +46,7 @@ def _rewrites(ctx: JobContext, snap: Snapshot, plan: PrunePlan) -> list[tuple[st
 def prune_pass(ctx: JobContext, snap: Snapshot, round_no: int, *, own_effect: bool) -> PruneStep:
     """Plan on ``snap`` and rewrite the planned tool results in one atomic step."""
     path = snap.session.tree().path_to(snap.leaf_id)
-    plan = plan_prune(path, ctx.rt.tokenizer)
+    plan = plan_prune(path, ctx.tokenizer)
     if not plan.pruned_entry_ids:
         return PruneStep()
     step = PruneStep(plan.pruned_entry_ids, plan.tokens_saved)

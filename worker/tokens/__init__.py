@@ -9,6 +9,7 @@ from worker.tokens.cache import TOKEN_CACHE, TokenCache
 from worker.tokens.counting import (
     IMAGE_CHARS,
     EstimateTokenizer,
+    JobTokenizer,
     MessageText,
     TiktokenTokenizer,
     Tokenizer,
@@ -22,6 +23,7 @@ __all__ = [
     "IMAGE_CHARS",
     "TOKEN_CACHE",
     "EstimateTokenizer",
+    "JobTokenizer",
     "MessageText",
     "TiktokenTokenizer",
     "TokenCache",

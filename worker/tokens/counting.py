@@ -174,6 +174,33 @@ class TiktokenTokenizer:
         return sum(self.count_text(p) for p in pieces)
 
 
+class JobTokenizer:
+    """One job's view of a tokenizer: each message object is counted once per job.
+
+    A compaction job counts the same messages in the prune pass, the keep-ratio estimate, the
+    cut point and the context after the commit; the content cache makes each count cheap, but
+    finding a message's text pieces again is not. Keyed by object identity, holding the
+    message (so an id is never reused while cached): make one per job, never share it. The
+    snapshot's messages are not changed while a job plans on them.
+    """
+
+    def __init__(self, inner: Tokenizer) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self._counted: dict[int, tuple[Message, int]] = {}
+
+    def count(self, message: Message) -> int:
+        hit = self._counted.get(id(message))
+        if hit is not None and hit[0] is message:
+            return hit[1]
+        tokens = self.inner.count(message)
+        self._counted[id(message)] = (message, tokens)
+        return tokens
+
+    def count_text(self, text: str) -> int:
+        return self.inner.count_text(text)
+
+
 SEGMENT_MIN_CHARS = 2048  # shorter texts are one cache entry
 _SEGMENT_CUT = re.compile(r"(?<=\n)(?=\[)")
 
