@@ -141,3 +141,23 @@ def test_kept_messages_count_as_found() -> None:
     ledger = compaction_ledger(prep, "summary")
     assert ledger.stats["identifiers"] == {"total": 1, "inSummary": 1, "appended": 0, "dropped": 0}
     assert ledger.stats["requests"]["appended"] == 1
+
+
+@pytest.mark.parametrize("command", [
+    "cat src/a.py | head -5",
+    "grep -n 'a b' \"src/x y.ts\" lib/z.ts",
+    r'echo "say \"hi\"" > out/log.txt',
+    "cd /srv && make test # then look at build/out.log",
+    "ls dir/#weird/ x.md",
+    "sed -i '' 's|a/b|c/d|g' src/x.ts;git add -A&&git commit -m 'w/ fix'",
+    r"printf a\ b/c.txt (sub/d.py)",
+])
+def test_shell_words_read_as_shlex_does(command: str) -> None:
+    import shlex
+
+    from worker.compaction.facts import _shell_words
+
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    expected = [w for w in lexer if w and not set(w) <= set("();<>|&")]
+    assert _shell_words(command) == expected
