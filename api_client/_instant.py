@@ -71,18 +71,17 @@ def _attempt(client: _Client, session_id: str, request: dict[str, Any],
     context_window = check_context_window(request.get("context_window"))
     if reason not in GUARDED:
         return _Tried()
-    job = client.jobs.enqueue_script(session_id, JobKind.COMPACT, reason, instructions, None,
-                                     broker_db, context_window)
-    yield from job.index_first()
+    # Combined only when the script can index the job itself (the broker is this Redis): else
+    # the due index lies in another Cluster slot, and writing it around an apply would cost
+    # the draft path two round trips; the caller then enqueues as for a manual compaction.
+    job = None if broker_db is None else client.jobs.enqueue_script(
+        session_id, JobKind.COMPACT, reason, instructions, None, broker_db, context_window)
     outcome: DraftOutcome = yield from apply_draft(
         client.layout, client.settings, session_id, reason,
         use_draft=uses_draft(reason, instructions), context_window=context_window,
-        started=started, then=job.script)
-    if outcome.status == "enqueued" and outcome.enqueue_reply is not None:
-        result = parse_enqueue(outcome.enqueue_reply, job.route, job.indexed)
-        yield from job.unindex(result.outcome == "created")
-        return _Tried(enqueued=result)
-    yield from job.unindex(False)
+        started=started, then=None if job is None else job.script)
+    if job is not None and outcome.status == "enqueued" and outcome.enqueue_reply is not None:
+        return _Tried(enqueued=parse_enqueue(outcome.enqueue_reply, job.route, job.indexed))
     if outcome.status == "guarded" and outcome.guard_count is not None:
         job_id = yield from refuse(client.layout, client.settings, session_id, reason,
                                    outcome.guard_count, context_window)
