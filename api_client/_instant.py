@@ -81,7 +81,7 @@ def _attempt(client: _Client, session_id: str, request: dict[str, Any],
         use_draft=uses_draft(reason, instructions), context_window=context_window,
         started=started, then=None if job is None else job.script)
     if job is not None and outcome.status == "enqueued" and outcome.enqueue_reply is not None:
-        return _Tried(enqueued=parse_enqueue(outcome.enqueue_reply, job.route, job.indexed))
+        return _Tried(enqueued=parse_enqueue(outcome.enqueue_reply, job.route, pushed=True))
     if outcome.status == "guarded" and outcome.guard_count is not None:
         job_id = yield from refuse(client.layout, client.settings, session_id, reason,
                                    outcome.guard_count, context_window)

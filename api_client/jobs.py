@@ -78,28 +78,11 @@ class EnqueueResult:
 
 @dataclass(frozen=True, slots=True)
 class EnqueueCall:
-    """enqueue.lua's call for one new job, and the due-index writes around it when the script
-    cannot index the job itself (``indexed`` False: the index lies in another Cluster slot)."""
+    """enqueue.lua's call for one new job and where its task goes, for a flow that runs the
+    script alone or inside ``compact_auto.lua``."""
 
     script: Script
     route: Route
-    indexed: bool
-    due_key: str
-    due_at_ms: int
-
-    @property
-    def job_id(self) -> str:
-        return str(self.script.args[0])
-
-    def index_first(self) -> Flow[None]:
-        # Indexed before the record exists: a client that dies between the two leaves a job
-        # the workers' sweep still finds (an entry without a record is simply dropped).
-        if not self.indexed:
-            yield cmd("zadd", self.due_key, {self.job_id: self.due_at_ms}, nx=True)
-
-    def unindex(self, created: bool) -> Flow[None]:
-        if not self.indexed and not created:
-            yield cmd("zrem", self.due_key, self.job_id)
 
 
 def _enum(cls: type[StrEnum], value: object, what: str) -> Any:
@@ -278,20 +261,25 @@ class _JobCore:
                  context_window: int | None = None) -> Flow[EnqueueResult]:
         call = self.enqueue_script(session_id, kind, reason, instructions, target_id, broker_db,
                                    context_window)
-        yield from call.index_first()
+        job_id, indexed = str(call.script.args[0]), broker_db is not None
+        if not indexed:
+            # Indexed before the record exists: a client that dies between the two leaves a job
+            # the workers' sweep still finds (an entry without a record is simply dropped).
+            yield cmd("zadd", self.layout.jobs_due, {job_id: due_ms(self.settings)}, nx=True)
         reply = yield call.script
-        yield from call.unindex(str(reply[0]) == "created")
-        return parse_enqueue(reply, call.route, call.indexed)
+        if not indexed and str(reply[0]) != "created":
+            yield cmd("zrem", self.layout.jobs_due, job_id)
+        return parse_enqueue(reply, call.route, indexed)
 
     def enqueue_script(self, session_id: str, kind: JobKind | str,
                        reason: CompactReason | str | None, instructions: str | None,
                        target_id: str | None, broker_db: int | None = None,
                        context_window: int | None = None) -> EnqueueCall:
-        """enqueue.lua's call for a new job, for a flow that runs it (alone or combined)."""
+        """enqueue.lua's call for a new job (``broker_db``: the script pushes its task and
+        indexes it too)."""
         keys, args, route = enqueue_call(self.layout, self.settings, session_id, kind, reason,
                                          instructions, target_id, broker_db, context_window)
-        return EnqueueCall(Script("enqueue", keys, args, job_rescue("", session_id)), route,
-                           broker_db is not None, self.layout.jobs_due, due_ms(self.settings))
+        return EnqueueCall(Script("enqueue", keys, args, job_rescue("", session_id)), route)
 
     def _get(self, job_id: str) -> Flow[JobRecord]:
         fields = yield cmd("hgetall", self.layout.job(job_id).record)

@@ -47,14 +47,12 @@ _REQUEST_HEAD = 48
 # path); the file they read is its own path fact, so the block does not carry it twice.
 _READ_ONLY = frozenset({"cat", "head", "tail", "less", "grep", "rg", "ag", "find", "fd", "ls", "tree",
                         "wc", "awk", "stat", "file", "du", "cut", "sort", "uniq", "nl", "sed"})
-_WORD_SPAN = re.compile(r"""(?:'[^']*'|"(?:\\.|[^"\\])*"|[^\s'"]+)+""")
 _PATH_TOOL_KEYS = ("path", "file_path", "filePath")
 _EXT = ("py|pyi|js|mjs|cjs|ts|tsx|jsx|json|jsonl|md|toml|ya?ml|txt|sh|rs|go|c|h|cc|cpp|hpp|java|kt"
         "|rb|php|lua|sql|html|css|scss|cfg|ini|lock|env|xml|csv|log|ipynb")
 _PATH_WORD = re.compile(
     rf"(?:~/|\.{{1,2}}/|/)?(?:[\w@+.-]+/)*[\w@+-][\w@+.-]*(?:/|\.(?:{_EXT}))?|(?:~|/)"
 )
-_SHELL_SPLIT = re.compile(r"[\s'\"`=,;|&()<>]+")
 _CD_PREFIX = re.compile(r"^cd\s+(\S+)\s*&&\s*")
 _PLUMBING = re.compile(r"\s(?:\||2>&1|2>/dev/null|>>?|;)\s?")
 _URL = re.compile(r"https?://[^\s<>()\"'`\]\[]+")
@@ -119,12 +117,15 @@ def _paths_of(text: str) -> tuple[str, ...]:
     Cached by text for the process: a worker that sees a session grow reads only new commands.
     """
     text = text.split("<<", 1)[0][:2000]  # a heredoc's body is content, not a path
-    paths = []
-    for word in _shell_words(text):
-        word = re.sub(r":\d+(?::\d+)?$", "", word.strip(".:"))  # file.py:12:3
-        if ("/" in word or re.search(rf"\.(?:{_EXT})$", word)) and _is_path(word):
-            paths.append(word)
-    return tuple(paths)
+    return tuple(path for word in _shell_words(text) if (path := _path_word(word)))
+
+
+def _path_word(word: str) -> str | None:
+    """The path a shell word names (``file.py:12:3`` names ``file.py``), or None."""
+    word = re.sub(r":\d+(?::\d+)?$", "", word.strip(".:"))
+    if ("/" in word or re.search(rf"\.(?:{_EXT})$", word)) and _is_path(word):
+        return word
+    return None
 
 
 # A word (quoted parts, escapes, plain characters) or a comment: "#" outside quotes, anywhere, to
@@ -170,15 +171,14 @@ def command_head(command: str) -> str:
 
 
 def _before_first_path(line: str) -> str:
-    words = list(_WORD_SPAN.finditer(line))
+    words = [w for w in _SHELL_WORD.finditer(line) if w.group()[0] != "#"]
     if not words or words[0].group() not in _READ_ONLY:
         return line
     if words[0].group() == "sed" and any(w.group().startswith("-i") for w in words):
         return line  # sed -i changes the file: the whole edit is the fact
     for word in words[1:]:
-        text = word.group()
-        if text[0] not in "'\"-" and ("/" in text or re.search(rf"\.(?:{_EXT})$", text)) \
-                and _is_path(re.sub(r":\d+(?::\d+)?$", "", text)):
+        text = word.group()  # a quoted word is a pattern here, not the file read
+        if text[0] not in "'\"-" and _path_word(text):
             return line[: word.start()].rstrip()
     return line
 
