@@ -17,6 +17,7 @@ import redis
 import redis.asyncio
 
 from api_client._calls import AsyncShell, Flow, Pipeline, Rescue, Script, SyncShell, cmd
+from api_client.entry_cache import EntryCache
 from api_client.errors import (
     CompactorError,
     EntryExistsError,
@@ -28,6 +29,7 @@ from api_client.errors import (
 from api_client.keys import KeyLayout, SessionKeys, check_session_id
 from api_client.session import (
     CURRENT_VERSION,
+    Entry,
     IdFactory,
     JsonObject,
     Session,
@@ -135,8 +137,10 @@ def script_error(err: redis.ResponseError, session_id: str) -> CompactorError | 
     return None
 
 
-def build_snapshot(session_id: str, replies: Sequence[Any]) -> Snapshot:
-    """Decode [header, rev, leaf, order, entries-hash] (the load pipeline's replies)."""
+def build_snapshot(session_id: str, replies: Sequence[Any],
+                   cache: EntryCache | None = None) -> Snapshot:
+    """Decode [header, rev, leaf, order, entries-hash] (the load pipeline's replies); with a
+    ``cache``, an entry whose stored text is unchanged is the object parsed before."""
     header_text, rev, leaf, order, stored = replies
     if header_text is None:
         raise SessionNotFoundError(f"Session {session_id} not found")
@@ -147,10 +151,23 @@ def build_snapshot(session_id: str, replies: Sequence[Any]) -> Snapshot:
         if text is None:
             raise SessionFormatError(f"entry {entry_id} is in the order list but not stored",
                                      source=source, line=line)
-        entries.append(parse_entry(_json_object(text, source, line), source=source, line=line))
+        entries.append(_entry(session_id, entry_id, text, line, cache))
     header = _json_object(header_text, source, 1)
     session = Session(header, entries, source, CURRENT_VERSION)
     return Snapshot(session, int(rev or 0), leaf or None)
+
+
+def _entry(session_id: str, entry_id: str, text: str, line: int,
+           cache: EntryCache | None) -> Entry:
+    source = f"redis:{session_id}"
+    if cache is None:
+        return parse_entry(_json_object(text, source, line), source=source, line=line)
+    digest, known = cache.get(session_id, entry_id, text, line)
+    if known is not None:
+        return known
+    entry = parse_entry(_json_object(text, source, line), source=source, line=line)
+    cache.put(session_id, digest, entry)
+    return entry
 
 
 def export_text(session_id: str, replies: Sequence[Any]) -> str:
@@ -188,8 +205,9 @@ def _rescue(session_id: str) -> Rescue:
 class _SessionCore:
     """Every session operation as a flow (see :mod:`api_client._calls`); no I/O here."""
 
-    def __init__(self, layout: KeyLayout | None) -> None:
+    def __init__(self, layout: KeyLayout | None, entry_cache: EntryCache | None = None) -> None:
         self.layout = layout or KeyLayout()
+        self.entry_cache = entry_cache
 
     def keys(self, session_id: str) -> SessionKeys:
         return self.layout.session(session_id)
@@ -222,7 +240,7 @@ class _SessionCore:
         k = self.keys(session_id)
         replies = yield Pipeline((cmd("get", k.header), cmd("get", k.rev), cmd("get", k.leaf),
                                   cmd("lrange", k.order, 0, -1), cmd("hgetall", k.entries)))
-        return build_snapshot(session_id, replies)
+        return build_snapshot(session_id, replies, self.entry_cache)
 
     def _revision(self, session_id: str) -> Flow[int]:
         return int((yield cmd("get", self.keys(session_id).rev)) or 0)
@@ -255,8 +273,9 @@ class SessionStore(_SessionCore):
     server raises :class:`BrokerUnavailableError`; a missing session :class:`SessionNotFoundError`.
     """
 
-    def __init__(self, client: redis.Redis[str], layout: KeyLayout | None = None) -> None:
-        super().__init__(layout)
+    def __init__(self, client: redis.Redis[str], layout: KeyLayout | None = None, *,
+                 entry_cache: EntryCache | None = None) -> None:
+        super().__init__(layout, entry_cache)
         self.redis = client
         self._io = SyncShell(client)
 
@@ -306,8 +325,9 @@ class SessionStore(_SessionCore):
 class AsyncSessionStore(_SessionCore):
     """Sessions in Redis from asyncio code; each method does what :class:`SessionStore`'s does."""
 
-    def __init__(self, client: redis.asyncio.Redis[str], layout: KeyLayout | None = None) -> None:
-        super().__init__(layout)
+    def __init__(self, client: redis.asyncio.Redis[str], layout: KeyLayout | None = None, *,
+                 entry_cache: EntryCache | None = None) -> None:
+        super().__init__(layout, entry_cache)
         self.redis = client
         self._io = AsyncShell(client)
 

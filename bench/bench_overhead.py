@@ -2,15 +2,15 @@
 
     .venv/bin/python bench/bench_overhead.py [--runs 3] [--no-redis]
 
-What one threshold compaction job does outside the model call, in the worker process: the prune
-pass, the plan, building the three requests and the router's fit checks (a candidate with a
+What one threshold compaction job does outside the model call, in the worker process: decoding
+the snapshot's replies (through the worker's entry cache), the prune pass, the plan, building the three requests and the router's fit checks (a candidate with a
 200k window that answers instantly), and counting the context after the commit. Measured:
 
 * ``cold``: the first plan of a fresh process (tiktoken's encoding already loaded: that is
   process start-up, reported apart as ``encoding_load_ms``), median over ``--runs`` processes;
 * ``warm``: the same session planned again in that process (median of 5);
 * ``grow10``: the session grown by 10 % (copies of its last messages with changed text) planned
-  in the warm process: only the new entries should be tokenized;
+  in the warm process: only the new entries should be parsed, tokenized and serialized;
 * ``redis``: snapshot load and the compaction commit against a private redis-server.
 
 Ratios: warm/cold, grow10/cold, and cold and warm as a share of a 2 s model call (the baseline).
@@ -93,9 +93,22 @@ def _router(tokenizer_name: str) -> Any:
     return Router([Instant()], counter=RequestCounter(get_tokenizer(tokenizer_name)))
 
 
-def _job(path: list[Any], tokenizer: Any, router: Any) -> None:
-    """The worker's part of a threshold compaction job, without Redis."""
+def _stored(text: str) -> list[Any]:
+    """The load pipeline's replies for ``text`` as stored: [header, rev, leaf, order, entries]."""
+    from api_client.session import dump_record, load_session
+
+    session = load_session(text)
+    order = [e.id for e in session.entries]
+    return [dump_record(session.header), "1", order[-1], order,
+            {e.id: dump_record(e.raw) for e in session.entries}]
+
+
+def _job(replies: list[Any], tokenizer: Any, router: Any, entries: Any) -> None:
+    """The worker's part of a threshold compaction job after the Redis round trip: decoding
+    the snapshot (through the worker's entry cache), the prune pass, the plan, the requests,
+    the context after the commit."""
     from api_client.session import SessionTree, parse_entry
+    from api_client.session_store import build_snapshot
     from worker.compaction import (
         CompactionSettings,
         build_session_context,
@@ -103,9 +116,11 @@ def _job(path: list[Any], tokenizer: Any, router: Any) -> None:
         plan_prune,
         prepare_compaction,
     )
-    from worker.tokens import JobTokenizer
+    from worker.tokens import JobTokenizer, message_counts
 
-    tokenizer = JobTokenizer(tokenizer)  # as the worker: one per job
+    tree = build_snapshot("bench", replies, entries).session.tree()
+    path = list(tree.path_to(tree.leaf_id))
+    tokenizer = JobTokenizer(tokenizer, message_counts(tokenizer.name))  # as the worker does
     plan_prune(path, tokenizer)
     prep = prepare_compaction(path, CompactionSettings(), tokenizer)
     assert prep is not None
@@ -118,13 +133,6 @@ def _job(path: list[Any], tokenizer: Any, router: Any) -> None:
     sum(tokenizer.count(m.message) for m in context.messages)
 
 
-def _path_of(text: str) -> list[Any]:
-    from api_client.session import load_session
-
-    tree = load_session(text).tree()
-    return list(tree.path_to(tree.leaf_id))
-
-
 def _ms(fn: Any) -> float:
     start = time.perf_counter()
     fn()
@@ -132,23 +140,27 @@ def _ms(fn: Any) -> float:
 
 
 def child(name: str, tokenizer_name: str) -> dict[str, Any]:
+    from api_client.entry_cache import EntryCache
+    from api_client.session import load_session
     from worker.compaction import get_tokenizer
 
-    text = (FIXTURES / f"{name}.jsonl").read_text(encoding="utf-8")
-    path, grown = _path_of(text), _path_of(_grown(text))
+    # As stored: migrated once (a v1/v2 file gets fresh entry ids on every migration), then grown.
+    text = load_session((FIXTURES / f"{name}.jsonl").read_text(encoding="utf-8")).to_jsonl()
+    path, grown = _stored(text), _stored(_grown(text))
     tokenizer = get_tokenizer(tokenizer_name)
+    entries = EntryCache()
     load = 0.0
     if tokenizer_name == "tiktoken":
         from worker.tokens import TiktokenTokenizer
 
         load = _ms(TiktokenTokenizer.encoding)
     router = _router(tokenizer_name)
-    cold = _ms(lambda: _job(path, tokenizer, router))
-    warm = statistics.median(_ms(lambda: _job(path, tokenizer, router)) for _ in range(5))
-    grow = _ms(lambda: _job(grown, tokenizer, router))
+    cold = _ms(lambda: _job(path, tokenizer, router, entries))
+    warm = statistics.median(_ms(lambda: _job(path, tokenizer, router, entries)) for _ in range(5))
+    grow = _ms(lambda: _job(grown, tokenizer, router, entries))
     from worker.tokens import TOKEN_CACHE
 
-    return {"entries": len(path), "grown_entries": len(grown), "encoding_load_ms": load,
+    return {"entries": len(path[3]), "grown_entries": len(grown[3]), "encoding_load_ms": load,
             "cold_ms": cold, "warm_ms": warm, "grow10_ms": grow, "cache_entries": len(TOKEN_CACHE)}
 
 

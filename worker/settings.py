@@ -77,6 +77,8 @@ class WorkerSettings(LlmSettings, ClientSettings):
     tokenizer: TokenizerName = "tiktoken"
     # cl100k counts kept per process (worker.tokens.cache: about 200 bytes each; 0 caches none).
     token_cache_entries: int = Field(default=100_000, ge=0)
+    # Parsed entries reused across snapshot loads (api_client.entry_cache); 0 turns it off.
+    entry_cache_entries: int = Field(default=20_000, ge=0)
     # Branch summaries: the model's window when the candidate list does not name one.
     context_window: int = Field(default=128_000, gt=0)
     branch_reserve_tokens: int = Field(default=16_384, ge=0)

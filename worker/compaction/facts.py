@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from api_client.session import Message
 from api_client.session.convert import text_of_blocks
 from worker.jsjson import js_len
+from worker.memo import IdentityMemo
 
 __all__ = [
     "FACT_KINDS",
@@ -105,9 +106,28 @@ class _Ledger:
             fact.count += 1
             fact.last = position
 
-    def paths_in(self, text: str, position: int) -> None:
-        for path in _paths_of(text):
-            self.add("paths", path, position)
+
+class _Recorder:
+    """The facts one message names, in order, before the ledger normalizes and counts them."""
+
+    def __init__(self) -> None:
+        self.found: list[tuple[str, str]] = []
+
+    def add(self, kind: str, text: str) -> None:
+        self.found.append((kind, text))
+
+    def paths_in(self, text: str) -> None:
+        self.found += [("paths", path) for path in _paths_of(text)]
+
+
+def _message_facts(message: Message) -> tuple[tuple[str, str], ...]:
+    recorder = _Recorder()
+    _one(recorder, message)
+    return tuple(recorder.found)
+
+
+# A message's facts, kept for the next job: unchanged entries are the same objects there.
+_FACTS: IdentityMemo[Message, tuple[tuple[str, str], ...]] = IdentityMemo()
 
 
 @functools.lru_cache(maxsize=8192)
@@ -183,46 +203,46 @@ def _before_first_path(line: str) -> str:
     return line
 
 
-def _tool_call(ledger: _Ledger, block: dict[str, object], position: int) -> None:
+def _tool_call(found: _Recorder, block: dict[str, object]) -> None:
     arguments = block.get("arguments")
     if not isinstance(arguments, dict):
         return
     for key in _PATH_TOOL_KEYS:
         value = arguments.get(key)
         if isinstance(value, str) and value.strip():
-            ledger.add("paths", value, position)
+            found.add("paths", value)
     command = arguments.get("command")
     if isinstance(command, str) and command.strip():
-        ledger.add("commands", command_head(command), position)
-        ledger.paths_in(command, position)
+        found.add("commands", command_head(command))
+        found.paths_in(command)
 
 
-def _user_request(ledger: _Ledger, text: str, position: int) -> None:
+def _user_request(found: _Recorder, text: str) -> None:
     if not text.strip():
         return
-    ledger.add("requests", _cut_at_word(_head(text), _REQUEST_HEAD), position)
+    found.add("requests", _cut_at_word(_head(text), _REQUEST_HEAD))
     for url in _URL.findall(text):
-        ledger.add("identifiers", url.rstrip(".,;:!?"), position)
+        found.add("identifiers", url.rstrip(".,;:!?"))
     for number in _ISSUE.findall(text):
-        ledger.add("identifiers", number, position)
+        found.add("identifiers", number)
 
 
-def _one(ledger: _Ledger, message: Message, position: int) -> None:
+def _one(found: _Recorder, message: Message) -> None:
     role = message.get("role")
     content = message.get("content")
     if role == "user":
-        _user_request(ledger, text_of_blocks(content), position)
+        _user_request(found, text_of_blocks(content))
     elif role == "assistant" and isinstance(content, list):
         for block in content:
             if isinstance(block, dict) and block.get("type") == "toolCall":
-                _tool_call(ledger, block, position)
+                _tool_call(found, block)
     elif role == "toolResult" and message.get("isError"):
         text = text_of_blocks(content)
-        ledger.add("errors", _head(text), position)
-        ledger.paths_in("\n".join(text.strip().splitlines()[:3]), position)
+        found.add("errors", _head(text))
+        found.paths_in("\n".join(text.strip().splitlines()[:3]))
     elif role == "bashExecution" and isinstance(message.get("command"), str):
-        ledger.add("commands", command_head(str(message["command"])), position)
-        ledger.paths_in(str(message["command"]), position)
+        found.add("commands", command_head(str(message["command"])))
+        found.paths_in(str(message["command"]))
 
 
 def extract_facts(messages: Iterable[Message], carried: Sequence[tuple[str, str]] = ()) -> list[Fact]:
@@ -231,7 +251,8 @@ def extract_facts(messages: Iterable[Message], carried: Sequence[tuple[str, str]
     for kind, text in carried:
         ledger.add(kind, text, -1)
     for position, message in enumerate(messages):
-        _one(ledger, message, position)
+        for kind, text in _FACTS.get(message, _message_facts):
+            ledger.add(kind, text, position)
     return _without_contained_paths(list(ledger.facts.values()))
 
 

@@ -10,25 +10,33 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from worker.jsjson import js_json, js_property_order
+from worker.memo import IdentityMemo
 
 __all__ = ["serialize_conversation"]
+
+# A message's parts, kept for the next job: unchanged entries are the same objects there.
+_PARTS: IdentityMemo[Mapping[str, Any], tuple[str, ...]] = IdentityMemo()
+
 
 def serialize_conversation(llm_messages: Iterable[Mapping[str, Any]]) -> str:
     """Render LLM messages as the ``[User]: …`` text the summary prompts embed."""
     parts: list[str] = []
     for message in llm_messages:
-        role = message.get("role")
-        if role == "user":
-            text = _user_text(message.get("content"))
-            if text:
-                parts.append("[User]: " + text)
-        elif role == "assistant":
-            parts.extend(_assistant_parts(message.get("content")))
-        elif role == "toolResult":
-            text = _joined_text(message.get("content"))
-            if text:
-                parts.append("[Tool result]: " + text)
+        parts.extend(_PARTS.get(message, _message_parts))
     return "\n\n".join(parts)
+
+
+def _message_parts(message: Mapping[str, Any]) -> tuple[str, ...]:
+    role = message.get("role")
+    if role == "user":
+        text = _user_text(message.get("content"))
+        return ("[User]: " + text,) if text else ()
+    if role == "assistant":
+        return tuple(_assistant_parts(message.get("content")))
+    if role == "toolResult":
+        text = _joined_text(message.get("content"))
+        return ("[Tool result]: " + text,) if text else ()
+    return ()
 
 
 def _user_text(content: Any) -> str:

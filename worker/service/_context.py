@@ -11,7 +11,7 @@ from api_client.wire import EventType, JobEvent, JobRecord, now_iso
 from worker.llm import Summarizer, SummaryResult, Usage
 from worker.service._control import JobControl
 from worker.service.ports import Runtime
-from worker.tokens import JobTokenizer, Tokenizer
+from worker.tokens import JobTokenizer, Tokenizer, message_counts
 
 __all__ = [
     "JobContext",
@@ -28,11 +28,12 @@ class JobContext:
     record: JobRecord          # as of this delivery (state running, attempt counted)
     control: JobControl
     summarizer: Summarizer
-    # This job's counts: each message counted once per job (the process cache sits behind it).
+    # Each message object counted once in the process: unchanged entries are the same objects
+    # in the next job's snapshot (the session store's entry cache).
     tokenizer: Tokenizer = field(init=False)
 
     def __post_init__(self) -> None:
-        self.tokenizer = JobTokenizer(self.rt.tokenizer)
+        self.tokenizer = JobTokenizer(self.rt.tokenizer, message_counts(self.rt.tokenizer.name))
 
     @property
     def job_id(self) -> str:

@@ -12,6 +12,7 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
+from api_client.entry_cache import EntryCache
 from api_client.keys import KeyLayout
 from api_client.session_store import SessionStore
 from worker.hooks import load_hook_runner
@@ -57,7 +58,8 @@ def build_runtime(settings: WorkerSettings, *,
     on_close.append(client.close)  # last: the router's cooldown store may still write
     return Runtime(
         settings=settings,
-        sessions=SessionStore(client, layout),
+        sessions=SessionStore(client, layout,
+                              entry_cache=EntryCache(settings.entry_cache_entries)),
         jobs=JobStore(client, settings, layout),
         commits=CommitStore(client, layout, walk_limit=settings.commit_walk_limit,
                             effect_retention_s=settings.job_ttl_s + settings.visibility_timeout_s),

@@ -16,6 +16,7 @@ from worker.tokens.counting import (
     TokenizerName,
     ceil4,
     get_tokenizer,
+    message_counts,
     message_text,
 )
 
@@ -31,5 +32,6 @@ __all__ = [
     "TokenizerName",
     "ceil4",
     "get_tokenizer",
+    "message_counts",
     "message_text",
 ]

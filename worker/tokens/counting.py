@@ -17,6 +17,7 @@ from typing import Any, Literal, Protocol
 from api_client.session import Message
 from api_client.session.convert import convert_message
 from worker.jsjson import js_json, js_len
+from worker.memo import IdentityMemo
 from worker.tokens.cache import TOKEN_CACHE, TokenCache
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "TokenizerName",
     "ceil4",
     "get_tokenizer",
+    "message_counts",
     "message_text",
     "segments",
 ]
@@ -175,30 +177,35 @@ class TiktokenTokenizer:
 
 
 class JobTokenizer:
-    """One job's view of a tokenizer: each message object is counted once per job.
+    """One job's view of a tokenizer: a message object is counted once.
 
     A compaction job counts the same messages in the prune pass, the keep-ratio estimate, the
     cut point and the context after the commit; the content cache makes each count cheap, but
-    finding a message's text pieces again is not. Keyed by object identity, holding the
-    message (so an id is never reused while cached): make one per job, never share it. The
-    snapshot's messages are not changed while a job plans on them.
+    finding a message's text pieces again is not. Keyed by object identity: by default for
+    this job only; the worker passes the process-wide ``message_counts(name)``, which serves
+    the next job too because unchanged entries are the same objects there
+    (``api_client.entry_cache``). Messages are never changed in place.
     """
 
-    def __init__(self, inner: Tokenizer) -> None:
+    def __init__(self, inner: Tokenizer, memo: IdentityMemo[Message, int] | None = None) -> None:
         self.inner = inner
         self.name = inner.name
-        self._counted: dict[int, tuple[Message, int]] = {}
+        self._counted = memo if memo is not None else IdentityMemo(max_objects=1 << 30)
 
     def count(self, message: Message) -> int:
-        hit = self._counted.get(id(message))
-        if hit is not None and hit[0] is message:
-            return hit[1]
-        tokens = self.inner.count(message)
-        self._counted[id(message)] = (message, tokens)
-        return tokens
+        return self._counted.get(message, self.inner.count)
 
     def count_text(self, text: str) -> int:
         return self.inner.count_text(text)
+
+
+_MESSAGE_COUNTS: dict[str, IdentityMemo[Message, int]] = {}
+
+
+def message_counts(name: str) -> IdentityMemo[Message, int]:
+    """The process-wide per-message counts of one tokenizer (bounded, see ``worker.memo``)."""
+    with _SHARED_LOCK:
+        return _MESSAGE_COUNTS.setdefault(name, IdentityMemo())
 
 
 SEGMENT_MIN_CHARS = 2048  # shorter texts are one cache entry

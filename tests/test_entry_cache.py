@@ -1,0 +1,42 @@
+"""The snapshot decoder reuses parsed entries whose stored text is unchanged."""
+
+from __future__ import annotations
+
+from api_client.entry_cache import EntryCache
+from api_client.session import dump_record
+from api_client.session_store import build_snapshot
+
+
+def _replies(texts: dict[str, str]) -> list[object]:
+    header = dump_record({"type": "session", "version": 3, "id": "s1", "timestamp": "t", "cwd": ""})
+    order = list(texts)
+    return [header, "1", order[-1], order, texts]
+
+
+def _message(entry_id: str, parent: str | None, text: str) -> str:
+    return dump_record({"type": "message", "id": entry_id, "parentId": parent,
+                        "timestamp": "2025-01-01T00:00:00.000Z",
+                        "message": {"role": "user", "content": text, "timestamp": 0}})
+
+
+def test_unchanged_entries_are_the_same_objects_changed_ones_are_parsed_again() -> None:
+    cache = EntryCache()
+    stored = {"a": _message("a", None, "one"), "b": _message("b", "a", "two")}
+    first = build_snapshot("s1", _replies(stored), cache).session.entries
+    stored["b"] = _message("b", "a", "two, edited")
+    stored["c"] = _message("c", "b", "three")
+    second = build_snapshot("s1", _replies(stored), cache).session.entries
+    assert second[0] is first[0]
+    assert second[1] is not first[1] and second[1].raw["message"]["content"] == "two, edited"
+    assert (cache.hits, cache.misses) == (1, 4)
+
+
+def test_other_sessions_and_a_zero_size_share_nothing() -> None:
+    stored = {"a": _message("a", None, "one")}
+    cache = EntryCache()
+    first = build_snapshot("s1", _replies(stored), cache).session.entries[0]
+    assert build_snapshot("s2", _replies(stored), cache).session.entries[0] is not first
+    off = EntryCache(0)
+    one = build_snapshot("s1", _replies(stored), off).session.entries[0]
+    assert build_snapshot("s1", _replies(stored), off).session.entries[0] is not one
+    assert len(off) == 0

@@ -1,0 +1,59 @@
+"""Per-object results kept across jobs: a message's token count, prompt text and facts.
+
+The snapshot loader hands out the same message objects for unchanged entries
+(:class:`api_client.entry_cache.EntryCache`), so a result computed from a message object stays
+valid for as long as that object lives: messages are never changed in place. An
+:class:`IdentityMemo` holds the object with its result, so an ``id()`` is never reused while
+it is cached. Bounded (least recently used evicted first) and thread-safe.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+__all__ = ["DEFAULT_OBJECTS", "IdentityMemo"]
+
+DEFAULT_OBJECTS = 50_000
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class IdentityMemo(Generic[K, V]):
+    """``compute(obj)`` remembered per object identity."""
+
+    def __init__(self, max_objects: int = DEFAULT_OBJECTS) -> None:
+        self._known: OrderedDict[int, tuple[K, V]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.max_objects = max(0, max_objects)
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+    def get(self, obj: K, compute: Callable[[K], V]) -> V:
+        key = id(obj)
+        with self._lock:
+            hit = self._known.get(key)
+            if hit is not None and hit[0] is obj:
+                self._known.move_to_end(key)
+                return hit[1]
+        value = compute(obj)  # outside the lock: the other threads' lookups do not wait
+        if self.max_objects:
+            with self._lock:
+                self._known[key] = (obj, value)
+                self._known.move_to_end(key)
+                while len(self._known) > self.max_objects:
+                    self._known.popitem(last=False)
+        return value
+
+    def resize(self, max_objects: int) -> None:
+        with self._lock:
+            self.max_objects = max(0, max_objects)
+            while len(self._known) > self.max_objects:
+                self._known.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._known.clear()
