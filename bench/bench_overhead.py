@@ -42,31 +42,35 @@ WINDOW = 200_000
 
 # --- the child: one fresh process, one session ----------------------------------------------
 def _grown(text: str, share: float = 0.10) -> str:
-    """``text`` with copies of its last message entries appended (texts changed) until the
-    session is ``share`` larger."""
+    """``text`` continued by copies of its trailing message entries, in their order, texts and
+    tool-call ids changed, until the session is ``share`` larger: a session that goes on as
+    it did (calls before their results), with content no cache has seen."""
     lines = [json.loads(line) for line in text.splitlines() if line.strip()]
     messages = [e for e in lines if e.get("type") == "message"]
-    target, added, out = len(text) * share, 0, list(lines)
-    leaf = lines[-1].get("id")
-    index = 0
-    while added < target:
-        source = messages[-1 - (index % len(messages))]
-        copy = _changed(json.loads(json.dumps(source)), index)
+    target = len(text) * share
+    size, start = 0, len(messages)
+    while size < target and start > 0:
+        start -= 1
+        size += len(json.dumps(messages[start]))
+    out, leaf = list(lines), lines[-1].get("id")
+    for source in messages[start:]:
+        copy = _changed(json.loads(json.dumps(source)), 0)
         copy["id"], copy["parentId"] = uuid.uuid4().hex[:8], leaf
         leaf = copy["id"]
         out.append(copy)
-        added += len(json.dumps(copy))
-        index += 1
     return "\n".join(json.dumps(e, ensure_ascii=False) for e in out) + "\n"
 
 
 def _changed(value: Any, salt: int) -> Any:
     if isinstance(value, dict):
-        return {k: (f"[copy {salt}] {v}" if k in ("text", "thinking", "output") and isinstance(v, str)
+        return {k: (f"[copy {salt}] {v}" if k in _CHANGED and isinstance(v, str)
                     else _changed(v, salt)) for k, v in value.items()}
     if isinstance(value, list):
         return [_changed(v, salt) for v in value]
     return value
+
+
+_CHANGED = ("text", "thinking", "output", "id", "toolCallId")  # a block's ``id`` is a call id
 
 
 def _router(tokenizer_name: str) -> Any:
@@ -133,6 +137,13 @@ def _job(replies: list[Any], tokenizer: Any, router: Any, entries: Any) -> None:
     sum(tokenizer.count(m.message) for m in context.messages)
 
 
+def _import_job_modules() -> None:
+    import importlib
+
+    for module in ("api_client.session", "api_client.session_store", "worker.compaction"):
+        importlib.import_module(module)
+
+
 def _ms(fn: Any) -> float:
     start = time.perf_counter()
     fn()
@@ -155,12 +166,14 @@ def child(name: str, tokenizer_name: str) -> dict[str, Any]:
 
         load = _ms(TiktokenTokenizer.encoding)
     router = _router(tokenizer_name)
+    imports = _ms(_import_job_modules)  # a worker imports these at start-up, not in its first job
     cold = _ms(lambda: _job(path, tokenizer, router, entries))
     warm = statistics.median(_ms(lambda: _job(path, tokenizer, router, entries)) for _ in range(5))
     grow = _ms(lambda: _job(grown, tokenizer, router, entries))
     from worker.tokens import TOKEN_CACHE
 
     return {"entries": len(path[3]), "grown_entries": len(grown[3]), "encoding_load_ms": load,
+            "import_ms": imports,
             "cold_ms": cold, "warm_ms": warm, "grow10_ms": grow, "cache_entries": len(TOKEN_CACHE)}
 
 

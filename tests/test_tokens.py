@@ -1,3 +1,4 @@
+import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -174,3 +175,31 @@ def test_job_tokenizer_counts_each_message_object_once() -> None:
     assert [job.count(first), job.count(first), job.count(twin)] == [10, 10, 10]
     assert calls == [first, twin] and calls[0] is first and calls[1] is twin
     assert job.name == "estimate" and job.count_text("abcd") == 1
+
+
+_CUT_BEFORE_BRACKET_LINES = re.compile(r"(?<=\n)(?=\[)")
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "[", "\n", "\n[", "[\n[", "\n[\n[", "a\n\n[b", "x\n[y\n[z", "[a]\n[b]\n", "\n\n[[",
+     "a\r\n[b", "no cut here", "\n\n\n", "[User]: a\n\n[Assistant]: b\n\n[Tool result]: c"],
+)
+def test_segments_cut_exactly_where_the_zero_width_pattern_cuts(text: str) -> None:
+    # The defining pattern: cut after a newline, before a "[" (str.split is the fast version).
+    assert segments(text) == _CUT_BEFORE_BRACKET_LINES.split(text)
+    assert "".join(segments(text)) == text
+
+
+def test_the_request_counter_shares_the_planners_message_counts() -> None:
+    from worker.llm.chunking import RequestCounter
+    from worker.tokens import counts_of, message_counts
+
+    shared = get_tokenizer("estimate")
+    message = {"role": "user", "content": "x" * 40, "timestamp": 1}
+    message_counts("estimate").get(message, lambda _: 1234)  # as a planner job left it
+    assert counts_of(shared) is message_counts("estimate")
+    assert RequestCounter(shared).message(message) == 1234 + 8  # a lookup, not a recount
+    private = EstimateTokenizer()  # same name, another instance: its own counts
+    assert counts_of(private) is not message_counts("estimate")
+    assert RequestCounter(private).message(message) == 10 + 8

@@ -18,7 +18,7 @@ from typing import Any
 from api_client.session import Message
 from worker.llm.errors import ContextOverflow
 from worker.summarizer_types import SummaryRequest
-from worker.tokens import Tokenizer, get_tokenizer
+from worker.tokens import Tokenizer, counts_of, get_tokenizer
 
 __all__ = [
     "COUNTER",
@@ -47,6 +47,9 @@ class RequestCounter:
     def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
         self.name = "cl100k" if tokenizer.name == "tiktoken" else "chars/4"
+        # By object identity, shared with the planner's counts: the chunk plan of a grown
+        # session counts only its new messages.
+        self._message_counts = counts_of(tokenizer)
 
     def text(self, text: str | None) -> int:
         """Tokens of ``text`` (cached by content in the tokenizer)."""
@@ -65,7 +68,7 @@ class RequestCounter:
         return size <= budget or self.request(request) <= budget
 
     def message(self, message: Message) -> int:
-        return self.tokenizer.count(message) + _MESSAGE_OVERHEAD
+        return self._message_counts.get(message, self.tokenizer.count) + _MESSAGE_OVERHEAD
 
     def clip_message(self, message: Message, max_tokens: int) -> Message:
         """A copy of ``message`` whose long strings are cut in the middle to fit about

@@ -8,7 +8,6 @@ nothing is downloaded at run time.
 from __future__ import annotations
 
 import math
-import re
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ __all__ = [
     "Tokenizer",
     "TokenizerName",
     "ceil4",
+    "counts_of",
     "get_tokenizer",
     "message_counts",
     "message_text",
@@ -208,13 +208,27 @@ def message_counts(name: str) -> IdentityMemo[Message, int]:
         return _MESSAGE_COUNTS.setdefault(name, IdentityMemo())
 
 
+def counts_of(tokenizer: Tokenizer) -> IdentityMemo[Message, int]:
+    """Per-message counts for ``tokenizer``: the process-wide ones when it is the shared
+    instance of its name (:func:`get_tokenizer`), else a private bounded memo."""
+    with _SHARED_LOCK:
+        shared = _SHARED.get(tokenizer.name) is tokenizer
+    return message_counts(tokenizer.name) if shared else IdentityMemo()
+
+
 SEGMENT_MIN_CHARS = 2048  # shorter texts are one cache entry
-_SEGMENT_CUT = re.compile(r"(?<=\n)(?=\[)")
 
 
 def segments(text: str) -> list[str]:
-    """``text`` cut before every line that starts with ``[`` (see ``TiktokenTokenizer``)."""
-    return _SEGMENT_CUT.split(text)
+    """``text`` cut before every line that starts with ``[`` (see ``TiktokenTokenizer``).
+
+    ``str.split`` on the literal, not a zero-width regex: a 500k-character prompt is cut in a
+    third of the time (the pieces are the same; table test against the regex).
+    """
+    pieces = text.split("\n[")
+    if len(pieces) == 1:
+        return pieces
+    return [pieces[0] + "\n", *("[" + piece + "\n" for piece in pieces[1:-1]), "[" + pieces[-1]]
 
 
 _SHARED: dict[str, Tokenizer] = {}
