@@ -34,8 +34,8 @@ from worker.compaction.facts import (
     estimate_tokens,
     extract_facts,
 )
+from worker.compaction.ledger import summary_budget
 from worker.compaction.prepare import Preparation
-from worker.compaction.prompts import history_max_tokens
 from worker.llm import build_summarizer
 from worker.llm.settings import LlmSettings
 from worker.summarizer_types import CancelToken, Summarizer, SummaryRequest, SummaryResult, Usage
@@ -115,7 +115,6 @@ def main() -> None:
     slice_tokens = int(os.environ.get("BENCH_FACTS_SLICE_TOKENS", "0"))
     settings = CompactionSettings(keep_recent_tokens=slice_tokens // 4) if slice_tokens \
         else CompactionSettings()
-    budget = default_fact_budget(history_max_tokens(settings.reserve_tokens))
     print("found/total without the block → with it (verbatim in summary + kept messages)\n")
     print("| session | summarizer | " + " | ".join(FACT_KINDS) + " | all | block tokens/budget |")
     print("|---" * (len(FACT_KINDS) + 4) + "|")
@@ -136,6 +135,7 @@ def main() -> None:
             block = text[text.rindex(OPEN) - 2 : text.index("</session-facts>") + 16] if OPEN in text else ""
             stats = outcome.details["facts"]
             verify(prep, text, stats)
+            budget = default_fact_budget(summary_budget(prep))
             print(row(name, f"{who} ({seconds:.1f} s)", stats, estimate_tokens(block), budget))
 
 

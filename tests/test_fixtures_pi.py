@@ -134,7 +134,8 @@ def test_no_plan_on_a_real_session_orphans_a_tool_result(pi_file: Path, keep: in
 
 def test_deterministic_summary_keeps_the_facts_of_a_real_session(pi_file: Path) -> None:
     from worker.compaction import compact
-    from worker.compaction.facts import CLOSE, OPEN, estimate_tokens
+    from worker.compaction.facts import CLOSE, OPEN, default_fact_budget, estimate_tokens
+    from worker.compaction.ledger import summary_budget
     from worker.llm import build_summarizer
     from worker.llm.settings import LlmSettings
 
@@ -153,4 +154,29 @@ def test_deterministic_summary_keeps_the_facts_of_a_real_session(pi_file: Path) 
     summary = outcome.summary
     if OPEN in summary:
         block = summary[summary.index(OPEN) : summary.index(CLOSE) + len(CLOSE)]
-        assert estimate_tokens(block) <= 1310
+        assert estimate_tokens(block) <= default_fact_budget(summary_budget(prep))
+
+
+def test_a_summary_that_keeps_nothing_still_leaves_the_facts_findable(pi_file: Path) -> None:
+    """The loopback model's fixed text keeps no fact: the block alone must carry them, within
+    10 % of the stored summary's budget (history, plus turn prefix on a split turn)."""
+    from worker.compaction import compact
+    from worker.compaction.facts import CLOSE, OPEN, default_fact_budget, estimate_tokens
+    from worker.compaction.ledger import summary_budget
+    from worker.summarizer_types import SummaryResult, Usage
+
+    class FixedText:
+        def summarize(self, request: object, cancel: object = None) -> SummaryResult:
+            return SummaryResult("## Goal\n- Continue the work.", "fixed", "loopback", Usage(), 1)
+
+    tree = _load(pi_file).tree()  # one load: a v1 file gets fresh ids on every migration
+    prep = prepare_compaction(tree.path_to(tree.leaf_id), CompactionSettings(), get_tokenizer("tiktoken"))
+    assert prep is not None
+    outcome = compact(prep, FixedText())
+    stats = outcome.details["facts"]
+    total = sum(s["total"] for s in stats.values())
+    assert sum(s["inSummary"] for s in stats.values()) < 0.25 * total  # the text kept little
+    assert sum(s["inSummary"] + s["appended"] for s in stats.values()) >= 0.95 * total
+    assert stats["paths"]["dropped"] == 0 and stats["errors"]["dropped"] == 0
+    block = outcome.summary[outcome.summary.index(OPEN) : outcome.summary.index(CLOSE) + len(CLOSE)]
+    assert estimate_tokens(block) <= default_fact_budget(summary_budget(prep))

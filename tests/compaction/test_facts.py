@@ -161,3 +161,26 @@ def test_shell_words_read_as_shlex_does(command: str) -> None:
     lexer.whitespace_split = True
     expected = [w for w in lexer if w and not set(w) <= set("();<>|&")]
     assert _shell_words(command) == expected
+
+
+@pytest.mark.parametrize(
+    ("split", "prefix", "reserve", "budget"),
+    [
+        (False, (), 16384, 13107),  # the history summary's max tokens (0.8 × reserve)
+        (True, ({"role": "user", "content": "q", "timestamp": 1},), 16384, 13107 + 8192),
+        (True, (), 16384, 13107),  # a split turn without prefix messages adds no summary
+        (True, ({"role": "user", "content": "q", "timestamp": 1},), 1000, 800 + 500),
+    ],
+)
+def test_the_summary_budget_is_that_of_the_text_the_entry_stores(
+        split: bool, prefix: tuple[dict[str, Any], ...], reserve: int, budget: int) -> None:
+    from dataclasses import replace
+
+    from worker.compaction.ledger import summary_budget
+
+    path = chain(user(chars(400)), assistant(chars(400)), user(chars(400)), assistant(chars(40)))
+    prep = prepare_compaction(path, CompactionSettings(keep_recent_tokens=20), EstimateTokenizer())
+    assert prep is not None
+    prep = replace(prep, is_split_turn=split, turn_prefix_messages=prefix,
+                   settings=replace(prep.settings, reserve_tokens=reserve))
+    assert summary_budget(prep) == budget

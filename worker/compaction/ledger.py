@@ -24,22 +24,30 @@ from worker.compaction.facts import LedgerResult, apply_ledger, default_fact_bud
 from worker.compaction.prepare import Preparation
 from worker.compaction.serialize import serialize_conversation
 
-__all__ = ["branch_ledger", "compaction_ledger", "hook_compaction_with_facts"]
+__all__ = ["branch_ledger", "compaction_ledger", "hook_compaction_with_facts", "summary_budget"]
 
 
 def _budget(configured: int | None, summary_budget: int) -> int:
     return default_fact_budget(summary_budget) if configured is None else max(0, configured)
 
 
+def summary_budget(prep: Preparation) -> int:
+    """The token budget of the summary a compaction stores: the history summary's, plus the
+    turn prefix summary's when a split turn has one (the two are stored as one text)."""
+    reserve = prep.settings.reserve_tokens
+    split = prep.is_split_turn and bool(prep.turn_prefix_messages)
+    return prompts.history_max_tokens(reserve) + (prompts.turn_prefix_max_tokens(reserve) if split else 0)
+
+
 def compaction_ledger(prep: Preparation, summary_with_tags: str, budget_tokens: int | None = None) -> LedgerResult:
     """The ledger of a compaction whose summary (file-operation tags included) is written.
 
-    ``budget_tokens``: room for the block; None is 10 % of the history summary's budget, 0 only
+    ``budget_tokens``: room for the block; None is 10 % of :func:`summary_budget`, 0 only
     measures.
     """
     facts = extract_facts([*prep.messages_to_summarize, *prep.turn_prefix_messages], prep.carried_facts)
     kept = serialize_conversation(convert_to_llm(prep.recent_messages))
-    budget = _budget(budget_tokens, prompts.history_max_tokens(prep.settings.reserve_tokens))
+    budget = _budget(budget_tokens, summary_budget(prep))
     return apply_ledger(facts, f"{summary_with_tags}\n{kept}", budget)
 
 
