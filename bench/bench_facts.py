@@ -34,7 +34,7 @@ from worker.compaction.facts import (
     estimate_tokens,
     extract_facts,
 )
-from worker.compaction.ledger import summary_budget
+from worker.compaction.ledger import hook_compaction_with_facts, summary_budget
 from worker.compaction.prepare import Preparation
 from worker.llm import build_summarizer
 from worker.llm.settings import LlmSettings
@@ -137,6 +137,11 @@ def main() -> None:
             verify(prep, text, stats)
             budget = default_fact_budget(summary_budget(prep))
             print(row(name, f"{who} ({seconds:.1f} s)", stats, estimate_tokens(block), budget))
+        # A hook's compaction (fromExtension) that writes a fixed text: the same block is appended.
+        text, details, ledger = hook_compaction_with_facts(prep, "Summary written by a hook.", None)
+        verify(prep, text, details["facts"])
+        print(row(name, "hook, fixed text", details["facts"], estimate_tokens(ledger.block),
+                  default_fact_budget(summary_budget(prep))))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """Fact survival end to end: a slice of each reference session through the client, a real
 worker and the model ``COMPACTOR_MODELS`` names (issue 12, item 5).
 
-Each session's last ``--slice`` tokens (starting at a user message, re-rooted) are imported into
-Redis, a worker subprocess (threads, one slot) compacts them with ``keep_recent_tokens`` a quarter
+Each session's last ``--slice`` tokens (starting at a user message, re-rooted; 0: the whole
+session, keeping the default 20 000 tokens) are imported into Redis, a worker subprocess (threads, one slot) compacts them with ``keep_recent_tokens`` a quarter
 of the slice, and the stored entry's ``details.facts`` is printed per kind: found in summary +
 kept messages without the ledger's block → with it. Not run by ``make bench``: it needs a model
 server (README "Fact ledger"; the notes give the llama.cpp set-up), e.g.
@@ -11,7 +11,8 @@ server (README "Fact ledger"; the notes give the llama.cpp set-up), e.g.
       "context_window":8192,"max_output_tokens":512,"timeout_s":900}]' \\
       .venv/bin/python bench/e2e_facts.py --slice 16000 --redis-url redis://127.0.0.1:6379/14
 
-The database named by ``--redis-url`` is flushed first.
+``--loopback`` serves the tests' model instead (a fixed text, over HTTP on loopback). The database
+named by ``--redis-url`` is flushed first.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ import json
 import os
 import subprocess
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import redis
+from _loopback import loopback_model
 from bench_facts import FIXTURES, last_tokens
 
 from api_client import ClientSettings, CompactionClient
@@ -37,6 +40,8 @@ PREFIX = "e2e-facts"
 
 def slice_jsonl(name: str, tokens: int) -> str:
     text = (FIXTURES / f"{name}.jsonl").read_text(encoding="utf-8")
+    if not tokens:
+        return text  # the whole session
     tree = load_session(text).tree()
     part = last_tokens(list(tree.path_to(tree.leaf_id)), tokens, get_tokenizer("tiktoken"))
     lines = [text.split("\n", 1)[0]]
@@ -66,8 +71,20 @@ def main() -> None:
     parser.add_argument("--slice", type=int, default=16_000)
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/14")
     parser.add_argument("--sessions", nargs="*", default=["before-compaction", "large-session"])
+    parser.add_argument("--loopback", action="store_true",
+                        help="serve the tests' fixed-text model on loopback (200k window) instead")
     args = parser.parse_args()
-    keep = args.slice // 4
+    keep = args.slice // 4 if args.slice else 20_000
+    with ExitStack() as stack:
+        if args.loopback:
+            model = stack.enter_context(loopback_model(0.01))
+            os.environ["COMPACTOR_MODELS"] = json.dumps([{
+                "provider": "openai", "model": "fixed", "base_url": model.base_url,
+                "api_key": "bench", "context_window": 200_000}])
+        run(args, keep)
+
+
+def run(args: argparse.Namespace, keep: int) -> None:
     redis.Redis.from_url(args.redis_url).flushdb()
     env = {**os.environ, "COMPACTOR_REDIS_URL": args.redis_url, "COMPACTOR_KEY_PREFIX": PREFIX,
            "COMPACTOR_KEEP_RECENT_TOKENS": str(keep),

@@ -184,3 +184,21 @@ def test_the_summary_budget_is_that_of_the_text_the_entry_stores(
     prep = replace(prep, is_split_turn=split, turn_prefix_messages=prefix,
                    settings=replace(prep.settings, reserve_tokens=reserve))
     assert summary_budget(prep) == budget
+
+
+@pytest.mark.parametrize("own_tags", [False, True])
+def test_a_hooks_summary_gets_the_plans_file_lists_unless_it_wrote_its_own(own_tags: bool) -> None:
+    from worker.compaction.ledger import hook_compaction_with_facts
+
+    path = chain(user("fix it"), assistant(tools=[("read", {"path": "src/a.py"})]),
+                 user(chars(400)), assistant(chars(400)))
+    prep = prepare_compaction(path, CompactionSettings(keep_recent_tokens=150), EstimateTokenizer())
+    assert prep is not None and prep.read_files == ("src/a.py",)
+    given = "Hook text." + (format_file_operations(["own.py"], []) if own_tags else "")
+    summary, details, _ = hook_compaction_with_facts(prep, given, None)
+    assert summary.startswith(given)
+    assert summary.endswith("<read-files>\nsrc/a.py\n</read-files>") is not own_tags
+    paths = details["facts"]["paths"]
+    assert (paths["inSummary"], paths["appended"]) == ((0, 1) if own_tags else (1, 0))
+    if not own_tags:  # the stored layout: text, block, tags (the next compaction strips both)
+        assert strip_file_operation_tags(summary).endswith("</session-facts>")

@@ -244,3 +244,18 @@ def test_strip_file_operation_tags(summary: str, expected: str) -> None:
 @pytest.mark.parametrize("summary", ["## Goal\nx", "text\n", "No prior history."])
 def test_strip_undoes_format(summary: str, read: list[str], modified: list[str]) -> None:
     assert strip_file_operation_tags(summary + format_file_operations(read, modified)) == summary
+
+
+@pytest.mark.parametrize(
+    ("summary", "paths"),
+    [
+        ("S", []),
+        ("S" + format_file_operations(["a.py", "b c.py"], []), ["a.py", "b c.py"]),
+        ("S" + format_file_operations(["r.py"], ["m.py"]), ["r.py", "m.py"]),
+        ("S\n<read-files>\nx.py\n</read-files>\nmore text", []),  # not trailing: not tags
+    ],
+)
+def test_tagged_paths_lists_the_trailing_tags(summary: str, paths: list[str]) -> None:
+    from worker.compaction.fileops import tagged_paths
+
+    assert tagged_paths(summary) == paths

@@ -94,3 +94,17 @@ def test_extension_compaction_details_are_ignored() -> None:
     path = chain(u(10), comp("zz", "s", {"readFiles": ["/r"], "modifiedFiles": []}, ext=True), u(100), a(100))
     prep = prepare_compaction(path, CompactionSettings(keep_recent_tokens=10), EST)
     assert prep is not None and prep.read_files == () and prep.summarize_entry_ids == ()
+
+
+@pytest.mark.parametrize(("ext", "carried"), [
+    (True, [("requests", "go on"), ("paths", "r.py"), ("paths", "m.py")]),
+    (False, [("requests", "go on")]),  # a model's tags come back through details instead
+])
+def test_a_hooks_tagged_paths_are_carried_as_facts(ext: bool, carried: list) -> None:
+    from worker.compaction.fileops import format_file_operations
+
+    summary = ("hook text\n\n<session-facts>\nrequests:\n- go on\n</session-facts>"
+               + format_file_operations(["r.py"], ["m.py"]))
+    path = chain(u(500), a(500), comp("e1", summary, ext=ext), u(500), a(500), u(500), a(500))
+    prep = prepare_compaction(path, CompactionSettings(keep_recent_tokens=600), EST)
+    assert prep is not None and list(prep.carried_facts) == carried

@@ -157,10 +157,13 @@ def test_before_compact_custom_compaction(stack: CompactionClient, sid: str, plu
     plugin.configure(before_compact={"compaction": {
         "summary": "Summary written by the platform.", "preserveData": {"artifacts": ["a.md"]}}})
     entry = stack.compact(sid, instructions="keep it short").wait(timeout=20)
-    # The platform's text is kept; the fact ledger appends the request it lost (README).
+    # The platform's text is kept; the fact ledger appends the request it lost and, since the
+    # hook wrote no file lists, the plan's tags (README "Fact ledger").
     summary, _, block = entry["summary"].partition("\n\n<session-facts>\n")
     assert summary == "Summary written by the platform."
-    assert block.startswith("requests:\n- Fix the CSV importer.") and block.endswith("\n</session-facts>")
+    block, _, tags = block.partition("\n</session-facts>")
+    assert block.startswith("requests:\n- Fix the CSV importer.") and "importer.py" not in block
+    assert tags == "\n\n<read-files>\nimporter.py\n</read-files>"
     assert entry["details"]["facts"]["requests"]["appended"] == 1
     assert entry["fromExtension"] is True
     assert entry["preserveData"] == {"artifacts": ["a.md"]}

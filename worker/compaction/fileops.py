@@ -15,6 +15,7 @@ __all__ = [
     "extract_file_ops",
     "format_file_operations",
     "strip_file_operation_tags",
+    "tagged_paths",
 ]
 
 _TOOL_TO_SET = {"read": "read", "write": "written", "edit": "edited"}
@@ -117,3 +118,10 @@ def _cut_block(text: str, tag: str) -> str:
         return text
     text = text[:start]
     return text[:-2] if text.endswith("\n\n") else text
+
+
+def tagged_paths(summary: str) -> list[str]:
+    """The paths the trailing tag blocks of ``summary`` list, in their order (no tags: [])."""
+    tail = summary[len(strip_file_operation_tags(summary)):]
+    markers = {f"<{t}>" for t in (_READ_TAG, _MODIFIED_TAG)} | {f"</{t}>" for t in (_READ_TAG, _MODIFIED_TAG)}
+    return [line for line in tail.split("\n") if line and line not in markers]

@@ -5,9 +5,10 @@ Where the facts come from and where they are looked up:
 * compaction: the summarised messages (history and turn prefix) plus the facts carried from the
   previous summary's block; looked up in the new summary (file-operation tags included) and the
   kept messages, serialised as the model would read them (SPEC §6).
-* hook compaction (``fromExtension``): the same facts and lookup; the block is appended to the
-  hook's summary too, since a lost fact is lost whoever wrote the summary. The counts go into
-  ``details.facts`` only when the hook's ``details`` is absent or an object without ``facts``.
+* hook compaction (``fromExtension``): the same facts and lookup; the block (and the plan's
+  file-operation tags, when the hook wrote none) is appended to the hook's summary too, since a
+  lost fact is lost whoever wrote the summary. The counts go into ``details.facts`` only when
+  the hook's ``details`` is absent or an object without ``facts``.
 * branch summary: the included entries of the abandoned branch (tool results too); looked up in
   the summary alone, since the branch is left behind.
 """
@@ -21,6 +22,7 @@ from api_client.session import Entry, Message
 from api_client.session.convert import convert_to_llm, for_compaction
 from worker.compaction import prompts
 from worker.compaction.facts import LedgerResult, apply_ledger, default_fact_budget, extract_facts
+from worker.compaction.fileops import format_file_operations, strip_file_operation_tags
 from worker.compaction.prepare import Preparation
 from worker.compaction.serialize import serialize_conversation
 
@@ -58,13 +60,19 @@ def with_block(summary: str, tags: str, ledger: LedgerResult) -> str:
 
 def hook_compaction_with_facts(prep: Preparation, summary: str, details: Any,
                                budget_tokens: int | None = None) -> tuple[str, Any, LedgerResult]:
-    """A hook's summary with the lost facts appended, and its details with the counts."""
-    ledger = compaction_ledger(prep, summary, budget_tokens)
+    """A hook's summary with the lost facts appended, and its details with the counts.
+
+    A summary without file-operation tags gets the plan's (as a model's summary does), so the
+    block's budget goes to the facts a file list cannot hold.
+    """
+    has_tags = strip_file_operation_tags(summary) != summary
+    tags = "" if has_tags else format_file_operations(prep.read_files, prep.modified_files)
+    ledger = compaction_ledger(prep, summary + tags, budget_tokens)
     if details is None:
         details = {"facts": ledger.stats}
     elif isinstance(details, dict) and "facts" not in details:
         details = {**details, "facts": ledger.stats}
-    return summary + ledger.block, details, ledger
+    return with_block(summary, tags, ledger), details, ledger
 
 
 def branch_ledger(entries: Sequence[Entry], included_ids: Sequence[str], summary: str,

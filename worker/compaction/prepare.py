@@ -17,6 +17,7 @@ from worker.compaction.fileops import (
     compute_file_lists,
     extract_file_ops,
     strip_file_operation_tags,
+    tagged_paths,
 )
 from worker.compaction.toolpairs import safe_first_kept_index
 from worker.tokens import Tokenizer
@@ -145,6 +146,18 @@ def _file_ops(path: Sequence[Entry], prev_idx: int, messages: Sequence[Message])
     return ops
 
 
+def _carried_facts(previous: Entry | None) -> tuple[tuple[str, str], ...]:
+    """The previous summary's fact block, and, for a hook's compaction, the paths of the tags
+    Compactor appended to it: its file lists are not merged into the next ones (SPEC §7), so
+    the ledger carries them as facts instead."""
+    if not isinstance(previous, CompactionEntry):
+        return ()
+    facts = parse_fact_block(strip_file_operation_tags(previous.summary))
+    if previous.from_extension:
+        facts += [("paths", path) for path in tagged_paths(previous.summary)]
+    return tuple(facts)
+
+
 def prepare_compaction(
     path: Sequence[Entry], settings: CompactionSettings, tokenizer: Tokenizer
 ) -> Preparation | None:
@@ -186,5 +199,5 @@ def prepare_compaction(
         read_files=tuple(read),
         modified_files=tuple(modified),
         settings=settings,
-        carried_facts=tuple(parse_fact_block(previous_text or "")),
+        carried_facts=_carried_facts(previous),
     )
