@@ -6,7 +6,7 @@ fields survive a load/export round trip untouched; the typed properties only rea
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, TypeAlias, cast
 
@@ -90,20 +90,19 @@ class Entry:
 
     raw: JsonObject
     line: int = 0
+    # Read once: the tree walks and the planner ask for them thousands of times per job, and an
+    # entry's ``raw`` is never changed after it is parsed.
+    id: str = field(init=False, repr=False, compare=False)
+    parent_id: str | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        entry_id, parent = self.raw.get("id"), self.raw.get("parentId")
+        object.__setattr__(self, "id", entry_id if isinstance(entry_id, str) else "")
+        object.__setattr__(self, "parent_id", parent if isinstance(parent, str) else None)
 
     @property
     def type(self) -> str:
         return cast(str, self.raw.get("type"))
-
-    @property
-    def id(self) -> str:
-        value = self.raw.get("id")
-        return value if isinstance(value, str) else ""
-
-    @property
-    def parent_id(self) -> str | None:
-        value = self.raw.get("parentId")
-        return value if isinstance(value, str) else None
 
     @property
     def timestamp(self) -> str:
@@ -311,8 +310,8 @@ def parse_entry(raw: JsonObject, *, source: str = "<session>", line: int = 0) ->
     kind = _check_base(raw, source, line)
     if kind == "message":
         _check_message(raw, source, line)
-    for field, types in _FIELD_TYPES.get(kind, {}).items():
-        if field in raw and raw[field] is not None and not isinstance(raw[field], types):
-            got = type(raw[field]).__name__
-            raise _fail(f"{kind} field '{field}' has the wrong type ({got})", source, line)
+    for name, types in _FIELD_TYPES.get(kind, {}).items():
+        if name in raw and raw[name] is not None and not isinstance(raw[name], types):
+            got = type(raw[name]).__name__
+            raise _fail(f"{kind} field '{name}' has the wrong type ({got})", source, line)
     return _CLASSES.get(kind, UnknownEntry)(raw, line)
