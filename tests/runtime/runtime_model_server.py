@@ -28,7 +28,12 @@ class ModelServer:
                 pass
 
             def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                raw = self.rfile.read(int(self.headers["Content-Length"]))
+                try:
+                    body = json.loads(raw)
+                except ValueError:  # a worker killed mid-request (the crash tests) sent half
+                    self.close_connection = True
+                    return
                 server._serve(self, body)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
