@@ -123,5 +123,6 @@ def _cut_block(text: str, tag: str) -> str:
 def tagged_paths(summary: str) -> list[str]:
     """The paths the trailing tag blocks of ``summary`` list, in their order (no tags: [])."""
     tail = summary[len(strip_file_operation_tags(summary)):]
-    markers = {f"<{t}>" for t in (_READ_TAG, _MODIFIED_TAG)} | {f"</{t}>" for t in (_READ_TAG, _MODIFIED_TAG)}
+    tags = (_READ_TAG, _MODIFIED_TAG)
+    markers = {f"<{t}>" for t in tags} | {f"</{t}>" for t in tags}
     return [line for line in tail.split("\n") if line and line not in markers]

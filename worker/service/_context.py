@@ -11,7 +11,7 @@ from api_client.wire import EventType, JobEvent, JobRecord, now_iso
 from worker.llm import Summarizer, SummaryResult, Usage
 from worker.service._control import JobControl
 from worker.service.ports import Runtime
-from worker.tokens import JobTokenizer, Tokenizer, message_counts
+from worker.tokens import JobTokenizer, Tokenizer, counts_of
 
 __all__ = [
     "JobContext",
@@ -33,7 +33,7 @@ class JobContext:
     tokenizer: Tokenizer = field(init=False)
 
     def __post_init__(self) -> None:
-        self.tokenizer = JobTokenizer(self.rt.tokenizer, message_counts(self.rt.tokenizer.name))
+        self.tokenizer = JobTokenizer(self.rt.tokenizer, counts_of(self.rt.tokenizer))
 
     @property
     def job_id(self) -> str:
