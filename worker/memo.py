@@ -16,7 +16,9 @@ from typing import Generic, TypeVar
 
 __all__ = ["DEFAULT_OBJECTS", "IdentityMemo"]
 
-DEFAULT_OBJECTS = 50_000
+# As many as the entry cache keeps entries (api_client.entry_cache.DEFAULT_ENTRIES): a memo holds
+# its objects alive, so a larger bound would only keep messages that no snapshot hands out again.
+DEFAULT_OBJECTS = 20_000
 K = TypeVar("K")
 V = TypeVar("V")
 
