@@ -1,3 +1,4 @@
+import random
 import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -10,7 +11,7 @@ from helpers.sessions import assistant, chain, chars, tool_result, user
 from worker.compaction import CompactionSettings, compact, plan_prune, prepare_compaction
 from worker.summarizer_types import SummaryResult, Usage
 from worker.tokens import EstimateTokenizer, TiktokenTokenizer, TokenCache, get_tokenizer
-from worker.tokens.counting import SEGMENT_MIN_CHARS, segments
+from worker.tokens.counting import SEGMENT_MIN_CHARS, count_pieces, segments
 
 IMAGE = {"type": "image", "data": "AAAA", "mimeType": "image/png"}
 EST = EstimateTokenizer()
@@ -118,6 +119,54 @@ def test_segmented_counts_equal_the_count_of_the_whole_text(text: str) -> None:
     tok = TiktokenTokenizer()
     assert len(text) > SEGMENT_MIN_CHARS and len(segments(text)) > 1
     assert tok.count_text(text) == len(tok.encoding().encode(text, disallowed_special=()))
+
+
+_ALPHABET = ["a", "Z", "é", "e\u0301", "1", "²", "Ⅻ", "\n", "\n", "\n", "\r", " ", "  ", "\t", "'",
+             "'s", "[", "]", ".", "😀", ":", "{", "}", ",", "word", "42", "中", "\u2028", "\u00a0"]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_pieces_of_generated_texts_sum_to_the_count_of_the_whole(seed: int) -> None:
+    # Letters, digits, marks, newlines, CR, punctuation, emoji: every kind of character that
+    # decides where cl100k's pattern cuts, in 400 random texts per seed.
+    rng = random.Random(seed)
+    encode = TiktokenTokenizer.encoding().encode_ordinary
+    cut = 0
+    for _ in range(400):
+        text = "".join(rng.choice(_ALPHABET) for _ in range(rng.randint(60, 700)))
+        pieces = count_pieces(text)
+        assert "".join(pieces) == text
+        assert sum(len(encode(p)) for p in pieces) == len(encode(text)), repr(text)
+        cut += len(pieces) > 1
+    assert cut > 300  # the texts were cut, so the equality says something
+
+
+@pytest.mark.parametrize(
+    ("text", "pieces"),
+    [
+        ("x" * 300, ["x" * 300]),  # no newline: one piece
+        ("." + "a" * 300 + ".\n" + "b" * 10, ["." + "a" * 300 + ".\n" + "b" * 10]),  # ".\n" joins
+        ("a" * 300 + "\nmid\n" + "z" * 5, ["a" * 300, "\nmid", "\n" + "z" * 5]),
+        ("a" * 300 + "\nend\n\n", ["a" * 300, "\nend\n\n"]),  # trailing newlines: no cut
+        ("[User]: " + "a" * 300 + "\nmid\n" + "z" * 5 + "\n\n",
+         ["[User]: " + "a" * 300, "\nmid", "\n" + "z" * 5 + "\n\n"]),
+    ],
+)
+def test_long_texts_are_cut_at_their_first_and_last_line_boundary(text: str, pieces: list[str]) -> None:
+    assert count_pieces(text) == pieces
+
+
+def test_a_message_and_its_prompt_part_share_the_middle_piece() -> None:
+    # What makes a cold plan tokenize the span once: the prompt's part re-counts only its ends.
+    tok = TiktokenTokenizer()
+    body = "first line\n" + "".join(f"line {i} of a long tool output\n" for i in range(200)) + "end"
+    tok.count(tool_result(body))
+    encoded: list[str] = []
+    real = tok._encoded_len
+    tok._encoded_len = lambda t: encoded.append(t) or real(t)  # type: ignore[method-assign]
+    prompt = "[User]: hi\n\n[Tool result]: " + body + "\n\n[User]: thanks"
+    assert tok.count_text(prompt) == len(tok.encoding().encode_ordinary(prompt))
+    assert sum(len(t) for t in encoded) < 100  # the two ends, not the 6 000 characters between
 
 
 def _requests(path: list[Any]) -> list[str]:
