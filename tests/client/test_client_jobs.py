@@ -230,6 +230,31 @@ def test_cancel_a_queued_job_ends_it_at_once(jobs: JobStore, raw: redis.Redis[st
     assert len(session_events(raw)) == 1
 
 
+def test_the_cancel_watch_reads_every_running_jobs_flag_in_one_round_trip(
+        jobs: JobStore, raw: redis.Redis[str]) -> None:
+    from worker.service._control import CancelWatch, JobControl
+
+    a, b = jobs.enqueue("s1", "compact"), jobs.enqueue("s2", "compact")
+    for job in (a, b):
+        jobs.mark_running(job.job_id)
+    assert jobs.cancel_requested_among([]) == set()
+    watch = CancelWatch(jobs, poll_s=0.05)
+    try:
+        seen_a, seen_b = watch.watch(a.job_id), watch.watch(b.job_id)
+        control = JobControl(jobs, b.job_id, "w1", deadline_s=60, lease_ttl_s=30, flags=watch)
+        assert jobs.request_cancel(b.job_id) is JobState.RUNNING
+        assert seen_b.wait(5) and not seen_a.is_set()
+        assert control.is_cancelled() and jobs.cancel_requested_among([a.job_id, b.job_id]) == {b.job_id}
+        watch.forget(a.job_id)
+        watch.forget(b.job_id)
+        time.sleep(0.1)  # the last poll in flight
+        before = raw.info("commandstats").get("cmdstat_hget", {}).get("calls", 0)
+        time.sleep(0.3)  # nothing watched: the thread sleeps, Redis hears nothing
+        assert raw.info("commandstats").get("cmdstat_hget", {}).get("calls", 0) == before
+    finally:
+        watch.close()
+
+
 def test_cancel_a_running_job_asks_the_worker(jobs: JobStore, raw: redis.Redis[str]) -> None:
     a = jobs.enqueue("s1", "compact")
     jobs.mark_running(a.job_id)

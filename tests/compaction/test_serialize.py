@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from worker.compaction.serialize import serialize_conversation
+from worker.compaction.serialize import normalized_conversation, serialize_conversation
 from worker.jsjson import js_property_order
 
 
@@ -184,3 +184,23 @@ def test_serialize_conversation(messages: list[dict[str, Any]], expected: str) -
 )
 def test_js_property_order(keys: list[str], expected: list[str]) -> None:
     assert js_property_order(dict.fromkeys(keys, 0)) == expected
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [],
+        [user("")],  # no part at all
+        [user("  a\n\n b\t"), user("c")],
+        [assistant(thinking(" t "), text("x\ny"), {"type": "toolCall", "id": "1", "name": "ls",
+                                                    "arguments": {"p": "a  b"}})],
+        [tool_result(text("\n\n")), user("after an empty-looking result")],
+        [user("same"), user("same")],
+    ],
+)
+def test_normalized_conversation_is_the_whitespace_normalized_serialization(messages: list) -> None:
+    # What the fact ledger looks facts up in: it must equal normalizing the whole text, twice
+    # in a row (the second call answers from the per-message memo).
+    expected = " ".join(serialize_conversation(messages).split())
+    assert normalized_conversation(messages) == expected
+    assert normalized_conversation(messages) == expected

@@ -366,13 +366,14 @@ class LedgerResult:
 
 
 def apply_ledger(facts: Sequence[Fact], found_in: str, budget: int, *,
-                 append: bool = True) -> LedgerResult:
+                 append: bool = True, found_in_normalized: str = "") -> LedgerResult:
     """Check ``facts`` against ``found_in`` (summary + kept text); the block of the lost ones.
 
-    ``appended`` counts the facts findable in the block: those given a line and those inside
-    another fact's line.
+    ``found_in_normalized``: more text to look in, already whitespace-normalized (the kept
+    messages: normalized once per message, not once per job). ``appended`` counts the facts
+    findable in the block: those given a line and those inside another fact's line.
     """
-    haystack = _norm(found_in)
+    haystack = f"{_norm(found_in)} {found_in_normalized}"
     lost = [f for f in facts if _norm(f.text) not in haystack]
     writing = append and budget > 0
     chosen, covered, left_out = _choose(lost, budget) if writing else ([], [], list(lost))

@@ -24,7 +24,7 @@ from worker.compaction import prompts
 from worker.compaction.facts import LedgerResult, apply_ledger, default_fact_budget, extract_facts
 from worker.compaction.fileops import format_file_operations, strip_file_operation_tags
 from worker.compaction.prepare import Preparation
-from worker.compaction.serialize import serialize_conversation
+from worker.compaction.serialize import normalized_conversation
 
 __all__ = ["branch_ledger", "compaction_ledger", "hook_compaction_with_facts", "summary_budget"]
 
@@ -48,9 +48,9 @@ def compaction_ledger(prep: Preparation, summary_with_tags: str, budget_tokens: 
     measures.
     """
     facts = extract_facts([*prep.messages_to_summarize, *prep.turn_prefix_messages], prep.carried_facts)
-    kept = serialize_conversation(convert_to_llm(prep.recent_messages))
+    kept = normalized_conversation(convert_to_llm(prep.recent_messages))
     budget = _budget(budget_tokens, summary_budget(prep))
-    return apply_ledger(facts, f"{summary_with_tags}\n{kept}", budget)
+    return apply_ledger(facts, summary_with_tags, budget, found_in_normalized=kept)
 
 
 def with_block(summary: str, tags: str, ledger: LedgerResult) -> str:

@@ -12,10 +12,11 @@ from typing import Any
 from worker.jsjson import js_json, js_property_order
 from worker.memo import IdentityMemo
 
-__all__ = ["serialize_conversation"]
+__all__ = ["normalized_conversation", "serialize_conversation"]
 
 # A message's parts, kept for the next job: unchanged entries are the same objects there.
 _PARTS: IdentityMemo[Mapping[str, Any], tuple[str, ...]] = IdentityMemo()
+_NORMALIZED: IdentityMemo[Mapping[str, Any], str] = IdentityMemo()
 
 
 def serialize_conversation(llm_messages: Iterable[Mapping[str, Any]]) -> str:
@@ -24,6 +25,18 @@ def serialize_conversation(llm_messages: Iterable[Mapping[str, Any]]) -> str:
     for message in llm_messages:
         parts.extend(_PARTS.get(message, _message_parts))
     return "\n\n".join(parts)
+
+
+def normalized_conversation(llm_messages: Iterable[Mapping[str, Any]]) -> str:
+    """``" ".join(serialize_conversation(llm_messages).split())``, memoized per message: the
+    fact ledger looks facts up in the kept messages on every job, and normalizing their whole
+    text each time was ~7 % of a busy worker's CPU."""
+    words = (_NORMALIZED.get(message, _normalized_message) for message in llm_messages)
+    return " ".join(text for text in words if text)
+
+
+def _normalized_message(message: Mapping[str, Any]) -> str:
+    return " ".join(" ".join(_PARTS.get(message, _message_parts)).split())
 
 
 def _message_parts(message: Mapping[str, Any]) -> tuple[str, ...]:

@@ -17,6 +17,7 @@ from api_client.keys import KeyLayout
 from api_client.session_store import SessionStore
 from worker.hooks import load_hook_runner
 from worker.llm import Summarizer, build_summarizer
+from worker.service._control import CancelWatch
 from worker.service.ports import SYSTEM_CLOCK, Runtime
 from worker.settings import WorkerSettings
 from worker.store import CommitStore
@@ -56,11 +57,14 @@ def build_runtime(settings: WorkerSettings, *,
         on_close.append(router.close)
         summarizer = router.for_job
     on_close.append(client.close)  # last: the router's cooldown store may still write
+    jobs = JobStore(client, settings, layout)
+    cancel_flags = CancelWatch(jobs)
+    on_close.insert(0, cancel_flags.close)
     return Runtime(
         settings=settings,
         sessions=SessionStore(client, layout,
                               entry_cache=EntryCache(settings.entry_cache_entries)),
-        jobs=JobStore(client, settings, layout),
+        jobs=jobs,
         commits=CommitStore(client, layout, walk_limit=settings.commit_walk_limit,
                             effect_retention_s=settings.job_ttl_s + settings.visibility_timeout_s),
         tokenizer=tokenizer,
@@ -69,4 +73,5 @@ def build_runtime(settings: WorkerSettings, *,
         clock=SYSTEM_CLOCK,
         drafts=DraftStore(client, layout, settings.draft_ttl_s),
         on_close=on_close,
+        cancel_flags=cancel_flags,
     )

@@ -9,6 +9,7 @@ the service on in-memory implementations of the same Protocols.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -86,6 +87,20 @@ class JobLeases(Protocol):
         ...
 
     def is_cancel_requested(self, job_id: str) -> bool: ...
+
+    def cancel_requested_among(self, job_ids: Sequence[str]) -> set[str]:
+        """The ids whose cancel flag is set, read in one round trip."""
+        ...
+
+
+class CancelFlags(Protocol):
+    """The cancel flags of a process's running jobs (``worker.service._control.CancelWatch``)."""
+
+    def watch(self, job_id: str) -> threading.Event:
+        """An event set once the job's cancel flag is seen set."""
+        ...
+
+    def forget(self, job_id: str) -> None: ...
 
 
 class JobRecords(JobLeases, Protocol):
@@ -171,6 +186,8 @@ class Runtime:
     new_summarizer: Callable[[], Summarizer]
     clock: Clock = SYSTEM_CLOCK
     drafts: Drafts | None = None  # speculative jobs fail without it
+    # One poll for every running job's cancel flag; None: each job reads its own flag.
+    cancel_flags: CancelFlags | None = None
     on_close: list[Callable[[], Any]] = field(default_factory=list)
 
     @property

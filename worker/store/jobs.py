@@ -11,6 +11,8 @@ For each delivery a worker calls:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import redis
 
 from api_client.jobs import JobStore as ClientJobStore
@@ -64,6 +66,20 @@ class JobStore(ClientJobStore):
     def is_cancel_requested(self, job_id: str) -> bool:
         record = self.layout.job(job_id).record
         return guarded(job_id, lambda: self.redis.hget(record, "cancelRequested")) == "1"
+
+    def cancel_requested_among(self, job_ids: Sequence[str]) -> set[str]:
+        """The ids in ``job_ids`` whose cancel flag is set: one pipelined round trip."""
+        if not job_ids:
+            return set()
+
+        def read() -> list[str | None]:
+            pipe = self.redis.pipeline(transaction=False)
+            for job_id in job_ids:
+                pipe.hget(self.layout.job(job_id).record, "cancelRequested")
+            return pipe.execute()
+
+        flags = guarded(job_ids[0], read)
+        return {job_id for job_id, flag in zip(job_ids, flags, strict=True) if flag == "1"}
 
     def publish(self, event: JobEvent) -> str:
         """A non-terminal event (compaction_start, session_compact, branch_summary, stale)."""
