@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Generator, Mapping, Sequence
+import weakref
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Generic, NoReturn, TypeAlias, TypeVar
@@ -96,12 +97,23 @@ def cmd(name: str, *args: Any, **kwargs: Any) -> Command:
     return Command(name, args, kwargs)
 
 
+_SCRIPTS: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
 class _Shell(Generic[R]):
     def __init__(self, client: R, blocking: Callable[[], R] | None = None) -> None:
         check_decoding(client)
         self.redis: R = client
         self._blocking: Callable[[], R] | None = blocking
-        self._scripts: dict[str, Any] = {}
+        # Shared by every shell on this client (the client's, its session, job and event
+        # stores'), so warm() builds each script object once for all of them.
+        self._scripts: dict[str, Any] = _SCRIPTS.setdefault(client, {})
+
+    def register_scripts(self, names: Iterable[str]) -> None:
+        """Build the redis-py script objects now (each hashes its text: ~0.1 ms, once)."""
+        for name in names:
+            if name not in self._scripts:
+                self._scripts[name] = self.redis.register_script(lua(name))
 
     def _bound(self, call: Command | Pipeline | Script) -> Callable[[], Any]:
         """The call as a redis-py callable (no I/O yet: it runs when called)."""

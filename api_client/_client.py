@@ -58,6 +58,10 @@ __all__ = ["AsyncCompactionClient", "CompactionClient", "TaskProducer"]
 
 log = logging.getLogger(__name__)
 
+def _script_names() -> list[str]:
+    return sorted(p.name[:-4] for p in files("api_client").joinpath("lua").iterdir()
+                  if p.name.endswith(".lua"))
+
 
 def _settings(value: str | ClientSettings | None) -> ClientSettings:
     if isinstance(value, ClientSettings):
@@ -213,9 +217,8 @@ class _ClientCore:
     @staticmethod
     def _warm() -> Flow[None]:
         """Load every packaged script (one pipeline), so no first EVALSHA meets NOSCRIPT."""
-        names = sorted(p.name[:-4] for p in files("api_client").joinpath("lua").iterdir()
-                       if p.name.endswith(".lua"))
-        yield Pipeline(tuple(cmd("script_load", lua(n)) for n in names), transaction=False)
+        yield Pipeline(tuple(cmd("script_load", lua(n)) for n in _script_names()),
+                       transaction=False)
 
     @staticmethod
     def _context(sessions: AsyncSessionStore | SessionStore, session_id: str) -> Flow[LlmContext]:
@@ -339,9 +342,11 @@ class CompactionClient(_ClientCore):
         return self.io.run(self._ping())
 
     def warm(self) -> None:
-        """Do now what the first call would otherwise pay for: connect, load the Lua scripts,
-        build the broker producer. Optional; raises :class:`BrokerUnavailableError` when down."""
+        """Do now what the first call would otherwise pay for: connect, load the Lua scripts
+        and build their redis-py objects (each hashes its text), build the broker producer.
+        Optional; raises :class:`BrokerUnavailableError` when down."""
         self.io.run(self._warm())
+        self.io.register_scripts(_script_names())
         if self.broker_mode == "kombu":
             self.producer.app()
 
@@ -457,6 +462,7 @@ class AsyncCompactionClient(_ClientCore):
     async def warm(self) -> None:
         """As :meth:`CompactionClient.warm`."""
         await self.io.run(self._warm())
+        self.io.register_scripts(_script_names())
         if self.broker_mode == "kombu":
             self.producer.app()
 

@@ -101,6 +101,22 @@ def test_one_round_trip_for_a_new_job(client: CompactionClient, raw: redis.Redis
     assert monitor.until_marker() == ["EVALSHA"]
 
 
+def test_after_warm_the_first_call_builds_no_script_object(
+        client: CompactionClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    # register_script hashes the script text (~0.1 ms): warm() pays it for every script.
+    seed_sessions(client.settings.redis_url, "s1")
+    client.warm()
+    built: list[str] = []
+    real = client.redis.register_script
+    monkeypatch.setattr(client.redis, "register_script",
+                        lambda text: built.append(text) or real(text))
+    client.compact("s1", "threshold")
+    client.prune("s1")
+    client.sessions.append("s1", {"type": "message", "message": {"role": "user", "content": "x",
+                                                                 "timestamp": 1}})
+    assert built == []
+
+
 def test_async_one_round_trip(settings: ClientSettings, raw: redis.Redis[str]) -> None:
     seed_sessions(settings.redis_url, "s1")
 
