@@ -122,7 +122,8 @@ def test_segmented_counts_equal_the_count_of_the_whole_text(text: str) -> None:
 
 
 _ALPHABET = ["a", "Z", "é", "e\u0301", "1", "²", "Ⅻ", "\n", "\n", "\n", "\r", " ", "  ", "\t", "'",
-             "'s", "[", "]", ".", "😀", ":", "{", "}", ",", "word", "42", "中", "\u2028", "\u00a0"]
+             "'s", "[", "]", ".", "😀", ":", "{", "}", ",", "word", "42", "中", "\u2028", "\u00a0",
+             "(", ")", "=", '"', "\\", "\\n", "/", "-", "_", "$", "`", "ǅ", "٣"]
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -144,15 +145,21 @@ def test_the_pieces_of_generated_texts_sum_to_the_count_of_the_whole(seed: int) 
 @pytest.mark.parametrize(
     ("text", "pieces"),
     [
-        ("x" * 300, ["x" * 300]),  # no newline: one piece
-        ("." + "a" * 300 + ".\n" + "b" * 10, ["." + "a" * 300 + ".\n" + "b" * 10]),  # ".\n" joins
-        ("a" * 300 + "\nmid\n" + "z" * 5, ["a" * 300, "\nmid", "\n" + "z" * 5]),
+        ("x" * 300, ["x" * 300]),  # no word end: one piece
+        ("é" * 300 + "\n" + "ü" * 10, ["é" * 300 + "\n" + "ü" * 10]),  # only ASCII counts
+        ("a" * 300 + " b" * 5, ["a" * 300 + " b" * 5]),  # a space is no cut: labels have them
+        ("a" * 300 + "]" + "b" * 5, ["a" * 300 + "]" + "b" * 5]),  # nor "]": labels end so
+        ("." + "a" * 300 + ".\n" + "b" * 10, ["." + "a" * 300, ".\n" + "b" * 10]),
+        ("a" * 300 + "\nmid;" + "z" * 5, ["a" * 300, "\nmid", ";" + "z" * 5]),
+        ("9" * 300 + "(x)" + "z" * 5, ["9" * 300, "(x", ")" + "z" * 5]),  # a digit ends too
         ("a" * 300 + "\nend\n\n", ["a" * 300, "\nend\n\n"]),  # trailing newlines: no cut
         ("[User]: " + "a" * 300 + "\nmid\n" + "z" * 5 + "\n\n",
          ["[User]: " + "a" * 300, "\nmid", "\n" + "z" * 5 + "\n\n"]),
+        ("[Assistant tool calls]: " + "a" * 300 + "\nz" + "\n\n",
+         ["[Assistant tool calls]: " + "a" * 300, "\nz\n\n"]),
     ],
 )
-def test_long_texts_are_cut_at_their_first_and_last_line_boundary(text: str, pieces: list[str]) -> None:
+def test_long_texts_are_cut_at_their_first_and_last_word_end(text: str, pieces: list[str]) -> None:
     assert count_pieces(text) == pieces
 
 

@@ -8,9 +8,9 @@ nothing is downloaded at run time.
 from __future__ import annotations
 
 import math
+import re
 import threading
-import unicodedata
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -224,7 +224,6 @@ def counts_of(tokenizer: Tokenizer) -> IdentityMemo[Message, int]:
 # Shorter texts are one cache entry. Longer ones are cut: a cut costs a digest and a tiktoken
 # call (a few microseconds), less than tokenizing a few hundred characters twice.
 SEGMENT_MIN_CHARS = 256
-_BOUNDARY_TRIES = 64  # newlines tried from each end before a text is left uncut at that end
 
 
 def segments(text: str) -> list[str]:
@@ -242,52 +241,52 @@ def segments(text: str) -> list[str]:
 def count_pieces(text: str) -> list[str]:
     """``text`` cut into pieces whose cl100k counts sum to the count of ``text``.
 
-    First :func:`segments`, then each long segment at its first and last *line boundary*: a
-    newline right after a letter or a digit. No pre-token of cl100k's pattern holds a letter or
-    a digit and then a newline (letters and digits end their match; punctuation takes the
-    newlines after it, so ``.\n`` is not a boundary), so the pattern cuts there whatever comes
-    before or after. Newlines at the very end are not looked at: a message ends its prompt part
-    with ``\n\n`` added, and both must find the same last boundary. So ``X`` and
-    ``"[User]: " + X + "\n\n"`` get the same middle piece.
+    First :func:`segments`, then each long segment at its first and last *word boundary*: an
+    ASCII letter or digit followed by punctuation or a newline (:data:`_WORD_END`). No
+    pre-token of cl100k's pattern runs on from a letter into a non-letter, or from a digit
+    into a non-digit (letters and digits end their match there), so the pattern cuts at such
+    a boundary whatever comes before or after. Spaces and ``]`` do not count as the second
+    character: the serialized conversation's labels (``[Tool result]: ``) then hold no
+    boundary, and ``X`` and ``"[Tool result]: " + X + "\\n\\n"`` get the same middle piece.
+    Newlines at the very end are not looked at, for the same reason.
     """
     pieces: list[str] = []
     for segment in segments(text):
         if len(segment) <= SEGMENT_MIN_CHARS:
             pieces.append(segment)
         else:
-            pieces.extend(_line_cuts(segment))
+            pieces.extend(_word_cuts(segment))
     return pieces
 
 
-def _line_cuts(text: str) -> list[str]:
+# An ASCII letter or digit, then a character that is surely neither a letter nor (after a
+# digit) a digit in any Unicode table: cl100k's pattern always cuts between the two.
+_WORD_END = re.compile(r"[A-Za-z0-9](?=[\n\t.,;:(){}=\"'/\\<>|+*&!?#$%^~`_\[-])")
+_TAIL_WINDOW = 1024  # characters searched from the end for the last boundary, then more
+
+
+def _word_cuts(text: str) -> list[str]:
     end = len(text.rstrip("\n"))
-    first = _boundary(text, text.find("\n", 1, end), lambda p: text.find("\n", p + 1, end))
-    if first < 0:
+    found = _WORD_END.search(text, 0, end)
+    if found is None:
         return [text]
-    last = _boundary(text, text.rfind("\n", first, end), lambda p: text.rfind("\n", first, p))
+    first = found.end()
+    last = _last_word_end(text, first, end)
     if last <= first:
         return [text[:first], text[first:]]
     return [text[:first], text[first:last], text[last:]]
 
 
-def _boundary(text: str, newline: int, next_newline: Callable[[int], int]) -> int:
-    """The first newline, from ``newline`` on, that follows a letter or a digit; else -1."""
-    for _ in range(_BOUNDARY_TRIES):
-        if newline <= 0:
-            return -1
-        if _letter_or_digit(text[newline - 1]):
-            return newline
-        newline = next_newline(newline)
-    return -1
-
-
-def _letter_or_digit(char: str) -> bool:
-    # \p{L} or \p{N}, as cl100k's pattern means them. Python's Unicode tables may be older
-    # than the tokenizer's: a character Python does not know is no boundary, which only costs
-    # a missed cut, never a wrong count.
-    if char.isascii():
-        return char.isalnum()
-    return unicodedata.category(char)[0] in "LN"
+def _last_word_end(text: str, first: int, end: int) -> int:
+    window = _TAIL_WINDOW
+    while True:
+        start = max(first, end - window)
+        last = first
+        for found in _WORD_END.finditer(text, start, end):
+            last = found.end()
+        if last > first or start == first:
+            return last
+        window *= 4
 
 
 _SHARED: dict[str, Tokenizer] = {}
