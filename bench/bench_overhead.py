@@ -3,7 +3,8 @@
     .venv/bin/python bench/bench_overhead.py [--runs 3] [--no-redis]
 
 What one threshold compaction job does outside the model call, in the worker process: decoding
-the snapshot's replies (through the worker's entry cache), the prune pass, the plan, building the three requests and the router's fit checks (a candidate with a
+the snapshot's replies (through the worker's entry cache), priming the token counts of a
+session not seen before (on two threads), the prune pass, the plan, building the three requests and the router's fit checks (a candidate with a
 200k window that answers instantly), and counting the context after the commit. Measured:
 
 * ``cold``: the first plan of a fresh process (tiktoken's encoding already loaded: that is
@@ -112,6 +113,7 @@ def _job(replies: list[Any], tokenizer: Any, router: Any, entries: Any) -> None:
     the snapshot (through the worker's entry cache), the prune pass, the plan, the requests,
     the context after the commit."""
     from api_client.session import SessionTree, parse_entry
+    from api_client.session.convert import for_compaction
     from api_client.session_store import build_snapshot
     from worker.compaction import (
         CompactionSettings,
@@ -125,6 +127,7 @@ def _job(replies: list[Any], tokenizer: Any, router: Any, entries: Any) -> None:
     tree = build_snapshot("bench", replies, entries).session.tree()
     path = list(tree.path_to(tree.leaf_id))
     tokenizer = JobTokenizer(tokenizer, message_counts(tokenizer.name))  # as the worker does
+    tokenizer.prime(m for e in path if (m := for_compaction(e)) is not None)  # _compact._prime
     plan_prune(path, tokenizer)
     prep = prepare_compaction(path, CompactionSettings(), tokenizer)
     assert prep is not None

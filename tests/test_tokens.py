@@ -259,3 +259,37 @@ def test_the_request_counter_shares_the_planners_message_counts() -> None:
     private = EstimateTokenizer()  # same name, another instance: its own counts
     assert counts_of(private) is not message_counts("estimate")
     assert RequestCounter(private).message(message) == 10 + 8
+
+
+def test_priming_counts_a_large_session_ahead_and_exactly(pi_file: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # A cold plan tokenizes the session on several threads first (worker.service._compact);
+    # the plan then finds every message's count in the cache, equal to a serial count.
+    import worker.tokens.counting as counting
+    from api_client.session.convert import for_compaction
+    from worker.memo import IdentityMemo
+    from worker.tokens import JobTokenizer
+
+    monkeypatch.setattr(counting, "PRIME_THREADS", 2)
+    tree = load_session(pi_file.read_text(encoding="utf-8")).tree()
+    messages = [m for e in tree.path_to(tree.leaf_id) if (m := for_compaction(e)) is not None]
+    serial = [TiktokenTokenizer(TokenCache()).count(m) for m in messages]
+    primed = JobTokenizer(TiktokenTokenizer(TokenCache()), IdentityMemo())
+    assert primed.prime(messages) > counting.PRIME_MIN_CHARS
+    encoded: list[str] = []
+    inner = primed.inner
+    assert isinstance(inner, TiktokenTokenizer)
+    real = inner._encoded_len
+    inner._encoded_len = lambda t: encoded.append(t) or real(t)  # type: ignore[method-assign]
+    assert [primed.count(m) for m in messages] == serial
+    assert encoded == []  # nothing left to tokenize
+    assert primed.prime(messages) == 0  # counted messages are skipped
+
+
+def test_priming_leaves_a_small_session_to_the_serial_count() -> None:
+    from worker.memo import IdentityMemo
+    from worker.tokens import JobTokenizer
+
+    tok = JobTokenizer(TiktokenTokenizer(TokenCache()), IdentityMemo())
+    assert tok.prime([user("a short question " * 50), tool_result("ok")]) == 0
+    assert JobTokenizer(EstimateTokenizer()).prime([user("x" * 10**6)]) == 0

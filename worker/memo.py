@@ -50,6 +50,11 @@ class IdentityMemo(Generic[K, V]):
                     self._known.popitem(last=False)
         return value
 
+    def __contains__(self, obj: object) -> bool:
+        with self._lock:
+            hit = self._known.get(id(obj))
+            return hit is not None and hit[0] is obj
+
     def resize(self, max_objects: int) -> None:
         with self._lock:
             self.max_objects = max(0, max_objects)

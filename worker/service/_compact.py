@@ -8,6 +8,7 @@ from typing import Any
 
 from api_client.errors import AlreadyCompactedError, NothingToCompactError
 from api_client.session import Entry, JsonObject, SessionTree, parse_entry
+from api_client.session.convert import for_compaction
 from api_client.session_store import Snapshot
 from api_client.wire import CompactReason, EventType
 from worker import metrics
@@ -118,9 +119,17 @@ def _result(ctx: JobContext, progress: Progress, draft: Draft) -> dict[str, Any]
     }
 
 
+def _prime(ctx: JobContext, snap: Snapshot) -> None:
+    """A session this process has not seen: its messages are tokenized on several threads
+    before the prune pass and the plan count them one by one (``JobTokenizer.prime``)."""
+    path = snap.session.tree().path_to(snap.leaf_id)
+    ctx.tokenizer.prime(m for e in path if (m := for_compaction(e)) is not None)
+
+
 def _round(ctx: JobContext, progress: Progress, round_no: int) -> tuple[Draft | None, CommitOutcome | None] | None:
     """One snapshot: prune pass (automatic reasons), plan, summarize, commit. None = stale."""
     snap: Snapshot = ctx.rt.sessions.load(ctx.session_id)
+    _prime(ctx, snap)
     if _reason(ctx) is not CompactReason.MANUAL:
         step = prune_pass(ctx, snap, round_no, own_effect=False)
         if step.stale:

@@ -11,7 +11,7 @@ from api_client.wire import EventType, JobEvent, JobRecord, now_iso
 from worker.llm import Summarizer, SummaryResult, Usage
 from worker.service._control import JobControl
 from worker.service.ports import Runtime
-from worker.tokens import JobTokenizer, Tokenizer, counts_of
+from worker.tokens import JobTokenizer, counts_of
 
 __all__ = [
     "JobContext",
@@ -30,7 +30,7 @@ class JobContext:
     summarizer: Summarizer
     # Each message object counted once in the process: unchanged entries are the same objects
     # in the next job's snapshot (the session store's entry cache).
-    tokenizer: Tokenizer = field(init=False)
+    tokenizer: JobTokenizer = field(init=False)
 
     def __post_init__(self) -> None:
         self.tokenizer = JobTokenizer(self.rt.tokenizer, counts_of(self.rt.tokenizer))

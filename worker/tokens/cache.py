@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 __all__ = ["DEFAULT_ENTRIES", "TOKEN_CACHE", "TokenCache", "content_key"]
 
@@ -56,6 +56,20 @@ class TokenCache:
             while len(self._counts) > self.max_entries:
                 self._counts.popitem(last=False)
         return counted
+
+    def unknown(self, texts: Iterable[str]) -> dict[bytes, str]:
+        """The texts without a count, by key (no hit or miss is recorded)."""
+        with self._lock:
+            known = self._counts
+            return {key: text for text in texts
+                    if (key := content_key(text)) not in known}
+
+    def put_many(self, counts: Iterable[tuple[bytes, int]]) -> None:
+        with self._lock:
+            for key, counted in counts:
+                self._counts[key] = counted
+            while len(self._counts) > self.max_entries:
+                self._counts.popitem(last=False)
 
     def resize(self, max_entries: int) -> None:
         """Keep at most ``max_entries`` counts from now on (0: cache nothing)."""
