@@ -54,6 +54,9 @@ class Snapshot:
     session: Session
     revision: int
     leaf_id: str | None
+    # Characters of stored JSON parsed for this snapshot, not taken from the entry cache: what
+    # is new to this process (a worker primes token counts only when it is a lot).
+    parsed_chars: int = 0
 
 
 def new_session_header(session_id: str, cwd: str, title: str | None) -> JsonObject:
@@ -145,29 +148,32 @@ def build_snapshot(session_id: str, replies: Sequence[Any],
     if header_text is None:
         raise SessionNotFoundError(f"Session {session_id} not found")
     source = f"redis:{session_id}"
-    entries = []
+    entries, parsed = [], 0
     for line, entry_id in enumerate(order, start=2):  # line numbers as in an export
         text = stored.get(entry_id)
         if text is None:
             raise SessionFormatError(f"entry {entry_id} is in the order list but not stored",
                                      source=source, line=line)
-        entries.append(_entry(session_id, entry_id, text, line, cache))
+        entry, fresh = _entry(session_id, entry_id, text, line, cache)
+        entries.append(entry)
+        parsed += len(text) if fresh else 0
     header = _json_object(header_text, source, 1)
     session = Session(header, entries, source, CURRENT_VERSION)
-    return Snapshot(session, int(rev or 0), leaf or None)
+    return Snapshot(session, int(rev or 0), leaf or None, parsed)
 
 
 def _entry(session_id: str, entry_id: str, text: str, line: int,
-           cache: EntryCache | None) -> Entry:
+           cache: EntryCache | None) -> tuple[Entry, bool]:
+    """The entry, and whether it was parsed now (not found in ``cache``)."""
     source = f"redis:{session_id}"
     if cache is None:
-        return parse_entry(_json_object(text, source, line), source=source, line=line)
+        return parse_entry(_json_object(text, source, line), source=source, line=line), True
     digest, known = cache.get(session_id, entry_id, text, line)
     if known is not None:
-        return known
+        return known, False
     entry = parse_entry(_json_object(text, source, line), source=source, line=line)
     cache.put(session_id, digest, entry)
-    return entry
+    return entry, True
 
 
 def export_text(session_id: str, replies: Sequence[Any]) -> str:

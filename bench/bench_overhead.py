@@ -122,12 +122,14 @@ def _job(replies: list[Any], tokenizer: Any, router: Any, entries: Any) -> None:
         plan_prune,
         prepare_compaction,
     )
-    from worker.tokens import JobTokenizer, message_counts
+    from worker.tokens import PRIME_MIN_CHARS, JobTokenizer, message_counts
 
-    tree = build_snapshot("bench", replies, entries).session.tree()
+    snap = build_snapshot("bench", replies, entries)
+    tree = snap.session.tree()
     path = list(tree.path_to(tree.leaf_id))
     tokenizer = JobTokenizer(tokenizer, message_counts(tokenizer.name))  # as the worker does
-    tokenizer.prime(m for e in path if (m := for_compaction(e)) is not None)  # _compact._prime
+    if snap.parsed_chars >= PRIME_MIN_CHARS:  # as _compact._prime
+        tokenizer.prime(m for e in path if (m := for_compaction(e)) is not None)
     plan_prune(path, tokenizer)
     prep = prepare_compaction(path, CompactionSettings(), tokenizer)
     assert prep is not None

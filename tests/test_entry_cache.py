@@ -40,3 +40,14 @@ def test_other_sessions_and_a_zero_size_share_nothing() -> None:
     one = build_snapshot("s1", _replies(stored), off).session.entries[0]
     assert build_snapshot("s1", _replies(stored), off).session.entries[0] is not one
     assert len(off) == 0
+
+
+def test_a_snapshot_says_how_much_stored_json_it_parsed_anew() -> None:
+    # The worker primes token counts only for a session that is mostly new to the process.
+    cache = EntryCache()
+    stored = {"a": _message("a", None, "one"), "b": _message("b", "a", "two")}
+    assert build_snapshot("s1", _replies(stored), cache).parsed_chars == len(stored["a"]) + len(stored["b"])
+    stored["c"] = _message("c", "b", "three")
+    assert build_snapshot("s1", _replies(stored), cache).parsed_chars == len(stored["c"])
+    assert build_snapshot("s1", _replies(stored), cache).parsed_chars == 0
+    assert build_snapshot("s1", _replies(stored)).parsed_chars == sum(map(len, stored.values()))

@@ -34,6 +34,7 @@ from worker.service._outage import ride_out
 from worker.service._prune import PruneStep, prune_pass
 from worker.service._replan import settle, with_replans
 from worker.store import CommitOutcome
+from worker.tokens import PRIME_MIN_CHARS
 
 __all__ = ["run_compact"]
 
@@ -121,7 +122,10 @@ def _result(ctx: JobContext, progress: Progress, draft: Draft) -> dict[str, Any]
 
 def _prime(ctx: JobContext, snap: Snapshot) -> None:
     """A session this process has not seen: its messages are tokenized on several threads
-    before the prune pass and the plan count them one by one (``JobTokenizer.prime``)."""
+    before the prune pass and the plan count them one by one (``JobTokenizer.prime``). A
+    session it has seen (little JSON parsed anew) is not even walked."""
+    if snap.parsed_chars < PRIME_MIN_CHARS:
+        return
     path = snap.session.tree().path_to(snap.leaf_id)
     ctx.tokenizer.prime(m for e in path if (m := for_compaction(e)) is not None)
 

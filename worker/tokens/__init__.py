@@ -8,6 +8,7 @@ one token cache.
 from worker.tokens.cache import TOKEN_CACHE, TokenCache
 from worker.tokens.counting import (
     IMAGE_CHARS,
+    PRIME_MIN_CHARS,
     EstimateTokenizer,
     JobTokenizer,
     MessageText,
@@ -23,6 +24,7 @@ from worker.tokens.counting import (
 
 __all__ = [
     "IMAGE_CHARS",
+    "PRIME_MIN_CHARS",
     "TOKEN_CACHE",
     "EstimateTokenizer",
     "JobTokenizer",
