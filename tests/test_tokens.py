@@ -293,3 +293,15 @@ def test_priming_leaves_a_small_session_to_the_serial_count() -> None:
     tok = JobTokenizer(TiktokenTokenizer(TokenCache()), IdentityMemo())
     assert tok.prime([user("a short question " * 50), tool_result("ok")]) == 0
     assert JobTokenizer(EstimateTokenizer()).prime([user("x" * 10**6)]) == 0
+
+
+def test_a_long_text_counted_again_is_one_cache_hit(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A warm job's prompts are the texts the last job counted: one digest, no cutting.
+    import worker.tokens.counting as counting
+
+    tok = TiktokenTokenizer(TokenCache())
+    prompt = "[User]: " + "\n".join(f"line {i}: some words" for i in range(400))
+    first = tok.count_text(prompt)
+    monkeypatch.setattr(counting, "count_pieces", lambda text: pytest.fail("cut again"))
+    hits = tok.cache.hits
+    assert tok.count_text(str(prompt)) == first and tok.cache.hits == hits + 1

@@ -173,6 +173,11 @@ class TiktokenTokenizer:
             return 0
         if len(text) <= SEGMENT_MIN_CHARS:
             return self.cache.count(text, self._encoded_len)
+        # The whole text is a cache entry too: a warm job's prompts are the same texts as the
+        # last job's, and one digest is cheaper than cutting them into pieces again.
+        return self.cache.count(text, self._sum_of_pieces)
+
+    def _sum_of_pieces(self, text: str) -> int:
         return sum(self.cache.count(part, self._encoded_len) for part in count_pieces(text))
 
     def count(self, message: Message) -> int:
@@ -312,7 +317,7 @@ def count_pieces(text: str) -> list[str]:
 # An ASCII letter or digit, then a character that is surely neither a letter nor (after a
 # digit) a digit in any Unicode table: cl100k's pattern always cuts between the two.
 _WORD_END = re.compile(r"[A-Za-z0-9](?=[\n\t.,;:(){}=\"'/\\<>|+*&!?#$%^~`_\[-])")
-_TAIL_WINDOW = 1024  # characters searched from the end for the last boundary, then more
+_TAIL_WINDOW = 64  # characters searched from the end for the last boundary, then 4x more
 
 
 def _word_cuts(text: str) -> list[str]:
