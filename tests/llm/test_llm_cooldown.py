@@ -54,6 +54,23 @@ def test_redis_store_shares_state_and_expires(redis_url: str) -> None:
     assert not one.is_cooling("m")
 
 
+def test_a_clear_answer_is_reused_for_recheck_s(redis_url: str) -> None:
+    # One EXISTS per candidate per recheck_s, not per model call; a cooldown another worker
+    # starts is seen at most recheck_s late, one this store starts at once.
+    one = RedisCooldownStore(redis.Redis.from_url(redis_url), threshold=1, prefix="t:",
+                             recheck_s=0.3)
+    two = RedisCooldownStore(redis.Redis.from_url(redis_url), threshold=1, prefix="t:")
+    client = redis.Redis.from_url(redis_url)
+    client.config_resetstat()
+    assert not one.is_cooling("m") and not one.is_cooling("m")
+    assert client.info("commandstats")["cmdstat_exists"]["calls"] == 1
+    assert two.record_failure("m") is True
+    assert not one.is_cooling("m")  # within recheck_s of the clear answer
+    time.sleep(0.35)
+    assert one.is_cooling("m")
+    assert not one.is_cooling("n") and one.record_failure("n") is True and one.is_cooling("n")
+
+
 def test_redis_failure_window_has_an_expiry(redis_url: str) -> None:
     store = RedisCooldownStore(redis.Redis.from_url(redis_url), threshold=5, window_s=2, prefix="t:")
     store.record_failure("m")

@@ -38,8 +38,15 @@ class CooldownStore(Protocol):
 
 class RedisCooldownStore:
     def __init__(self, client: redis.Redis[Any], *, threshold: int = 5, window_s: float = 60.0,
-                 cooldown_s: float = 60.0, prefix: str = "compactor:llm:") -> None:
+                 cooldown_s: float = 60.0, prefix: str = "compactor:llm:",
+                 recheck_s: float = 1.0) -> None:
         self._redis = client
+        # A "not cooling" answer is reused for recheck_s: every model call asked Redis first
+        # (an EXISTS per call, ~1 % of a busy worker's CPU). Another worker's cooldown is thus
+        # seen up to recheck_s late; this process's own is seen at once. "Cooling" answers
+        # always come from Redis, so an outage still fails open.
+        self.recheck_s = recheck_s
+        self._clear_until: dict[str, float] = {}
         self.threshold = threshold
         self._window_ms = max(1, int(window_s * 1000))
         self._cooldown_ms = max(1, int(cooldown_s * 1000))
@@ -53,11 +60,17 @@ class RedisCooldownStore:
     def is_cooling(self, candidate: str) -> bool:
         import redis
 
+        now = time.monotonic()
+        if self._clear_until.get(candidate, 0.0) > now:
+            return False
         try:
-            return bool(self._redis.exists(self._keys(candidate)[1]))
+            cooling = bool(self._redis.exists(self._keys(candidate)[1]))
         except redis.RedisError as err:
             log.warning("cooldown check skipped (%s): %s", candidate, err)
             return False
+        if not cooling:
+            self._clear_until[candidate] = now + self.recheck_s
+        return cooling
 
     def record_failure(self, candidate: str) -> bool:
         import redis
@@ -71,6 +84,7 @@ class RedisCooldownStore:
                 count = int(pipe.execute()[1])
             if count < self.threshold:
                 return False
+            self._clear_until.pop(candidate, None)
             with self._redis.pipeline(transaction=True) as pipe:
                 pipe.set(cool_key, str(int(time.time() * 1000) + self._cooldown_ms), px=self._cooldown_ms)
                 pipe.delete(fail_key)
