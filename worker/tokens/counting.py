@@ -190,9 +190,9 @@ class TiktokenTokenizer:
     def prime(self, messages: Iterable[Message]) -> int:
         """Count the messages' uncounted text now, on :data:`PRIME_THREADS` threads, when
         there is enough of it (a cold plan of a large session); returns the characters
-        counted. tiktoken releases the GIL, so a 200k-token session's first plan waits for
-        half of its tokenizing on two cores. The counts land in the cache, where the plan
-        finds them."""
+        counted. tiktoken releases the GIL: on two cores, counting every message of
+        before-compaction took 264 ms instead of 346 ms (min of 5). The counts land in the
+        cache, where the plan finds them."""
         texts = (part for m in messages for piece in message_text(m).pieces if piece
                  for part in (count_pieces(piece) if len(piece) > SEGMENT_MIN_CHARS
                               else (piece,)))
