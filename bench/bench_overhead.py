@@ -113,13 +113,13 @@ def _job(replies: list[Any], tokenizer: Any, router: Any, entries: Any) -> None:
     the snapshot (through the worker's entry cache), the prune pass, the plan, the requests,
     the context after the commit."""
     from api_client.session import SessionTree, parse_entry
-    from api_client.session.convert import for_compaction
     from api_client.session_store import build_snapshot
     from worker.compaction import (
         CompactionSettings,
         build_session_context,
         compact,
         plan_prune,
+        planned_messages,
         prepare_compaction,
     )
     from worker.tokens import PRIME_MIN_CHARS, JobTokenizer, message_counts
@@ -129,7 +129,7 @@ def _job(replies: list[Any], tokenizer: Any, router: Any, entries: Any) -> None:
     path = list(tree.path_to(tree.leaf_id))
     tokenizer = JobTokenizer(tokenizer, message_counts(tokenizer.name))  # as the worker does
     if snap.parsed_chars >= PRIME_MIN_CHARS:  # as _compact._prime
-        tokenizer.prime(m for e in path if (m := for_compaction(e)) is not None)
+        tokenizer.prime(planned_messages(path))
     plan_prune(path, tokenizer)
     prep = prepare_compaction(path, CompactionSettings(), tokenizer)
     assert prep is not None

@@ -108,3 +108,20 @@ def test_a_hooks_tagged_paths_are_carried_as_facts(ext: bool, carried: list) -> 
     path = chain(u(500), a(500), comp("e1", summary, ext=ext), u(500), a(500), u(500), a(500))
     prep = prepare_compaction(path, CompactionSettings(keep_recent_tokens=600), EST)
     assert prep is not None and list(prep.carried_facts) == carried
+
+
+def test_planned_messages_are_those_after_the_last_compaction() -> None:
+    # What a cold job primes its token counts for (worker.service._compact._prime).
+    from api_client.session import parse_entry
+    from worker.compaction import planned_messages
+
+    path = [parse_entry(e) for e in [
+        {"type": "message", "id": "a", "parentId": None, "timestamp": "t",
+         "message": {"role": "user", "content": "old", "timestamp": 1}},
+        {"type": "compaction", "id": "c", "parentId": "a", "timestamp": "t", "summary": "s",
+         "firstKeptEntryId": "a", "tokensBefore": 1},
+        {"type": "message", "id": "b", "parentId": "c", "timestamp": "t",
+         "message": {"role": "user", "content": "new", "timestamp": 2}},
+    ]]
+    assert [m["content"] for m in planned_messages(path)] == ["new"]
+    assert [m["content"] for m in planned_messages(path[:1])] == ["old"]

@@ -28,6 +28,7 @@ from worker.compaction.prepare import (
     context_tokens,
     last_assistant_usage,
     no_plan_reason,
+    planned_messages,
     prepare_compaction,
     prompt_tokens,
 )
@@ -67,6 +68,7 @@ __all__ = [
     "last_assistant_usage",
     "no_plan_reason",
     "plan_prune",
+    "planned_messages",
     "prepare_branch_entries",
     "prepare_compaction",
     "prompt_tokens",

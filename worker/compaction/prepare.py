@@ -98,6 +98,12 @@ def _mapped(path: Sequence[Entry], start: int, end: int) -> list[tuple[str, Mess
     return [(e.id, m) for e in path[max(start, 0) : end] if (m := for_compaction(e)) is not None]
 
 
+def planned_messages(path: Sequence[Entry]) -> list[Message]:
+    """The messages a plan counts: those after the path's last compaction entry (what a cold
+    job primes its token counts for; the older ones are summarized already)."""
+    return [m for _, m in _mapped(path, _last_compaction_index(path) + 1, len(path))]
+
+
 def _adjusted_keep(path: Sequence[Entry], start: int, keep: int, tokenizer: Tokenizer) -> int:
     usage = last_assistant_usage(path)
     if usage is None:

@@ -8,7 +8,6 @@ from typing import Any
 
 from api_client.errors import AlreadyCompactedError, NothingToCompactError
 from api_client.session import Entry, JsonObject, SessionTree, parse_entry
-from api_client.session.convert import for_compaction
 from api_client.session_store import Snapshot
 from api_client.wire import CompactReason, EventType
 from worker import metrics
@@ -17,6 +16,7 @@ from worker.compaction import (
     build_session_context,
     compact,
     no_plan_reason,
+    planned_messages,
     prepare_compaction,
 )
 from worker.compaction.ledger import hook_compaction_with_facts
@@ -126,8 +126,7 @@ def _prime(ctx: JobContext, snap: Snapshot) -> None:
     session it has seen (little JSON parsed anew) is not even walked."""
     if snap.parsed_chars < PRIME_MIN_CHARS:
         return
-    path = snap.session.tree().path_to(snap.leaf_id)
-    ctx.tokenizer.prime(m for e in path if (m := for_compaction(e)) is not None)
+    ctx.tokenizer.prime(planned_messages(snap.session.tree().path_to(snap.leaf_id)))
 
 
 def _round(ctx: JobContext, progress: Progress, round_no: int) -> tuple[Draft | None, CommitOutcome | None] | None:
