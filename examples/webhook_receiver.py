@@ -77,7 +77,10 @@ def make_server(secret: bytes, handler: Handler = demo_handler, *, host: str = "
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(out)))
             self.end_headers()
-            self.wfile.write(out)
+            try:
+                self.wfile.write(out)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the worker gave up waiting (its hook timeout): nobody reads the answer
 
         def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
             pass
