@@ -4,8 +4,9 @@
 
 What one threshold compaction job does outside the model call, in the worker process: decoding
 the snapshot's replies (through the worker's entry cache), priming the token counts of a
-session not seen before (on two threads), the prune pass, the plan, building the three requests and the router's fit checks (a candidate with a
-200k window that answers instantly), and counting the context after the commit. Measured:
+session not seen before (on two threads), the prune pass, the plan, building the three
+requests and the router's fit checks (a candidate with a 200k window that answers instantly),
+and counting the context after the commit. Measured:
 
 * ``cold``: the first plan of a fresh process (tiktoken's encoding already loaded: that is
   process start-up, reported apart as ``encoding_load_ms``), median over ``--runs`` processes;

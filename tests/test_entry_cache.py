@@ -46,7 +46,8 @@ def test_a_snapshot_says_how_much_stored_json_it_parsed_anew() -> None:
     # The worker primes token counts only for a session that is mostly new to the process.
     cache = EntryCache()
     stored = {"a": _message("a", None, "one"), "b": _message("b", "a", "two")}
-    assert build_snapshot("s1", _replies(stored), cache).parsed_chars == len(stored["a"]) + len(stored["b"])
+    first = build_snapshot("s1", _replies(stored), cache)
+    assert first.parsed_chars == len(stored["a"]) + len(stored["b"])
     stored["c"] = _message("c", "b", "three")
     assert build_snapshot("s1", _replies(stored), cache).parsed_chars == len(stored["c"])
     assert build_snapshot("s1", _replies(stored), cache).parsed_chars == 0
