@@ -58,6 +58,7 @@ __all__ = ["AsyncCompactionClient", "CompactionClient", "TaskProducer"]
 
 log = logging.getLogger(__name__)
 
+
 def _script_names() -> list[str]:
     return sorted(p.name[:-4] for p in files("api_client").joinpath("lua").iterdir()
                   if p.name.endswith(".lua"))

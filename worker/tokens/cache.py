@@ -58,11 +58,12 @@ class TokenCache:
         return counted
 
     def unknown(self, texts: Iterable[str]) -> dict[bytes, str]:
-        """The texts without a count, by key (no hit or miss is recorded)."""
+        """The texts without a count, by key (no hit or miss is recorded). The digests (and
+        whatever produces ``texts``) are computed before the lock is taken: the other jobs'
+        lookups do not wait for a cold session's whole text."""
+        keyed = {content_key(text): text for text in texts}
         with self._lock:
-            known = self._counts
-            return {key: text for text in texts
-                    if (key := content_key(text)) not in known}
+            return {key: text for key, text in keyed.items() if key not in self._counts}
 
     def put_many(self, counts: Iterable[tuple[bytes, int]]) -> None:
         with self._lock:
