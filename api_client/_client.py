@@ -23,7 +23,7 @@ import redis.asyncio
 from api_client import _instant
 from api_client._calls import AsyncShell, Flow, Pipeline, SyncShell, cmd
 from api_client._handle import AsyncJobHandle, JobHandle
-from api_client.drafts import discard_note
+from api_client.drafts import discard_note, prepare_templates
 from api_client.errors import (
     BrokerUnavailableError,
     CompactorError,
@@ -33,7 +33,13 @@ from api_client.errors import (
 from api_client.events import AsyncEventReader, EventReader
 from api_client.jobs import AsyncJobStore, EnqueueResult, JobStore, _JobCore
 from api_client.keys import KeyLayout
-from api_client.redis_broker import BrokerPush, redis_db, same_redis, task_push
+from api_client.redis_broker import (
+    BrokerPush,
+    prepare_envelopes,
+    redis_db,
+    same_redis,
+    task_push,
+)
 from api_client.redis_conn import REDIS_DOWN, lua, make_async_redis, make_redis, unavailable
 from api_client.session.context import LlmContext, llm_context
 from api_client.session_store import AsyncSessionStore, SessionStore
@@ -46,6 +52,7 @@ from api_client.wire import (
     JobKind,
     JobState,
     Route,
+    all_routes,
     broker_priority,
     is_amqp,
     queue_arguments,
@@ -226,6 +233,12 @@ class _ClientCore:
         snapshot = yield from sessions._load(session_id)
         return llm_context(snapshot.session.tree(), snapshot.leaf_id, revision=snapshot.revision)
 
+    def _prepare(self) -> None:
+        """The request path's templates (draft record and events, task envelopes)."""
+        prepare_templates()
+        if self.broker_mode != "kombu":
+            prepare_envelopes((r.task, r.queue, r.priority) for r in all_routes())
+
     def _push_flow(self, result: EnqueueResult) -> Flow[None]:
         """LPUSH the task message and PUBLISH its task-sent event in one pipeline."""
         push = self._push(result)
@@ -348,6 +361,7 @@ class CompactionClient(_ClientCore):
         Optional; raises :class:`BrokerUnavailableError` when down."""
         self.io.run(self._warm())
         self.io.register_scripts(_script_names())
+        self._prepare()
         if self.broker_mode == "kombu":
             self.producer.app()
 
@@ -464,6 +478,7 @@ class AsyncCompactionClient(_ClientCore):
         """As :meth:`CompactionClient.warm`."""
         await self.io.run(self._warm())
         self.io.register_scripts(_script_names())
+        self._prepare()
         if self.broker_mode == "kombu":
             self.producer.app()
 

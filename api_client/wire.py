@@ -49,6 +49,7 @@ __all__ = [
     "PruneResult",
     "Route",
     "TokenUsage",
+    "all_routes",
     "broker_priority",
     "failure_message",
     "is_amqp",
@@ -182,6 +183,11 @@ def route_for(kind: JobKind, reason: CompactReason | None = None) -> Route:
     if kind is JobKind.COMPACT:
         return _COMPACT_ROUTES[reason or CompactReason.MANUAL]
     return _ROUTES[kind]
+
+
+def all_routes() -> list[Route]:
+    """Every route a job may take."""
+    return [*_COMPACT_ROUTES.values(), *_ROUTES.values()]
 
 
 def terminal_event_type(kind: JobKind, state: JobState) -> EventType:

@@ -6,7 +6,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
 import threading
+import time
+import uuid
 from typing import Any
 
 import pytest
@@ -83,6 +86,12 @@ def test_message_decodes_as_kombu_and_celery_read_it() -> None:
     event = json.loads(base64.b64decode(json.loads(push.event)["body"]))
     assert (event["type"], event["uuid"], event["queue"]) == (
         "task-sent", "s:0123456789abcdef", "compactor.compact")
+    assert abs(event["timestamp"] - time.time()) < 60 and event["pid"] == os.getpid()
+    tags = {json.loads(task_push("t", "s:1", "q", 0).message)["properties"]["delivery_tag"]
+            for _ in range(200)} | {message.properties["delivery_tag"]}
+    assert len(tags) == 201
+    assert {uuid.UUID(tag).version for tag in tags} == {4}
+    assert all(str(uuid.UUID(tag)) == tag for tag in tags)
 
 
 def test_one_round_trip_for_a_new_job(client: CompactionClient, raw: redis.Redis[str]) -> None:

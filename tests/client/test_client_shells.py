@@ -188,3 +188,36 @@ def test_calls_are_plain_data() -> None:
     # Flows compare and print their calls: what an operation sends is visible without Redis.
     assert cmd("get", "k") == Command("get", ("k",), {})
     assert Script("enqueue", ["a"], ["b"]).name == "enqueue"
+
+
+def test_scripts_go_straight_to_a_pooled_connection_and_survive_flush_and_kill(
+        client: CompactionClient, raw: redis.Redis[str]) -> None:
+    """The sync shell's EVALSHA bypasses redis-py's execute_command: it must still load a
+    script the server lost, get past a connection the server dropped (the pool replaces it),
+    and return every connection to the pool."""
+    seed_sessions(client.settings.redis_url, "d1", "d2", "d3")
+    assert client.io._pack is not None
+    first = client.compact("d1", "threshold")
+    raw.script_flush()  # as after a restart: the next EVALSHA meets NOSCRIPT
+    second = client.compact("d2", "threshold")
+    killed = raw.client_kill_filter(_type="normal", skipme=True)
+    assert killed >= 1  # the client's pooled connection is gone
+    third = client.compact("d3", "threshold")
+    assert len({first.id, second.id, third.id}) == 3
+    states = {raw.hget(client.layout.job(h.id).record, "state") for h in (first, second, third)}
+    assert states == {"queued"}
+    assert not client.redis.connection_pool._in_use_connections  # type: ignore[attr-defined]
+    with pytest.raises(SessionNotFoundError):  # an error reply is read, the connection kept
+        client.compact("missing", "threshold")
+    assert not client.redis.connection_pool._in_use_connections  # type: ignore[attr-defined]
+
+
+def test_direct_scripts_fail_fast_on_a_dead_server() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings = ClientSettings(redis_url=f"redis://127.0.0.1:{port}/0", connect_timeout_s=0.2)
+    with CompactionClient(settings) as dead:
+        assert dead.io._pack is not None
+        with pytest.raises(BrokerUnavailableError, match="Redis unavailable"):
+            dead.compact("s1", "threshold")

@@ -1,0 +1,59 @@
+"""Text built once with stand-ins, then filled per call (pure; the request path's JSON).
+
+An enqueue that may apply a draft carries that draft's job record and two event JSONs, built
+by the wire models (pydantic) for every call although a draft is rarely there: ~70 µs of the
+~0.5 ms a ``compact()`` costs. Only the job id, session id and time differ between two such
+calls, so :func:`template` renders the text once with stand-ins for them (:data:`SLOTS`) and
+:meth:`Template.fill` puts the call's values in: the same bytes the models would write
+(``tests/test_templates.py`` checks it over ids that need JSON escaping).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["SLOTS", "Template", "escaped", "template"]
+
+# A stand-in per value. NUL cannot occur in a session id (keys.check_session_id) or a time, so
+# a stand-in never meets a real value; in JSON it reads as \u0000 (ensure_ascii or not).
+SLOTS: dict[str, str] = {name: f"\x00{name}\x00" for name in ("job", "sid", "ts")}
+_STAND_IN = re.compile(r"\x00(job|sid|ts)\x00|\\u0000(job|sid|ts)\\u0000")
+
+
+def escaped(value: str) -> str:
+    """``value`` as it appears inside a JSON string (json.dumps, ensure_ascii off)."""
+    return json.dumps(value, ensure_ascii=False)[1:-1]
+
+
+@dataclass(frozen=True, slots=True)
+class Template:
+    """Literal text and slots, alternating: ``literals[0] slot[0] literals[1] ...``. A slot is
+    ``(name, in_json)``: in JSON it takes the escaped value."""
+
+    literals: tuple[str, ...]
+    slots: tuple[tuple[str, bool], ...]
+
+    def fill(self, raw: Mapping[str, str], json_escaped: Mapping[str, str]) -> str:
+        if not self.slots:
+            return self.literals[0]
+        out = [self.literals[0]]
+        for (name, in_json), literal in zip(self.slots, self.literals[1:], strict=True):
+            out.append(json_escaped[name] if in_json else raw[name])
+            out.append(literal)
+        return "".join(out)
+
+
+def template(text: str) -> Template:
+    """Split ``text`` (rendered with :data:`SLOTS` as values) at its stand-ins."""
+    literals: list[str] = []
+    slots: list[tuple[str, bool]] = []
+    start = 0
+    for found in _STAND_IN.finditer(text):
+        literals.append(text[start:found.start()])
+        slots.append((found.group(1) or found.group(2), found.group(2) is not None))
+        start = found.end()
+    literals.append(text[start:])
+    return Template(tuple(literals), tuple(slots))
