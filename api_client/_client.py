@@ -23,7 +23,7 @@ import redis.asyncio
 from api_client import _instant
 from api_client._calls import AsyncShell, Flow, Pipeline, SyncShell, cmd
 from api_client._handle import AsyncJobHandle, JobHandle
-from api_client.drafts import discard_note, prepare_templates
+from api_client.drafts import check_draft, discard_note, prepare_templates
 from api_client.errors import (
     BrokerUnavailableError,
     CompactorError,
@@ -31,7 +31,7 @@ from api_client.errors import (
     InvalidRequestError,
 )
 from api_client.events import AsyncEventReader, EventReader
-from api_client.jobs import AsyncJobStore, EnqueueResult, JobStore, _JobCore
+from api_client.jobs import AsyncJobStore, EnqueueResult, JobStore, _JobCore, enqueue_call
 from api_client.keys import KeyLayout
 from api_client.redis_broker import (
     BrokerPush,
@@ -153,6 +153,11 @@ class TaskProducer:
             self._app = None
 
 
+# The session warm() probes: a draft check of it reads one key that never exists.
+_WARM_PROBE = "compactor-warm-probe"
+# CPython specializes a function's bytecode after ~8 calls: the probe runs that often (~1 ms).
+_WARM_ROUNDS = 8
+
 _STREAM_ID = re.compile(r"\d+(-\d+)?")
 
 
@@ -222,11 +227,17 @@ class _ClientCore:
         yield from discard_note(self.layout, self.settings, session_id, result.job_id,
                                 request["reason"], cause, created=result.outcome == "created")
 
-    @staticmethod
-    def _warm() -> Flow[None]:
-        """Load every packaged script (one pipeline), so no first EVALSHA meets NOSCRIPT."""
+    def _warm(self) -> Flow[None]:
+        """Load every packaged script (one pipeline), so no first EVALSHA meets NOSCRIPT; then
+        one read-only EVALSHA down the path an automatic compaction takes (a draft check of a
+        session that does not exist), so its first call runs no code for the first time."""
         yield Pipeline(tuple(cmd("script_load", lua(n)) for n in _script_names()),
                        transaction=False)
+        self._prepare()
+        for _ in range(_WARM_ROUNDS):
+            yield from check_draft(self.layout, self.settings, _WARM_PROBE)
+            enqueue_call(self.layout, self.settings, _WARM_PROBE, JobKind.COMPACT,
+                         CompactReason.THRESHOLD, None, None, self._inline_db())
 
     @staticmethod
     def _context(sessions: AsyncSessionStore | SessionStore, session_id: str) -> Flow[LlmContext]:
@@ -359,9 +370,8 @@ class CompactionClient(_ClientCore):
         """Do now what the first call would otherwise pay for: connect, load the Lua scripts
         and build their redis-py objects (each hashes its text), build the broker producer.
         Optional; raises :class:`BrokerUnavailableError` when down."""
-        self.io.run(self._warm())
         self.io.register_scripts(_script_names())
-        self._prepare()
+        self.io.run(self._warm())
         if self.broker_mode == "kombu":
             self.producer.app()
 
@@ -476,9 +486,8 @@ class AsyncCompactionClient(_ClientCore):
 
     async def warm(self) -> None:
         """As :meth:`CompactionClient.warm`."""
-        await self.io.run(self._warm())
         self.io.register_scripts(_script_names())
-        self._prepare()
+        await self.io.run(self._warm())
         if self.broker_mode == "kombu":
             self.producer.app()
 

@@ -110,6 +110,22 @@ def test_one_round_trip_for_a_new_job(client: CompactionClient, raw: redis.Redis
     assert monitor.until_marker() == ["EVALSHA"]
 
 
+def test_warm_writes_nothing_and_renders_the_request_path_templates(
+        client: CompactionClient, raw: redis.Redis[str]) -> None:
+    # warm() runs read-only draft checks of a session that does not exist, down the path an
+    # automatic compaction takes, and renders the draft and envelope templates.
+    from api_client import drafts, redis_broker
+
+    drafts._draft_texts.cache_clear()
+    redis_broker._envelopes.cache_clear()
+    before = raw.dbsize()
+    client.warm()
+    assert raw.dbsize() == before
+    assert not list(raw.scan_iter("*warm-probe*"))
+    assert drafts._draft_texts.cache_info().currsize == 2  # threshold, overflow
+    assert redis_broker._envelopes.cache_info().currsize >= 3
+
+
 def test_after_warm_the_first_call_builds_no_script_object(
         client: CompactionClient, monkeypatch: pytest.MonkeyPatch) -> None:
     # register_script hashes the script text (~0.1 ms): warm() pays it for every script.
