@@ -123,14 +123,16 @@ def _job(replies: list[Any], tokenizer: Any, router: Any, entries: Any) -> None:
         planned_messages,
         prepare_compaction,
     )
-    from worker.tokens import PRIME_MIN_CHARS, JobTokenizer, message_counts
+    from worker.compaction.serialize import prompt_parts
+    from worker.tokens import PRIME_MIN_CHARS, SEGMENT_MIN_CHARS, JobTokenizer, message_counts
 
     snap = build_snapshot("bench", replies, entries)
     tree = snap.session.tree()
     path = list(tree.path_to(tree.leaf_id))
     tokenizer = JobTokenizer(tokenizer, message_counts(tokenizer.name))  # as the worker does
     if snap.parsed_chars >= PRIME_MIN_CHARS:  # as _compact._prime
-        tokenizer.prime(planned_messages(path, prune=True))  # a threshold job prunes
+        tokenizer.prime(planned_messages(path, prune=True),  # a threshold job prunes
+                        prompt_parts(planned_messages(path), min_chars=SEGMENT_MIN_CHARS))
     plan_prune(path, tokenizer)
     prep = prepare_compaction(path, CompactionSettings(), tokenizer)
     assert prep is not None

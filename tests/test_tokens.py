@@ -286,6 +286,39 @@ def test_priming_counts_a_large_session_ahead_and_exactly(pi_file: Path,
     assert primed.prime(messages) == 0  # counted messages are skipped
 
 
+def test_priming_the_prompt_parts_leaves_only_their_edges_to_the_prompt_count(
+        pi_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The summary prompt renders a tool call as name(k=...), not as the JSON a message count
+    # sees: a cold job primes the serialized parts too (worker.service._compact._prime), so
+    # counting the prompt tokenizes only each part's short head and tail, and counts exactly.
+    import worker.tokens.counting as counting
+    from api_client.session.convert import for_compaction
+    from worker.compaction.serialize import prompt_parts, serialize_conversation
+    from worker.memo import IdentityMemo
+    from worker.tokens import JobTokenizer
+
+    monkeypatch.setattr(counting, "PRIME_THREADS", 2)
+    tree = load_session(pi_file.read_text(encoding="utf-8")).tree()
+    messages = [m for e in tree.path_to(tree.leaf_id) if (m := for_compaction(e)) is not None]
+    prompt = f"<conversation>\n{serialize_conversation(messages)}\n</conversation>\n\nSummarize."
+
+    def encoded_by_prompt_count(texts: list[str]) -> tuple[int, int]:
+        tok = JobTokenizer(TiktokenTokenizer(TokenCache()), IdentityMemo())
+        tok.prime(messages, texts)
+        inner = tok.inner
+        assert isinstance(inner, TiktokenTokenizer)
+        encoded: list[str] = []
+        real = inner._encoded_len
+        inner._encoded_len = lambda t: encoded.append(t) or real(t)  # type: ignore[method-assign]
+        return tok.count_text(prompt), sum(map(len, encoded))
+
+    count, left_without = encoded_by_prompt_count([])
+    count_primed, left_with = encoded_by_prompt_count(prompt_parts(messages))
+    assert count_primed == count == TiktokenTokenizer(TokenCache()).count_text(prompt)
+    assert left_with < 0.01 * len(prompt)  # the template around the conversation
+    assert left_with < left_without
+
+
 def test_priming_leaves_a_small_session_to_the_serial_count() -> None:
     from worker.memo import IdentityMemo
     from worker.tokens import JobTokenizer

@@ -12,11 +12,12 @@ from typing import Any
 from worker.jsjson import js_json, js_property_order
 from worker.memo import IdentityMemo
 
-__all__ = ["normalized_conversation", "serialize_conversation"]
+__all__ = ["normalized_conversation", "prompt_parts", "serialize_conversation"]
 
 # A message's parts, kept for the next job: unchanged entries are the same objects there.
 _PARTS: IdentityMemo[Mapping[str, Any], tuple[str, ...]] = IdentityMemo()
 _NORMALIZED: IdentityMemo[Mapping[str, Any], str] = IdentityMemo()
+_SEPARATOR = "\n\n"
 
 
 def serialize_conversation(llm_messages: Iterable[Mapping[str, Any]]) -> str:
@@ -24,7 +25,16 @@ def serialize_conversation(llm_messages: Iterable[Mapping[str, Any]]) -> str:
     parts: list[str] = []
     for message in llm_messages:
         parts.extend(_PARTS.get(message, _message_parts))
-    return "\n\n".join(parts)
+    return _SEPARATOR.join(parts)
+
+
+def prompt_parts(llm_messages: Iterable[Mapping[str, Any]], min_chars: int = 0) -> list[str]:
+    """The parts :func:`serialize_conversation` joins (those longer than ``min_chars``), each
+    followed by the separator as it stands in a prompt: what a cold job primes besides the
+    messages (a tool call reads ``name(k=…)`` there, not JSON; a short part is counted
+    whole, separator included)."""
+    return [part + _SEPARATOR for message in llm_messages
+            for part in _PARTS.get(message, _message_parts) if len(part) > min_chars]
 
 
 def normalized_conversation(llm_messages: Iterable[Mapping[str, Any]]) -> str:

@@ -9,6 +9,7 @@ from worker.tokens.cache import TOKEN_CACHE, TokenCache
 from worker.tokens.counting import (
     IMAGE_CHARS,
     PRIME_MIN_CHARS,
+    SEGMENT_MIN_CHARS,
     EstimateTokenizer,
     JobTokenizer,
     MessageText,
@@ -25,6 +26,7 @@ from worker.tokens.counting import (
 __all__ = [
     "IMAGE_CHARS",
     "PRIME_MIN_CHARS",
+    "SEGMENT_MIN_CHARS",
     "TOKEN_CACHE",
     "EstimateTokenizer",
     "JobTokenizer",
