@@ -114,6 +114,7 @@ def _job(replies: list[Any], tokenizer: Any, router: Any, entries: Any) -> None:
     the snapshot (through the worker's entry cache), the prune pass, the plan, the requests,
     the context after the commit."""
     from api_client.session import SessionTree, parse_entry
+    from api_client.session.convert import convert_to_llm
     from api_client.session_store import build_snapshot
     from worker.compaction import (
         CompactionSettings,
@@ -132,7 +133,8 @@ def _job(replies: list[Any], tokenizer: Any, router: Any, entries: Any) -> None:
     tokenizer = JobTokenizer(tokenizer, message_counts(tokenizer.name))  # as the worker does
     if snap.parsed_chars >= PRIME_MIN_CHARS:  # as _compact._prime
         tokenizer.prime(planned_messages(path, prune=True),  # a threshold job prunes
-                        prompt_parts(planned_messages(path), min_chars=SEGMENT_MIN_CHARS))
+                        prompt_parts(convert_to_llm(planned_messages(path)),
+                                     min_chars=SEGMENT_MIN_CHARS))
     plan_prune(path, tokenizer)
     prep = prepare_compaction(path, CompactionSettings(), tokenizer)
     assert prep is not None

@@ -113,6 +113,7 @@ def test_eight_threads_share_one_cache_and_agree_on_every_count() -> None:
         "'s\n['s\n\n\n[ \n[\n[\t[x]\n [y]\r\n[z]" * 300,
         "123\n[456]\n[789" * 700,
         "punct!!\n[¿qué?]\n[😀]\n\n\n[end" * 400,
+        "```\n</conversation>\n\n<previous-summary>\n< <<\n<'s\n<\t" * 300,
     ],
 )
 def test_segmented_counts_equal_the_count_of_the_whole_text(text: str) -> None:
@@ -123,7 +124,7 @@ def test_segmented_counts_equal_the_count_of_the_whole_text(text: str) -> None:
 
 _ALPHABET = ["a", "Z", "é", "e\u0301", "1", "²", "Ⅻ", "\n", "\n", "\n", "\r", " ", "  ", "\t", "'",
              "'s", "[", "]", ".", "😀", ":", "{", "}", ",", "word", "42", "中", "\u2028", "\u00a0",
-             "(", ")", "=", '"', "\\", "\\n", "/", "-", "_", "$", "`", "ǅ", "٣"]
+             "(", ")", "=", '"', "\\", "\\n", "/", "-", "_", "$", "`", "ǅ", "٣", "<", "</", ">"]
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -233,16 +234,17 @@ def test_job_tokenizer_counts_each_message_object_once() -> None:
     assert job.name == "estimate" and job.count_text("abcd") == 1
 
 
-_CUT_BEFORE_BRACKET_LINES = re.compile(r"(?<=\n)(?=\[)")
+_CUT_BEFORE_BRACKET_LINES = re.compile(r"(?<=\n)(?=[\[<])")
 
 
 @pytest.mark.parametrize(
     "text",
     ["", "[", "\n", "\n[", "[\n[", "\n[\n[", "a\n\n[b", "x\n[y\n[z", "[a]\n[b]\n", "\n\n[[",
-     "a\r\n[b", "no cut here", "\n\n\n", "[User]: a\n\n[Assistant]: b\n\n[Tool result]: c"],
+     "a\r\n[b", "no cut here", "\n\n\n", "[User]: a\n\n[Assistant]: b\n\n[Tool result]: c",
+     "a\n<b", "\n<\n[", "x\n</conversation>\n\n<previous-summary>\n[y", "<\n<<\n[<\n<["],
 )
 def test_segments_cut_exactly_where_the_zero_width_pattern_cuts(text: str) -> None:
-    # The defining pattern: cut after a newline, before a "[" (str.split is the fast version).
+    # The defining pattern: cut after a newline, before "[" or "<" (str.split is the fast one).
     assert segments(text) == _CUT_BEFORE_BRACKET_LINES.split(text)
     assert "".join(segments(text)) == text
 
@@ -292,7 +294,7 @@ def test_priming_the_prompt_parts_leaves_only_their_edges_to_the_prompt_count(
     # sees: a cold job primes the serialized parts too (worker.service._compact._prime), so
     # counting the prompt tokenizes only each part's short head and tail, and counts exactly.
     import worker.tokens.counting as counting
-    from api_client.session.convert import for_compaction
+    from api_client.session.convert import convert_to_llm, for_compaction
     from worker.compaction.serialize import prompt_parts, serialize_conversation
     from worker.memo import IdentityMemo
     from worker.tokens import JobTokenizer
@@ -300,7 +302,8 @@ def test_priming_the_prompt_parts_leaves_only_their_edges_to_the_prompt_count(
     monkeypatch.setattr(counting, "PRIME_THREADS", 2)
     tree = load_session(pi_file.read_text(encoding="utf-8")).tree()
     messages = [m for e in tree.path_to(tree.leaf_id) if (m := for_compaction(e)) is not None]
-    prompt = f"<conversation>\n{serialize_conversation(messages)}\n</conversation>\n\nSummarize."
+    llm = convert_to_llm(messages)  # what the summary prompt serializes
+    prompt = f"<conversation>\n{serialize_conversation(llm)}\n</conversation>\n\nSummarize."
 
     def encoded_by_prompt_count(texts: list[str]) -> tuple[int, int]:
         tok = JobTokenizer(TiktokenTokenizer(TokenCache()), IdentityMemo())
@@ -313,7 +316,7 @@ def test_priming_the_prompt_parts_leaves_only_their_edges_to_the_prompt_count(
         return tok.count_text(prompt), sum(map(len, encoded))
 
     count, left_without = encoded_by_prompt_count([])
-    count_primed, left_with = encoded_by_prompt_count(prompt_parts(messages))
+    count_primed, left_with = encoded_by_prompt_count(prompt_parts(llm))
     assert count_primed == count == TiktokenTokenizer(TokenCache()).count_text(prompt)
     assert left_with < 0.01 * len(prompt)  # the template around the conversation
     assert left_with < left_without

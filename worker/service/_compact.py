@@ -8,6 +8,7 @@ from typing import Any
 
 from api_client.errors import AlreadyCompactedError, NothingToCompactError
 from api_client.session import Entry, JsonObject, SessionTree, parse_entry
+from api_client.session.convert import convert_to_llm
 from api_client.session_store import Snapshot
 from api_client.wire import CompactReason, EventType
 from worker import metrics
@@ -136,7 +137,7 @@ def _prime(ctx: JobContext, snap: Snapshot) -> None:
     planned = planned_messages(path)
     prune = _reason(ctx) is not CompactReason.MANUAL
     ctx.tokenizer.prime(planned_messages(path, prune=True) if prune else planned,
-                        prompt_parts(planned, min_chars=SEGMENT_MIN_CHARS))
+                        prompt_parts(convert_to_llm(planned), min_chars=SEGMENT_MIN_CHARS))
 
 
 def _round(ctx: JobContext, progress: Progress, round_no: int) -> tuple[Draft | None, CommitOutcome | None] | None:

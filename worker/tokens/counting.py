@@ -284,16 +284,33 @@ def _prime_pool() -> ThreadPoolExecutor:
         return _POOL[0]
 
 
-def segments(text: str) -> list[str]:
-    """``text`` cut before every line that starts with ``[`` (see ``TiktokenTokenizer``).
+# A newline, then one of these: cl100k's pattern always cuts between the two (neither is a
+# space, letter or digit, and no pre-token starts with a newline and goes on). "[" starts
+# the serialized conversation's lines, "<" the prompt templates' tags around it.
+_LINE_MARKS = ("[", "<")
 
-    ``str.split`` on the literal, not a zero-width regex: a long prompt is cut in less than
+
+def segments(text: str) -> list[str]:
+    """``text`` cut before every line that starts with ``[`` or ``<`` (see
+    ``TiktokenTokenizer``): the conversation's last part and the template line after it,
+    ``</conversation>``, fall into separate segments, as they do when the part is counted
+    alone.
+
+    ``str.split`` on the literals, not a zero-width regex: a long prompt is cut in less than
     half the time (the pieces are the same; table test against the regex).
     """
-    pieces = text.split("\n[")
-    if len(pieces) == 1:
-        return pieces
-    return [pieces[0] + "\n", *("[" + piece + "\n" for piece in pieces[1:-1]), "[" + pieces[-1]]
+    pieces = [text]
+    for mark in _LINE_MARKS:
+        if "\n" + mark in text:
+            pieces = [cut for piece in pieces for cut in _cut_before(piece, mark)]
+    return pieces
+
+
+def _cut_before(text: str, mark: str) -> list[str]:
+    parts = text.split("\n" + mark)
+    if len(parts) == 1:
+        return parts
+    return [parts[0] + "\n", *(mark + part + "\n" for part in parts[1:-1]), mark + parts[-1]]
 
 
 def count_pieces(text: str) -> list[str]:
