@@ -37,6 +37,9 @@ key                                             type    content
 ``<p>:session:{<sid>}:compactions``             zset    job id → epoch seconds of each committed automatic
                                                         compaction (loop guard; trimmed to and ``EXPIRE``
                                                         ``loop_guard_window_s``)
+``<p>:session:{<sid>}:tokens``                  hash    content digest (hex) → cl100k count of a text of the
+                                                        session, written by a cold worker, read by the next
+                                                        (a cache; ``EXPIRE`` ``token_counts_ttl_s``)
 ``<p>:session:{<sid>}:job:<token>``             hash    the job record (fields: :class:`JobRecord`)
 ``<p>:session:{<sid>}:job:<token>:lease``       string  worker id holding the job (``PX`` lease)
 ``<p>:events``                                  stream  every job event of every session (``MAXLEN ~``)
@@ -109,6 +112,7 @@ class SessionKeys:
     inflight_prefix: str  # + kind
     draft: str
     compactions: str
+    token_counts: str  # cl100k counts of its texts, shared by the workers (a cache)
 
     def inflight(self, kind: str) -> str:
         return self.inflight_prefix + kind
@@ -123,7 +127,7 @@ class SessionKeys:
             self.header, self.entries, self.order, self.leaf, self.rev, self.effects,
             self.effects_at, self.events,
             *(self.inflight(k) for k in (*JOB_KINDS, INFLIGHT_SPECULATIVE)),
-            self.draft, self.compactions,
+            self.draft, self.compactions, self.token_counts,
         )
 
 
@@ -152,6 +156,7 @@ def _session_keys(prefix: str, session_id: str) -> SessionKeys:
         inflight_prefix=base + "inflight:",
         draft=base + "draft",
         compactions=base + "compactions",
+        token_counts=base + "tokens",
     )
 
 

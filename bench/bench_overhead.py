@@ -109,10 +109,12 @@ def _stored(text: str) -> list[Any]:
             {e.id: dump_record(e.raw) for e in session.entries}]
 
 
-def _job(replies: list[Any], tokenizer: Any, router: Any, entries: Any) -> None:
+def _job(replies: list[Any], tokenizer: Any, router: Any, entries: Any,
+         shared: list[tuple[bytes, int]] | None = None) -> None:
     """The worker's part of a threshold compaction job after the Redis round trip: decoding
     the snapshot (through the worker's entry cache), the prune pass, the plan, the requests,
-    the context after the commit."""
+    the context after the commit. ``shared``: the session's counts as another worker stored
+    them (loaded first; what this job tokenizes is added, as ``_compact._prime`` does)."""
     from api_client.session import SessionTree, parse_entry
     from api_client.session.convert import convert_to_llm
     from api_client.session_store import build_snapshot
@@ -132,9 +134,14 @@ def _job(replies: list[Any], tokenizer: Any, router: Any, entries: Any) -> None:
     path = list(tree.path_to(tree.leaf_id))
     tokenizer = JobTokenizer(tokenizer, message_counts(tokenizer.name))  # as the worker does
     if snap.parsed_chars >= PRIME_MIN_CHARS:  # as _compact._prime
+        if shared:
+            tokenizer.preload(shared)
+        counted: list[tuple[bytes, int]] = []
         tokenizer.prime(planned_messages(path, prune=True),  # a threshold job prunes
                         prompt_parts(convert_to_llm(planned_messages(path)),
-                                     min_chars=SEGMENT_MIN_CHARS))
+                                     min_chars=SEGMENT_MIN_CHARS), counted)
+        if shared is not None:
+            shared.extend(counted)
     plan_prune(path, tokenizer)
     prep = prepare_compaction(path, CompactionSettings(), tokenizer)
     assert prep is not None
@@ -177,18 +184,34 @@ def child(name: str, tokenizer_name: str) -> dict[str, Any]:
         load = _ms(TiktokenTokenizer.encoding)
     router = _router(tokenizer_name)
     imports = _ms(_import_job_modules)  # a worker imports these at start-up, not in its first job
-    cold = _ms(lambda: _job(path, tokenizer, router, entries))
+    stored: list[tuple[bytes, int]] = []  # what the cold job would store for the next worker
+    cold = _ms(lambda: _job(path, tokenizer, router, entries, stored))
     warm = statistics.median(_ms(lambda: _job(path, tokenizer, router, entries)) for _ in range(5))
     grow = _ms(lambda: _job(grown, tokenizer, router, entries))
     from worker.tokens import TOKEN_CACHE
 
+    cache_entries = len(TOKEN_CACHE)
+    _forget_process(tokenizer_name)  # another worker, new to the session, with its counts
+    shared = _ms(lambda: _job(path, tokenizer, router, EntryCache(), list(stored)))
     return {"entries": len(path[3]), "grown_entries": len(grown[3]), "encoding_load_ms": load,
-            "import_ms": imports,
-            "cold_ms": cold, "warm_ms": warm, "grow10_ms": grow, "cache_entries": len(TOKEN_CACHE)}
+            "import_ms": imports, "cold_ms": cold, "warm_ms": warm, "grow10_ms": grow,
+            "cold_shared_ms": shared, "shared_counts": len(stored),
+            "cache_entries": cache_entries}
+
+
+def _forget_process(tokenizer_name: str) -> None:
+    """What a job left in this process: token counts, per-message counts, serialized parts."""
+    from worker.compaction import serialize
+    from worker.tokens import TOKEN_CACHE, message_counts
+
+    TOKEN_CACHE.clear()
+    message_counts(tokenizer_name).clear()
+    serialize._PARTS.clear()
+    serialize._NORMALIZED.clear()
 
 
 # --- Redis: the snapshot load and the commit --------------------------------------------------
-def redis_part(name: str, runs: int = 5) -> dict[str, float]:
+def redis_part(name: str, shared_counts: int, runs: int = 5) -> dict[str, float]:
     import redis
 
     from api_client.keys import KeyLayout
@@ -225,8 +248,21 @@ def redis_part(name: str, runs: int = 5) -> dict[str, float]:
 
             commit_ms.append(_ms(commit))
             assert outcome.applied, outcome
+        counts = _counts_load_ms(client, layout, sid, shared_counts, runs)
         client.close()
-    return {"snapshot_load_ms": statistics.median(loads), "commit_ms": statistics.median(commit_ms)}
+    return {"snapshot_load_ms": statistics.median(loads), "commit_ms": statistics.median(commit_ms),
+            "counts_load_ms": counts}
+
+
+def _counts_load_ms(client: Any, layout: Any, sid: str, fields: int, runs: int) -> float:
+    """Loading as many stored counts as the cold job stored (random digests, same size)."""
+    import os
+
+    from worker.store.token_counts import RedisTokenCounts
+
+    store = RedisTokenCounts(client, layout, ttl_s=600)
+    store.save(sid, [(os.urandom(16), 100 + i % 900) for i in range(fields)])
+    return statistics.median(_ms(lambda: store.load(sid)) for _ in range(runs))
 
 
 def main() -> None:
@@ -251,9 +287,12 @@ def main() -> None:
             row: dict[str, Any] = {k: statistics.median(s[k] for s in samples) for k in samples[0]}
             row.update(_ratios(row))
             if tok == "tiktoken" and not args.no_redis:
-                row.update(redis_part(name))
+                row.update(redis_part(name, int(row["shared_counts"])))
                 row["cold_with_redis_of_model_call"] = (
                     row["cold_ms"] + row["snapshot_load_ms"] + row["commit_ms"]) / MODEL_CALL_MS
+                row["cold_shared_with_redis_of_model_call"] = (
+                    row["cold_shared_ms"] + row["counts_load_ms"] + row["snapshot_load_ms"]
+                    + row["commit_ms"]) / MODEL_CALL_MS
                 row["warm_with_redis_of_model_call"] = (
                     row["warm_ms"] + row["snapshot_load_ms"] + row["commit_ms"]) / MODEL_CALL_MS
             report["sessions"][f"{name}/{tok}"] = row
@@ -267,6 +306,7 @@ def _ratios(row: dict[str, Any]) -> dict[str, float]:
     return {"warm_of_cold": row["warm_ms"] / row["cold_ms"],
             "grow10_of_cold": row["grow10_ms"] / row["cold_ms"],
             "cold_of_model_call": row["cold_ms"] / MODEL_CALL_MS,
+            "cold_shared_of_model_call": row["cold_shared_ms"] / MODEL_CALL_MS,
             "warm_of_model_call": row["warm_ms"] / MODEL_CALL_MS}
 
 
@@ -275,9 +315,15 @@ def _print(label: str, row: dict[str, Any]) -> None:
             f"warm {row['warm_ms']:6.1f} ms ({row['warm_of_model_call']:6.1%}; "
             f"{row['warm_of_cold']:5.1%} of cold)  +10 % {row['grow10_ms']:6.1f} ms "
             f"({row['grow10_of_cold']:5.1%} of cold)")
+    if row["shared_counts"]:
+        line += (f"\n{'':30s} cold, the session's counts stored by another worker "
+                 f"({row['shared_counts']:.0f}): {row['cold_shared_ms']:.1f} ms "
+                 f"({row['cold_shared_of_model_call']:.1%} of 2 s)")
     if "snapshot_load_ms" in row:
         line += (f"\n{'':30s} snapshot load {row['snapshot_load_ms']:.1f} ms, commit "
-                 f"{row['commit_ms']:.1f} ms; cold+redis {row['cold_with_redis_of_model_call']:.1%}, "
+                 f"{row['commit_ms']:.1f} ms, counts load {row['counts_load_ms']:.1f} ms; "
+                 f"cold+redis {row['cold_with_redis_of_model_call']:.1%}, cold shared+redis "
+                 f"{row['cold_shared_with_redis_of_model_call']:.1%}, "
                  f"warm+redis {row['warm_with_redis_of_model_call']:.1%} of 2 s")
     print(line)
 

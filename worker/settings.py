@@ -77,6 +77,9 @@ class WorkerSettings(LlmSettings, ClientSettings):
     tokenizer: TokenizerName = "tiktoken"
     # cl100k counts kept per process (worker.tokens.cache: about 200 bytes each; 0 caches none).
     token_cache_entries: int = Field(default=100_000, ge=0)
+    # How long a session's token counts stay in Redis for the next cold worker (refreshed by
+    # every cold job of the session; worker.store.token_counts); 0 shares none.
+    token_counts_ttl_s: int = Field(default=7 * 86_400, ge=0)
     # Parsed entries reused across snapshot loads (api_client.entry_cache); 0 turns it off.
     entry_cache_entries: int = Field(default=20_000, ge=0)
     # Branch summaries: the model's window when the candidate list does not name one.

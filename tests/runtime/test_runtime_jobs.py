@@ -253,3 +253,42 @@ def test_automatic_compaction_with_nothing_to_do_ends_quietly(client: Compaction
     [end] = completions(client, sid, handle.id)
     assert (end.state.value if end.state else None, end.will_retry, end.error) == ("succeeded", False, None)
     assert client.sessions.revision(sid) == rev
+
+
+def large_session_text(turns: int = 40) -> str:
+    """A JSONL session of well over PRIME_MIN_CHARS characters (a worker primes its counts)."""
+    ts = "2026-01-01T00:00:00.000Z"
+    lines = [json.dumps({"type": "session", "version": 3, "id": "big", "timestamp": ts,
+                         "cwd": "/"})]
+    parent = None
+    for i in range(2 * turns):
+        text = " ".join(f"word{i}x{j}" for j in range(400))
+        message: dict[str, Any] = (
+            {"role": "user", "content": text, "timestamp": 1} if i % 2 == 0 else
+            {"role": "assistant", "content": [{"type": "text", "text": text}], "provider": "p",
+             "model": "m", "stopReason": "stop", "timestamp": 1})
+        lines.append(json.dumps({"type": "message", "id": f"{i:08x}", "parentId": parent,
+                                 "timestamp": ts, "message": message}))
+        parent = f"{i:08x}"
+    return "\n".join(lines) + "\n"
+
+
+def test_a_large_sessions_token_counts_are_stored_for_the_next_worker(
+        client: CompactionClient) -> None:
+    # The real worker's composition wires the shared counts (worker.store.token_counts): the
+    # cold job of a session it has not seen writes what it tokenized, with the TTL.
+    from worker.tokens import PRIME_MIN_CHARS
+    from worker.tokens.cache import content_key
+
+    text = large_session_text()
+    assert len(text) > PRIME_MIN_CHARS
+    sid = client.sessions.import_jsonl(text)
+    client.compact(sid, reason="manual").wait(60)
+    key = client.layout.session(sid).token_counts
+    stored = client.redis.hgetall(key)
+    assert len(stored) > 50 and 0 < client.redis.ttl(key) <= 7 * 86_400
+    first_user = json.loads(text.splitlines()[1])["message"]["content"]
+    counted = get_tokenizer("tiktoken").count_text(first_user)
+    assert stored.get(content_key(first_user).hex()) == str(counted)
+    client.sessions.delete(sid)
+    assert not client.redis.exists(key)  # deleted with the session

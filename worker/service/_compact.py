@@ -130,14 +130,22 @@ def _prime(ctx: JobContext, snap: Snapshot) -> None:
     reasons; before-compaction's cold plan 309-329 → 240-270 ms), and the long parts of the
     summary prompt's conversation (a tool call is ``name(k=…)`` there; median of 8 cold
     plans: large-session 250 → 209 ms, before-compaction 341 → 276 ms; priming the short
-    parts too gained less)."""
+    parts too gained less). Counts another worker stored for the session are loaded first,
+    and what this job had to tokenize is stored for the next (``Runtime.token_counts``)."""
     if snap.parsed_chars < PRIME_MIN_CHARS:
         return
+    shared = ctx.rt.token_counts if ctx.tokenizer.shares_counts else None
+    if shared is not None:
+        ctx.tokenizer.preload(shared.load(ctx.session_id))
     path = snap.session.tree().path_to(snap.leaf_id)
     planned = planned_messages(path)
     prune = _reason(ctx) is not CompactReason.MANUAL
+    counted: list[tuple[bytes, int]] = []
     ctx.tokenizer.prime(planned_messages(path, prune=True) if prune else planned,
-                        prompt_parts(convert_to_llm(planned), min_chars=SEGMENT_MIN_CHARS))
+                        prompt_parts(convert_to_llm(planned), min_chars=SEGMENT_MIN_CHARS),
+                        counted)
+    if shared is not None and counted:
+        shared.save(ctx.session_id, counted)
 
 
 def _round(ctx: JobContext, progress: Progress, round_no: int) -> tuple[Draft | None, CommitOutcome | None] | None:

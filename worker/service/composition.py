@@ -23,6 +23,7 @@ from worker.settings import WorkerSettings
 from worker.store import CommitStore
 from worker.store.drafts import DraftStore
 from worker.store.jobs import JobStore
+from worker.store.token_counts import RedisTokenCounts
 from worker.tokens import TOKEN_CACHE, get_tokenizer
 
 __all__ = ["build_runtime", "worker_redis"]
@@ -74,4 +75,5 @@ def build_runtime(settings: WorkerSettings, *,
         drafts=DraftStore(client, layout, settings.draft_ttl_s),
         on_close=on_close,
         cancel_flags=cancel_flags,
+        token_counts=RedisTokenCounts(client, layout, settings.token_counts_ttl_s),
     )

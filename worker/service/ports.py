@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -42,6 +42,7 @@ __all__ = [
     "JobRecords",
     "Runtime",
     "Sessions",
+    "TokenCounts",
 ]
 
 log = logging.getLogger("worker.service")
@@ -101,6 +102,16 @@ class CancelFlags(Protocol):
         ...
 
     def forget(self, job_id: str) -> None: ...
+
+
+class TokenCounts(Protocol):
+    """A session's token counts shared by the workers (``worker.store.token_counts``)."""
+
+    def load(self, session_id: str) -> list[tuple[bytes, int]]:
+        """(content digest, count) pairs stored for the session; [] when none or unreadable."""
+        ...
+
+    def save(self, session_id: str, counts: Iterable[tuple[bytes, int]]) -> int: ...
 
 
 class JobRecords(JobLeases, Protocol):
@@ -188,6 +199,8 @@ class Runtime:
     drafts: Drafts | None = None  # speculative jobs fail without it
     # One poll for every running job's cancel flag; None: each job reads its own flag.
     cancel_flags: CancelFlags | None = None
+    # A session's token counts shared with the other workers; None: each process counts alone.
+    token_counts: TokenCounts | None = None
     on_close: list[Callable[[], Any]] = field(default_factory=list)
 
     @property

@@ -1,0 +1,73 @@
+"""A session's token counts in Redis, so a worker new to the session need not tokenize it.
+
+A cold job (a session this process has not seen: ``worker.service._compact._prime``) tokenizes
+the whole session, 150-350 ms for the reference agent's large sessions. With a fleet of workers
+most jobs of a session land on a process that has not seen it. The counts are a pure function
+of the text (cl100k), so the first worker to count a session writes them here, keyed by the
+same digest as the process cache (``worker.tokens.cache.content_key``), and the next cold worker
+loads them in one round trip before priming: it then tokenizes only what is new.
+
+``<p>:session:{<sid>}:tokens``: a hash, hex digest → count, in the session's Cluster slot,
+deleted with the session, expiring ``ttl_s`` after the last cold job wrote to it. A cache: a
+failed read or write is logged and the job goes on counting for itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+import redis
+
+from api_client.keys import KeyLayout
+
+__all__ = ["RedisTokenCounts"]
+
+log = logging.getLogger(__name__)
+
+_BATCH = 2_000  # fields per HSET: one command stays well under Redis's argument limits
+
+
+class RedisTokenCounts:
+    def __init__(self, client: redis.Redis[str], layout: KeyLayout, ttl_s: int) -> None:
+        self.redis = client
+        self.layout = layout
+        self.ttl_s = ttl_s
+
+    def load(self, session_id: str) -> list[tuple[bytes, int]]:
+        """The stored counts (digest, count); none when off, absent or unreadable."""
+        if self.ttl_s <= 0:
+            return []
+        try:
+            stored = self.redis.hgetall(self.layout.session(session_id).token_counts)
+        except redis.RedisError as err:
+            log.warning("session %s: token counts not loaded: %s", session_id, err)
+            return []
+        counts: list[tuple[bytes, int]] = []
+        for key, value in stored.items():
+            try:
+                digest = bytes.fromhex(key)
+                counted = int(value)
+            except ValueError:  # not ours: skipped, the job counts that text itself
+                continue
+            if len(digest) == 16 and counted >= 0:
+                counts.append((digest, counted))
+        return counts
+
+    def save(self, session_id: str, counts: Iterable[tuple[bytes, int]]) -> int:
+        """Add ``counts`` (and refresh the expiry); returns how many were sent."""
+        fields = {digest.hex(): str(counted) for digest, counted in counts}
+        if self.ttl_s <= 0 or not fields:
+            return 0
+        key = self.layout.session(session_id).token_counts
+        items = list(fields.items())
+        try:
+            pipe = self.redis.pipeline(transaction=False)
+            for start in range(0, len(items), _BATCH):
+                pipe.hset(key, mapping=dict(items[start:start + _BATCH]))
+            pipe.expire(key, self.ttl_s)
+            pipe.execute()
+        except redis.RedisError as err:
+            log.warning("session %s: token counts not saved: %s", session_id, err)
+            return 0
+        return len(items)
