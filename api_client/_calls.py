@@ -197,7 +197,8 @@ class SyncShell(_Shell["redis.Redis[str]"]):
         """EVALSHA packed in C and sent on a pooled connection: redis-py's ``execute_command``
         (its retry wrapper, observability hooks and per-argument packing) costs ~40 µs of a
         ~0.4 ms enqueue. The same retry rule as :func:`~api_client.redis_conn.make_redis`:
-        one immediate retry on a dropped connection; a timeout is not re-sent."""
+        one immediate retry on a dropped connection; a timeout is not re-sent. The pool's
+        liveness check and a client's ``health_check_interval`` PING still apply."""
         script = self._script(call.name)
         packed = [pack(("EVALSHA", script.sha, len(call.keys), *call.keys,
                                 *call.args))]
@@ -213,7 +214,7 @@ class SyncShell(_Shell["redis.Redis[str]"]):
             conn = pool.get_connection()
             try:
                 # The connection disconnects itself on a socket error; a reply error is read.
-                conn.send_packed_command(packed, check_health=False)
+                conn.send_packed_command(packed)  # its health check, if the client has one
                 return conn.read_response()
             except redis.ConnectionError:
                 if attempt == 2:
