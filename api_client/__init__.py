@@ -56,7 +56,8 @@ from api_client.errors import (
 )
 
 if TYPE_CHECKING:
-    from api_client._client import AsyncCompactionClient, CompactionClient
+    from api_client._aclient import AsyncCompactionClient
+    from api_client._client import CompactionClient
     from api_client._decide import should_compact, should_precompute
     from api_client._handle import AsyncJobHandle, JobHandle, JobResult
     from api_client._instant import ObserveResult
@@ -76,7 +77,7 @@ if TYPE_CHECKING:
     )
 
 _LAZY: dict[str, str] = {
-    "AsyncCompactionClient": "_client",
+    "AsyncCompactionClient": "_aclient",
     "CompactionClient": "_client",
     "AsyncJobHandle": "_handle",
     "JobHandle": "_handle",

@@ -1,28 +1,29 @@
 """The thin client: session store, enqueue (record + Celery task by name), handles, events.
 
-Enqueue is one Lua call (record + single-flight) and, for a new or upgraded job, one Celery
-publish whose only argument is the job id. With Redis or the broker down it raises
+Enqueue is one Lua call: it writes the record and single-flight key and, when the broker is
+this Redis, pushes the Celery task message (whose only argument is the job id); a separate Redis
+broker gets it in one pipeline, RabbitMQ through kombu (:mod:`api_client._producer`). With Redis
+or the broker down it raises
 :class:`BrokerUnavailableError` within ``enqueue_timeout_s`` (default 2 s): short socket
 timeouts, no backoff, no Celery publish or connection retries.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import re
-import threading
 from importlib.resources import files
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 import redis
 import redis.asyncio
 
 from api_client import _instant
-from api_client._calls import AsyncShell, Flow, Pipeline, SyncShell, cmd
-from api_client._handle import AsyncJobHandle, JobHandle
+from api_client._calls import Flow, Pipeline, SyncShell, cmd
+from api_client._handle import JobHandle
+from api_client._producer import TaskProducer
 from api_client.drafts import check_draft, discard_note, prepare_templates
 from api_client.errors import (
     BrokerUnavailableError,
@@ -30,8 +31,8 @@ from api_client.errors import (
     ConfigurationError,
     InvalidRequestError,
 )
-from api_client.events import AsyncEventReader, EventReader
-from api_client.jobs import AsyncJobStore, EnqueueResult, JobStore, _JobCore, enqueue_call
+from api_client.events import EventReader
+from api_client.jobs import EnqueueResult, JobStore, _JobCore, enqueue_call
 from api_client.keys import KeyLayout
 from api_client.redis_broker import (
     BrokerPush,
@@ -40,28 +41,18 @@ from api_client.redis_broker import (
     same_redis,
     task_push,
 )
-from api_client.redis_conn import REDIS_DOWN, lua, make_async_redis, make_redis, unavailable
+from api_client.redis_conn import lua, make_redis
 from api_client.session.context import LlmContext, llm_context
 from api_client.session_store import AsyncSessionStore, SessionStore
 from api_client.settings import REDIS_SCHEMES, ClientSettings, load_settings
 from api_client.wire import (
-    BROKER_TRANSPORT_OPTIONS,
-    QUEUE_COMPACT,
-    QUEUES,
     CompactReason,
     JobKind,
     JobState,
-    Route,
     all_routes,
-    broker_priority,
-    is_amqp,
-    queue_arguments,
 )
 
-if TYPE_CHECKING:
-    from celery import Celery
-
-__all__ = ["AsyncCompactionClient", "CompactionClient", "TaskProducer"]
+__all__ = ["CompactionClient", "TaskProducer"]
 
 log = logging.getLogger(__name__)
 
@@ -80,77 +71,6 @@ def _settings(value: str | ClientSettings | None) -> ClientSettings:
         raise ConfigurationError(
             f"CompactionClient takes a Redis URL or ClientSettings, not {type(value).__name__}")
     return load_settings(redis_url=value)
-
-
-class TaskProducer:
-    """A send-only Celery app built on first use (importing celery costs ~100 ms)."""
-
-    def __init__(self, settings: ClientSettings) -> None:
-        self.settings = settings
-        self._app: Celery | None = None
-        self._lock = threading.Lock()
-
-    def app(self) -> Celery:
-        if self._app is None:
-            with self._lock:
-                if self._app is None:
-                    self._app = self._build()
-        return self._app
-
-    def _build(self) -> Celery:
-        from celery import Celery
-
-        s = self.settings
-        url = s.resolved_broker_url
-        app = Celery("compactor-client", broker=url, set_as_current=False)
-        transport_options = {
-            **BROKER_TRANSPORT_OPTIONS,
-            "socket_connect_timeout": s.connect_timeout_s,
-            "socket_timeout": s.socket_timeout_s,
-            "retry_on_timeout": False,
-            "max_retries": 0,  # kombu's connect loop: fail on the first refused connection
-            "interval_start": 0,
-        }
-        app.conf.update(
-            task_serializer="json", accept_content=["json"], result_serializer="json",
-            event_serializer="json", result_backend=None, task_publish_retry=False,
-            broker_connection_retry=False, broker_connection_retry_on_startup=False,
-            broker_connection_max_retries=0, broker_connection_timeout=s.connect_timeout_s,
-            broker_transport_options=transport_options,
-            task_send_sent_event=s.send_sent_event,
-        )
-        if urlsplit(url).scheme == "redis":
-            app.conf.broker_transport = "api_client._transport:Transport"
-        if is_amqp(url):
-            # The worker's declarations exactly (priority queues, one direct exchange).
-            from kombu.entity import Queue
-
-            args = queue_arguments(url)
-            app.conf.task_queues = [
-                Queue(name, routing_key=name, queue_arguments=args)  # type: ignore[no-untyped-call]
-                for name in QUEUES]
-            app.conf.task_default_queue = QUEUE_COMPACT
-        return app
-
-    def send(self, job_id: str, route: Route, *, resend: bool = False) -> None:
-        """Publish the task by name; only the job id travels."""
-        from kombu.exceptions import OperationalError
-
-        task_id = f"{job_id}-p{route.priority}" if resend else job_id
-        down: tuple[type[BaseException], ...] = (OperationalError, *REDIS_DOWN)
-        try:
-            self.app().send_task(
-                route.task, args=[job_id], queue=route.queue,
-                priority=broker_priority(route.priority, self.settings.resolved_broker_url),
-                task_id=task_id, retry=False, argsrepr=repr([job_id]), kwargsrepr="{}",
-            )
-        except down as err:
-            raise unavailable(err, "broker") from err
-
-    def close(self) -> None:
-        if self._app is not None:
-            self._app.close()
-            self._app = None
 
 
 # The session warm() probes: a draft check of it reads one key that never exists.
@@ -409,124 +329,5 @@ class CompactionClient(_ClientCore):
             return
         try:
             self.broker_io.run(self._push_flow(result))
-        except BrokerUnavailableError as err:
-            raise broker_down(err) from err
-
-
-class AsyncCompactionClient(_ClientCore):
-    """:class:`CompactionClient` for asyncio: the same operations, awaited (the Celery publish
-    runs in a thread)."""
-
-    def __init__(self, redis_url_or_settings: str | ClientSettings | None = None) -> None:
-        super().__init__(redis_url_or_settings)
-        self.redis = make_async_redis(self.settings)
-        self.sessions = AsyncSessionStore(self.redis, self.layout)
-        self.jobs = AsyncJobStore(self.redis, self.settings, self.layout)
-        self._blocking: redis.asyncio.Redis[str] | None = None
-        self.io = AsyncShell(self.redis, self.blocking_redis)
-        self._broker: redis.asyncio.Redis[str] | None = None
-        self.broker_io = self.io
-        if self.broker_mode == "redis":
-            self._broker = make_async_redis(self.settings, url=self.settings.resolved_broker_url)
-            self.broker_io = AsyncShell(self._broker)
-
-    @classmethod
-    def from_env(cls, **overrides: Any) -> AsyncCompactionClient:
-        return cls(load_settings(**overrides))
-
-    async def __aenter__(self) -> AsyncCompactionClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    async def compact(self, session_id: str, reason: CompactReason | str = "manual",
-                      instructions: str | None = None, *,
-                      context_window: int | None = None) -> AsyncJobHandle:
-        request = self._request(JobKind.COMPACT, reason, instructions,
-                                context_window=context_window)
-        handle, enqueued, discarded = await _instant.from_draft_async(self, session_id, request)
-        if handle is not None:
-            return handle
-        return await self._enqueue(session_id, request, discarded, enqueued)
-
-    async def observe(self, session_id: str, *, context_tokens: int,
-                      context_window: int) -> _instant.ObserveResult:
-        return await _instant.observe_async(self, session_id, context_tokens=context_tokens,
-                                            context_window=context_window)
-
-    async def prune(self, session_id: str) -> AsyncJobHandle:
-        return await self._enqueue(session_id, self._request(JobKind.PRUNE))
-
-    async def branch_summary(self, session_id: str, target_id: str,
-                             instructions: str | None = None) -> AsyncJobHandle:
-        request = self._request(JobKind.BRANCH_SUMMARY, None, instructions, target_id)
-        return await self._enqueue(session_id, request)
-
-    async def job(self, job_id: str) -> AsyncJobHandle:
-        record = await self.jobs.get(job_id)
-        return AsyncJobHandle(self, record.id, record.session_id, record.kind)
-
-    async def context(self, session_id: str) -> LlmContext:
-        """As :meth:`CompactionClient.context`."""
-        return await self.io.run(self._context(self.sessions, session_id))
-
-    def events(self, session_id: str | None = None, *, since: str | None = None,
-               follow: bool = True, group: str | None = None, consumer: str | None = None,
-               block_ms: int = 5000, start: str | None = None,
-               auto_ack: bool = True) -> AsyncEventReader:
-        """``async for event in client.events(...)``; options as :meth:`CompactionClient.events`."""
-        return AsyncEventReader(self.blocking_redis(), self.layout, session_id=session_id,
-                                group=group, consumer=consumer, block_ms=block_ms,
-                                follow=follow, start=stream_start(since, start),
-                                auto_ack=auto_ack)
-
-    async def ping(self) -> bool:
-        return await self.io.run(self._ping())
-
-    async def warm(self) -> None:
-        """As :meth:`CompactionClient.warm`."""
-        self.io.register_scripts(_script_names())
-        await self.io.run(self._warm())
-        if self.broker_mode == "kombu":
-            self.producer.app()
-
-    def blocking_redis(self) -> redis.asyncio.Redis[str]:
-        if self._blocking is None:
-            self._blocking = make_async_redis(self.settings, blocking=True)
-        return self._blocking
-
-    async def aclose(self) -> None:
-        self.producer.close()
-        await self.redis.aclose()  # type: ignore[attr-defined]
-        if self._broker is not None:
-            await self._broker.aclose()  # type: ignore[attr-defined]
-        if self._blocking is not None:
-            await self._blocking.aclose()  # type: ignore[attr-defined]
-
-    async def _enqueue(self, session_id: str, request: dict[str, Any],
-                       discarded: str | None = None,
-                       result: EnqueueResult | None = None) -> AsyncJobHandle:
-        if result is None:
-            result = await self.jobs.enqueue(session_id, **request,
-                                             broker_db=self._inline_db())
-        if discarded:
-            await self.io.run(self._discarded(session_id, request, result, discarded))
-        if result.must_send:
-            try:
-                await self._send(result)
-            except BrokerUnavailableError as err:
-                await self.io.run(self._unsent(self.jobs, result, err))
-        return AsyncJobHandle(self, result.job_id, session_id, request["kind"],
-                              coalesced=result.coalesced, upgraded=result.upgraded,
-                              since=result.since)
-
-    async def _send(self, result: EnqueueResult) -> None:
-        if self.broker_mode == "kombu":  # kombu's publish is blocking: off the event loop
-            await asyncio.to_thread(self.producer.send, result.job_id, result.route,
-                                    resend=result.upgraded)
-            return
-        try:
-            await self.broker_io.run(self._push_flow(result))
         except BrokerUnavailableError as err:
             raise broker_down(err) from err

@@ -29,7 +29,8 @@ from api_client.events import decode_event
 from api_client.wire import JobEvent, JobKind, JobRecord, JobState, PruneResult, job_error_text
 
 if TYPE_CHECKING:
-    from api_client._client import AsyncCompactionClient, CompactionClient
+    from api_client._aclient import AsyncCompactionClient
+    from api_client._client import CompactionClient
     from api_client.jobs import _JobCore
 
 __all__ = ["OUTAGE_LIMIT_S", "AsyncJobHandle", "JobHandle", "JobResult"]

@@ -22,7 +22,9 @@ from api_client.jobs import EnqueueResult, check_context_window, parse_enqueue
 from api_client.wire import DRAFT_APPLIED_ROUTE, CompactReason, JobKind
 
 if TYPE_CHECKING:
-    from api_client._client import AsyncCompactionClient, CompactionClient, TaskProducer
+    from api_client._aclient import AsyncCompactionClient
+    from api_client._client import CompactionClient
+    from api_client._producer import TaskProducer
 
     _Client: TypeAlias = CompactionClient | AsyncCompactionClient
 
