@@ -94,6 +94,9 @@ _DEFINITIONS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     ("compactor_loop_guard_total", "counter",
      "Loop guard: compactions flagged ineffective, automatic compactions refused",
      ("event", "reason")),
+    ("compactor_cold_token_counts_total", "counter",
+     "Texts of sessions new to a worker: counts loaded from the other workers' store, or "
+     "tokenized here (and stored for them)", ("source",)),
 )
 # Served by the scrape-time collector of worker.queue_depth (not stored per process).
 _SCRAPED: dict[str, tuple[str, ...]] = {"compactor_queue_depth": ("queue",),
@@ -230,6 +233,15 @@ def observe_stall(reason: str | None, source: str, seconds: float) -> None:
     if _metrics:
         _metrics["compactor_compaction_stall_seconds"].labels(
             reason or NO_REASON, source).observe(seconds)
+
+
+def observe_cold_counts(loaded: int, tokenized: int) -> None:
+    """A cold plan's texts: ``loaded`` counts another worker stored, ``tokenized`` here."""
+    if _metrics:
+        if loaded:
+            _metrics["compactor_cold_token_counts_total"].labels("loaded").inc(loaded)
+        if tokenized:
+            _metrics["compactor_cold_token_counts_total"].labels("tokenized").inc(tokenized)
 
 
 def observe_loop_guard(event: str, reason: str | None) -> None:

@@ -38,3 +38,19 @@ def test_stall_of_a_job_and_of_a_draft(own_redis: Any, demo_text: str, tmp_path:
     assert value(after, "compactor_loop_guard_total", event="ineffective",
                  reason="threshold") == 1
     assert total(after, "compactor_loop_guard_total", event="refused") == 0
+
+
+def test_a_cold_plan_counts_what_it_tokenized(own_redis: Any, tmp_path: Path) -> None:
+    # A worker new to a large session tokenizes it and says so; the counts land in the
+    # session's store (loading them is tests/service/test_service_token_counts.py).
+    from runtime.test_runtime_jobs import large_session_text
+
+    with CompactionClient(own_redis.url) as client, \
+            metrics_worker(own_redis.url, tmp_path) as port:
+        sid = client.sessions.import_jsonl(large_session_text())
+        assert isinstance(client.compact(sid, reason="manual").wait(60), dict)
+        after = scrape(port)
+        stored = client.redis.hlen(client.layout.session(sid).token_counts)
+    tokenized = value(after, "compactor_cold_token_counts_total", source="tokenized")
+    assert tokenized == stored > 50
+    assert value(after, "compactor_cold_token_counts_total", source="loaded") == 0

@@ -135,8 +135,8 @@ def _prime(ctx: JobContext, snap: Snapshot) -> None:
     if snap.parsed_chars < PRIME_MIN_CHARS:
         return
     shared = ctx.rt.token_counts if ctx.tokenizer.shares_counts else None
-    if shared is not None:
-        ctx.tokenizer.preload(shared.load(ctx.session_id))
+    loaded = shared.load(ctx.session_id) if shared is not None else []
+    ctx.tokenizer.preload(loaded)
     path = snap.session.tree().path_to(snap.leaf_id)
     planned = planned_messages(path)
     prune = _reason(ctx) is not CompactReason.MANUAL
@@ -146,6 +146,7 @@ def _prime(ctx: JobContext, snap: Snapshot) -> None:
                         counted)
     if shared is not None and counted:
         shared.save(ctx.session_id, counted)
+    metrics.observe_cold_counts(len(loaded), len(counted))
 
 
 def _round(ctx: JobContext, progress: Progress, round_no: int) -> tuple[Draft | None, CommitOutcome | None] | None:
