@@ -329,6 +329,7 @@ def _choose(lost: Sequence[Fact], budget: int) -> tuple[list[Fact], list[Fact], 
     room = 4 * budget - len(OPEN) - len(CLOSE) - 4 - _NOTE_ROOM - _HEADERS
     norm = {id(f): _norm(f.text) for f in lost}
     chosen: list[Fact] = []
+    chosen_texts: list[str] = []  # their normalized texts, in step (the inner loop's lookups)
     covered: list[Fact] = []
     left_out: list[Fact] = []
     used = 0
@@ -342,13 +343,18 @@ def _choose(lost: Sequence[Fact], budget: int) -> tuple[list[Fact], list[Fact], 
         if used + cost > room:
             left_out.append(fact)
             continue
-        inner = [c for c in chosen if norm[id(c)] in text]
-        if inner:
-            chosen = [c for c in chosen if c not in inner]
+        inside = [i for i, chosen_text in enumerate(chosen_texts) if chosen_text in text]
+        if inside:
+            inner = [chosen[i] for i in inside]
+            dropped = set(inside)
+            keep = [i for i in range(len(chosen)) if i not in dropped]
+            chosen = [chosen[i] for i in keep]
+            chosen_texts = [chosen_texts[i] for i in keep]
             covered += inner
             used -= sum(js_len(c.text) + 3 for c in inner)
-            joined = "\n".join(norm[id(c)] for c in chosen)
+            joined = "\n".join(chosen_texts)
         chosen.append(fact)
+        chosen_texts.append(text)
         joined += "\n" + text
         used += cost
     while chosen and estimate_tokens(_render(chosen, left_out)) > budget:
