@@ -227,10 +227,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _client_gone(self, timeout: float) -> bool:
         ready, _, _ = select.select([self.connection], [], [], max(0.0, timeout))
-        if ready and not self.connection.recv(1, socket.MSG_PEEK):
+        if not ready:
+            return False
+        try:
+            gone = not self.connection.recv(1, socket.MSG_PEEK)
+        except ConnectionResetError:  # the client closed with unread data on its side: RST
+            gone = True
+        if gone:
             self.close_connection = True
-            return True
-        return False
+        return gone
 
     def _send(self, status: int, payload: bytes, headers: dict[str, str]) -> None:
         self.send_response(status)
