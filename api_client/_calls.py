@@ -200,8 +200,7 @@ class SyncShell(_Shell["redis.Redis[str]"]):
         one immediate retry on a dropped connection; a timeout is not re-sent. The pool's
         liveness check and a client's ``health_check_interval`` PING still apply."""
         script = self._script(call.name)
-        packed = [pack(("EVALSHA", script.sha, len(call.keys), *call.keys,
-                                *call.args))]
+        packed = [pack(("EVALSHA", script.sha, len(call.keys), *call.keys, *call.args))]
         try:
             return self._send(packed)
         except NoScriptError:  # a restarted or flushed server: load it, as redis-py does

@@ -148,9 +148,11 @@ class _ClientCore:
                                 request["reason"], cause, created=result.outcome == "created")
 
     def _warm(self) -> Flow[None]:
-        """Load every packaged script (one pipeline), so no first EVALSHA meets NOSCRIPT; then
-        one read-only EVALSHA down the path an automatic compaction takes (a draft check of a
-        session that does not exist), so its first call runs no code for the first time."""
+        """Load every packaged script (one pipeline), so no first EVALSHA meets NOSCRIPT;
+        render the request path's templates; then :data:`_WARM_ROUNDS` read-only EVALSHAs
+        down the path an automatic compaction takes (draft checks of a session that does not
+        exist) beside an enqueue call built and dropped, so its first call runs no code for
+        the first time."""
         yield Pipeline(tuple(cmd("script_load", lua(n)) for n in _script_names()),
                        transaction=False)
         self._prepare()
@@ -288,7 +290,8 @@ class CompactionClient(_ClientCore):
 
     def warm(self) -> None:
         """Do now what the first call would otherwise pay for: connect, load the Lua scripts
-        and build their redis-py objects (each hashes its text), build the broker producer.
+        and build their redis-py objects (each hashes its text), render the request path's
+        templates and run its code once (read-only), build the broker producer (RabbitMQ).
         Optional; raises :class:`BrokerUnavailableError` when down."""
         self.io.register_scripts(_script_names())
         self.io.run(self._warm())

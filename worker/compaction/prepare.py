@@ -103,9 +103,14 @@ def planned_messages(path: Sequence[Entry], *, prune: bool = False) -> list[Mess
     job primes its token counts for; the older ones are summarized already). With ``prune``
     also the tool results before it: the prune pass counts every tool result (SPEC §8)."""
     start = _last_compaction_index(path) + 1
-    older = [e.message for e in path[:start] if isinstance(e, MessageEntry)
-             and e.role == "toolResult"] if prune else []
-    return older + [m for _, m in _mapped(path, start, len(path))]
+    planned = [m for _, m in _mapped(path, start, len(path))]
+    return [*older_tool_results(path), *planned] if prune else planned
+
+
+def older_tool_results(path: Sequence[Entry]) -> list[Message]:
+    """The tool results before the path's last compaction entry (the prune pass counts them)."""
+    return [e.message for e in path[:_last_compaction_index(path) + 1]
+            if isinstance(e, MessageEntry) and e.role == "toolResult"]
 
 
 def _adjusted_keep(path: Sequence[Entry], start: int, keep: int, tokenizer: Tokenizer) -> int:

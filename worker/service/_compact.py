@@ -17,6 +17,7 @@ from worker.compaction import (
     build_session_context,
     compact,
     no_plan_reason,
+    older_tool_results,
     planned_messages,
     prepare_compaction,
 )
@@ -139,9 +140,9 @@ def _prime(ctx: JobContext, snap: Snapshot) -> None:
     ctx.tokenizer.preload(loaded)
     path = snap.session.tree().path_to(snap.leaf_id)
     planned = planned_messages(path)
-    prune = _reason(ctx) is not CompactReason.MANUAL
+    pruned = older_tool_results(path) if _reason(ctx) is not CompactReason.MANUAL else []
     counted: list[tuple[bytes, int]] = []
-    ctx.tokenizer.prime(planned_messages(path, prune=True) if prune else planned,
+    ctx.tokenizer.prime([*pruned, *planned],
                         prompt_parts(convert_to_llm(planned), min_chars=SEGMENT_MIN_CHARS),
                         counted)
     if shared is not None and counted:
