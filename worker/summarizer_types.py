@@ -15,6 +15,7 @@ from api_client.session import Message
 __all__ = [
     "CancelToken",
     "Message",
+    "PromptLayout",
     "Purpose",
     "Summarizer",
     "SummaryRequest",
@@ -42,6 +43,20 @@ class Usage:
 
 
 @dataclass(frozen=True)
+class PromptLayout:
+    """Where the serialized conversation stands in ``prompt``: it is
+    ``head + separator.join(parts) + tail``. The parts are the same string objects from job to
+    job for unchanged messages, so a counter can count a grown session's prompt by its new
+    parts (``TiktokenTokenizer.count_joined``)."""
+
+    prompt: str
+    head: str
+    parts: tuple[str, ...]
+    separator: str
+    tail: str
+
+
+@dataclass(frozen=True)
 class SummaryRequest:
     purpose: Purpose
     system_prompt: str
@@ -55,6 +70,9 @@ class SummaryRequest:
     # Rebuilds this request for a slice of `conversation` with a previous summary, used by the
     # router's chunked path when the input does not fit the model window. None: cannot chunk.
     rechunk: Callable[[Sequence[Message], str | None], SummaryRequest] | None = None
+    # How `prompt` was put together; counters use it only while `layout.prompt is prompt` (a
+    # request copied with another prompt is counted from its text).
+    layout: PromptLayout | None = None
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,13 @@ from helpers.sessions import assistant, chain, user
 from worker.compaction.serialize import _PARTS
 from worker.service import run_job
 from worker.store.token_counts import RedisTokenCounts
-from worker.tokens import PRIME_MIN_CHARS, TOKEN_CACHE, TiktokenTokenizer, message_counts
+from worker.tokens import (
+    COLD_SESSION_CHARS,
+    TOKEN_CACHE,
+    TiktokenTokenizer,
+    get_tokenizer,
+    message_counts,
+)
 from worker.tokens.cache import content_key
 
 LAYOUT = KeyLayout("tc")
@@ -39,7 +45,7 @@ def raw(redis_url: str) -> Iterator[redis.Redis[str]]:
 
 
 def large_conversation() -> list[Entry]:
-    """Turns of prose and file lists: well over PRIME_MIN_CHARS of text."""
+    """Turns of prose and file lists: well over COLD_SESSION_CHARS of text."""
     items = []
     for i in range(40):
         words = " ".join(f"word{i}x{j}" for j in range(400))
@@ -53,6 +59,9 @@ def forget_this_process() -> None:
     TOKEN_CACHE.clear()
     message_counts("tiktoken").clear()
     _PARTS.clear()
+    tokenizer = get_tokenizer("tiktoken")
+    assert isinstance(tokenizer, TiktokenTokenizer)
+    tokenizer.clear_part_counts()
 
 
 def tokenized_by(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -77,7 +86,7 @@ def test_a_cold_worker_loads_what_the_first_one_tokenized(
         forget_this_process()
         w = world(entries=entries, reason=CompactReason.MANUAL, tokenizer="tiktoken",
                   keep_recent_tokens=2_000)
-        w.sessions.parsed_chars = PRIME_MIN_CHARS  # the snapshot was parsed anew
+        w.sessions.parsed_chars = COLD_SESSION_CHARS  # the snapshot was parsed anew
         w.rt.token_counts = counts
         texts = tokenized_by(monkeypatch)
         assert run_job(w.rt, JOB_ID).state == "succeeded"
@@ -87,7 +96,7 @@ def test_a_cold_worker_loads_what_the_first_one_tokenized(
     first, second = (sum(map(len, texts)) for texts in tokenized)
     key = LAYOUT.session(SESSION_ID).token_counts
     assert raw.hlen(key) > 100 and 0 < raw.ttl(key) <= 600
-    assert first > PRIME_MIN_CHARS
+    assert first > COLD_SESSION_CHARS
     assert second < 0.02 * first  # what was left: the prompts' templates and short pieces
     # Exact counts: the second worker planned and committed what the first did.
     assert committed[0]["firstKeptEntryId"] == committed[1]["firstKeptEntryId"]

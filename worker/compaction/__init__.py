@@ -31,6 +31,7 @@ from worker.compaction.prepare import (
     older_tool_results,
     planned_messages,
     prepare_compaction,
+    prime_counts,
     prompt_tokens,
 )
 from worker.compaction.prune import PrunePlan, apply_prune, plan_prune
@@ -73,6 +74,7 @@ __all__ = [
     "planned_messages",
     "prepare_branch_entries",
     "prepare_compaction",
+    "prime_counts",
     "prompt_tokens",
     "serialize_conversation",
     "summarize_branch",

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from api_client.session import CompactionEntry, Entry, Message, MessageEntry
-from api_client.session.convert import for_compaction
+from api_client.session.convert import convert_to_llm, for_compaction
 from worker.compaction.cutpoint import CutPoint, classify_cut, find_cut_point
 from worker.compaction.facts import parse_fact_block, strip_fact_block
 from worker.compaction.fileops import (
@@ -19,8 +19,9 @@ from worker.compaction.fileops import (
     strip_file_operation_tags,
     tagged_paths,
 )
+from worker.compaction.serialize import prompt_parts
 from worker.compaction.toolpairs import safe_first_kept_index
-from worker.tokens import Tokenizer
+from worker.tokens import SEGMENT_MIN_CHARS, JobTokenizer, Tokenizer
 
 __all__ = [
     "CompactionSettings",
@@ -29,6 +30,7 @@ __all__ = [
     "last_assistant_usage",
     "no_plan_reason",
     "prepare_compaction",
+    "prime_counts",
     "prompt_tokens",
 ]
 
@@ -111,6 +113,22 @@ def older_tool_results(path: Sequence[Entry]) -> list[Message]:
     """The tool results before the path's last compaction entry (the prune pass counts them)."""
     return [e.message for e in path[:_last_compaction_index(path) + 1]
             if isinstance(e, MessageEntry) and e.role == "toolResult"]
+
+
+def prime_counts(tokenizer: JobTokenizer, path: Sequence[Entry], *, prune: bool,
+                 counted: list[tuple[bytes, int]] | None = None) -> int:
+    """Count ahead, on threads, what a plan of ``path`` will tokenize and ``tokenizer`` has
+    not counted yet; returns the characters counted (``JobTokenizer.prime``). That is the
+    planned messages new to it, their parts of the summary prompt (a tool call reads
+    ``name(k=…)`` there, not JSON) and, with ``prune``, the older tool results the prune pass
+    counts. A cold session: all of them. A session grown since this process planned it: only
+    what it grew by, and nothing else is walked twice."""
+    fresh = tokenizer.uncounted(planned_messages(path))
+    older = tokenizer.uncounted(older_tool_results(path)) if prune else []
+    if not fresh and not older:
+        return 0
+    parts = prompt_parts(convert_to_llm(fresh), min_chars=SEGMENT_MIN_CHARS)
+    return tokenizer.prime([*older, *fresh], parts, counted)
 
 
 def _adjusted_keep(path: Sequence[Entry], start: int, keep: int, tokenizer: Tokenizer) -> int:

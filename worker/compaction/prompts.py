@@ -22,6 +22,7 @@ from worker.compaction.fileops import strip_file_operation_tags
 
 __all__ = [
     "BRANCH_MAX_TOKENS",
+    "CONVERSATION_OPEN",
     "PromptTemplateError",
     "branch_context_intro",
     "branch_preamble",
@@ -130,8 +131,11 @@ def branch_context_intro() -> str:
 # --- assembly (SPEC §10.2, §11.3) ----------------------------------------------------------
 
 
+CONVERSATION_OPEN = "<conversation>\n"  # every summary prompt opens with the conversation
+
+
 def _conversation(conversation: str) -> str:
-    return "<conversation>\n" + conversation + "\n</conversation>\n\n"
+    return CONVERSATION_OPEN + conversation + "\n</conversation>\n\n"
 
 
 def _previous_summary(summary: str) -> str:

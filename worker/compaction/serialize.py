@@ -12,20 +12,32 @@ from typing import Any
 from worker.jsjson import js_json, js_property_order
 from worker.memo import IdentityMemo
 
-__all__ = ["normalized_conversation", "prompt_parts", "serialize_conversation"]
+__all__ = [
+    "PART_SEPARATOR",
+    "conversation_parts",
+    "normalized_conversation",
+    "prompt_parts",
+    "serialize_conversation",
+]
 
 # A message's parts, kept for the next job: unchanged entries are the same objects there.
 _PARTS: IdentityMemo[Mapping[str, Any], tuple[str, ...]] = IdentityMemo()
 _NORMALIZED: IdentityMemo[Mapping[str, Any], str] = IdentityMemo()
-_SEPARATOR = "\n\n"
+PART_SEPARATOR = "\n\n"
 
 
 def serialize_conversation(llm_messages: Iterable[Mapping[str, Any]]) -> str:
     """Render LLM messages as the ``[User]: …`` text the summary prompts embed."""
+    return PART_SEPARATOR.join(conversation_parts(llm_messages))
+
+
+def conversation_parts(llm_messages: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The parts :func:`serialize_conversation` joins with :data:`PART_SEPARATOR`, each one
+    starting with its ``[Role]:`` label; the same string objects for the same message."""
     parts: list[str] = []
     for message in llm_messages:
         parts.extend(_PARTS.get(message, _message_parts))
-    return _SEPARATOR.join(parts)
+    return parts
 
 
 def prompt_parts(llm_messages: Iterable[Mapping[str, Any]], min_chars: int = 0) -> list[str]:
@@ -33,7 +45,7 @@ def prompt_parts(llm_messages: Iterable[Mapping[str, Any]], min_chars: int = 0) 
     followed by the separator as it stands in a prompt: what a cold job primes besides the
     messages (a tool call reads ``name(k=…)`` there, not JSON; a short part is counted
     whole, separator included)."""
-    return [part + _SEPARATOR for message in llm_messages
+    return [part + PART_SEPARATOR for message in llm_messages
             for part in _PARTS.get(message, _message_parts) if len(part) > min_chars]
 
 

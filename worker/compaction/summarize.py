@@ -18,8 +18,15 @@ from worker.compaction.branch import DEFAULT_CONTEXT_WINDOW, branch_budget, prep
 from worker.compaction.fileops import format_file_operations
 from worker.compaction.ledger import branch_ledger, compaction_ledger, with_block
 from worker.compaction.prepare import Preparation
-from worker.compaction.serialize import serialize_conversation
-from worker.summarizer_types import CancelToken, Purpose, Summarizer, SummaryRequest, SummaryResult
+from worker.compaction.serialize import PART_SEPARATOR, conversation_parts
+from worker.summarizer_types import (
+    CancelToken,
+    PromptLayout,
+    Purpose,
+    Summarizer,
+    SummaryRequest,
+    SummaryResult,
+)
 from worker.tokens import Tokenizer
 
 __all__ = [
@@ -97,7 +104,8 @@ def _call(summarizer: Summarizer, request: SummaryRequest, cancel: CancelToken |
         raise SummarizationError(f"{_FAILURE_PREFIX[request.purpose]}: {err or 'Unknown error'}") from err
 
 
-def _request(purpose: Purpose, llm: Sequence[Message], prompt: str, max_tokens: int, opts: RequestOptions, **extra: object) -> SummaryRequest:
+def _request(purpose: Purpose, llm: Sequence[Message], prompt: str, max_tokens: int, opts: RequestOptions,
+             conversation: tuple[str, tuple[str, ...]], **extra: object) -> SummaryRequest:
     return SummaryRequest(
         purpose=purpose,
         system_prompt=prompts.system_prompt(),
@@ -107,33 +115,52 @@ def _request(purpose: Purpose, llm: Sequence[Message], prompt: str, max_tokens: 
         conversation=tuple(llm),
         read_files=opts.read_files,
         modified_files=opts.modified_files,
+        layout=_layout(prompt, *conversation),
         **extra,  # type: ignore[arg-type]
     )
 
 
+def _serialized(llm: Sequence[Message]) -> tuple[str, tuple[str, ...]]:
+    """The conversation text of a prompt, and the parts it joins."""
+    parts = tuple(conversation_parts(llm))
+    return PART_SEPARATOR.join(parts), parts
+
+
+def _layout(prompt: str, conversation: str, parts: tuple[str, ...]) -> PromptLayout | None:
+    """Where ``conversation`` stands in ``prompt``: right after ``CONVERSATION_OPEN``, as every
+    builder of ``prompts`` puts it (checked: a prompt shaped otherwise has no layout)."""
+    at = len(prompts.CONVERSATION_OPEN)
+    if not (prompt.startswith(prompts.CONVERSATION_OPEN) and prompt.startswith(conversation, at)):
+        return None
+    return PromptLayout(prompt, prompt[:at], parts, PART_SEPARATOR, prompt[at + len(conversation):])
+
+
 def history_request(llm: Sequence[Message], previous: str | None, opts: RequestOptions) -> SummaryRequest:
+    conversation = _serialized(llm)
     prompt = prompts.build_history_prompt(
-        serialize_conversation(llm),
+        conversation[0],
         previous_summary=previous,
         custom_instructions=opts.custom_instructions,
         prompt_override=opts.prompt_override,
         extra_context=opts.extra_context,
     )
     rechunk: Callable[[Sequence[Message], str | None], SummaryRequest] = lambda chunk, prev: history_request(chunk, prev, opts)  # noqa: E731
-    return _request("history", llm, prompt, prompts.history_max_tokens(opts.reserve), opts,
+    return _request("history", llm, prompt, prompts.history_max_tokens(opts.reserve), opts, conversation,
                     previous_summary=previous, rechunk=rechunk)
 
 
 def turn_prefix_request(llm: Sequence[Message], opts: RequestOptions, previous: str | None = None) -> SummaryRequest:
-    prompt = prompts.build_turn_prefix_prompt(serialize_conversation(llm), previous_summary=previous)
+    conversation = _serialized(llm)
+    prompt = prompts.build_turn_prefix_prompt(conversation[0], previous_summary=previous)
     # A prefix larger than the summarizer's window is summarised part by part (router's chunked path).
     rechunk: Callable[[Sequence[Message], str | None], SummaryRequest] = lambda chunk, prev: turn_prefix_request(chunk, opts, prev)  # noqa: E731
-    return _request("turn_prefix", llm, prompt, prompts.turn_prefix_max_tokens(opts.reserve), opts,
+    return _request("turn_prefix", llm, prompt, prompts.turn_prefix_max_tokens(opts.reserve), opts, conversation,
                     previous_summary=previous, rechunk=rechunk)
 
 
 def short_request(llm: Sequence[Message], merged: str, opts: RequestOptions) -> SummaryRequest:
-    prompt = prompts.build_short_prompt(serialize_conversation(llm), merged_summary=merged, extra_context=opts.extra_context)
+    conversation = _serialized(llm)
+    prompt = prompts.build_short_prompt(conversation[0], merged_summary=merged, extra_context=opts.extra_context)
 
     def rechunk(chunk: Sequence[Message], prev: str | None) -> SummaryRequest:
         # Recent messages too large for the window: each part sees the merged summary plus the
@@ -141,13 +168,14 @@ def short_request(llm: Sequence[Message], merged: str, opts: RequestOptions) -> 
         context = merged if not prev or prev == merged else f"{merged}\n\n{prev}".strip()
         return short_request(chunk, context, opts)
 
-    return _request("short", llm, prompt, prompts.short_max_tokens(opts.reserve), opts,
+    return _request("short", llm, prompt, prompts.short_max_tokens(opts.reserve), opts, conversation,
                     previous_summary=merged or None, rechunk=rechunk)
 
 
 def branch_request(llm: Sequence[Message], opts: RequestOptions) -> SummaryRequest:
-    prompt = prompts.build_branch_prompt(serialize_conversation(llm), custom_instructions=opts.custom_instructions)
-    return _request("branch", llm, prompt, prompts.BRANCH_MAX_TOKENS, opts)
+    conversation = _serialized(llm)
+    prompt = prompts.build_branch_prompt(conversation[0], custom_instructions=opts.custom_instructions)
+    return _request("branch", llm, prompt, prompts.BRANCH_MAX_TOKENS, opts, conversation)
 
 
 def options_for(preparation: Preparation, *, custom_instructions: str | None = None,

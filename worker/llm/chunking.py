@@ -56,7 +56,16 @@ class RequestCounter:
         return self.tokenizer.count_text(text) if text else 0
 
     def request(self, request: SummaryRequest) -> int:
-        return self.text(request.system_prompt) + self.text(request.prompt)
+        return self.text(request.system_prompt) + self._prompt(request)
+
+    def _prompt(self, request: SummaryRequest) -> int:
+        """The prompt's tokens, part by part when the tokenizer can and the request says how
+        the prompt was joined (``SummaryRequest.layout``)."""
+        layout = request.layout
+        joined = getattr(self.tokenizer, "count_joined", None)
+        if layout is None or joined is None or layout.prompt is not request.prompt:
+            return self.text(request.prompt)
+        return int(joined(layout.head, layout.parts, layout.separator, layout.tail))
 
     def fits(self, request: SummaryRequest, budget: float) -> bool:
         """``self.request(request) <= budget``, without tokenizing when it clearly fits.

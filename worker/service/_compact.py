@@ -8,7 +8,6 @@ from typing import Any
 
 from api_client.errors import AlreadyCompactedError, NothingToCompactError
 from api_client.session import Entry, JsonObject, SessionTree, parse_entry
-from api_client.session.convert import convert_to_llm
 from api_client.session_store import Snapshot
 from api_client.wire import CompactReason, EventType
 from worker import metrics
@@ -17,12 +16,10 @@ from worker.compaction import (
     build_session_context,
     compact,
     no_plan_reason,
-    older_tool_results,
-    planned_messages,
     prepare_compaction,
+    prime_counts,
 )
 from worker.compaction.ledger import hook_compaction_with_facts
-from worker.compaction.serialize import prompt_parts
 from worker.compaction.toolpairs import safe_first_kept_id
 from worker.llm import SummaryResult
 from worker.service._context import JobContext, JobSuccess, calls_summary, compaction_entry
@@ -37,7 +34,7 @@ from worker.service._outage import ride_out
 from worker.service._prune import PruneStep, prune_pass
 from worker.service._replan import settle, with_replans
 from worker.store import CommitOutcome
-from worker.tokens import PRIME_MIN_CHARS, SEGMENT_MIN_CHARS
+from worker.tokens import COLD_SESSION_CHARS, PRIME_MIN_CHARS
 
 __all__ = ["run_compact"]
 
@@ -124,30 +121,27 @@ def _result(ctx: JobContext, progress: Progress, draft: Draft) -> dict[str, Any]
 
 
 def _prime(ctx: JobContext, snap: Snapshot) -> None:
-    """A session this process has not seen: its messages are tokenized on several threads
-    before the prune pass and the plan count them one by one (``JobTokenizer.prime``). A
-    session it has seen (little JSON parsed anew) is not even walked. Also primed: the tool
-    results before the last compaction when the prune pass will count them (automatic
-    reasons; before-compaction's cold plan 309-329 → 240-270 ms), and the long parts of the
-    summary prompt's conversation (a tool call is ``name(k=…)`` there; median of 8 cold
-    plans: large-session 250 → 209 ms, before-compaction 341 → 276 ms; priming the short
-    parts too gained less). Counts another worker stored for the session are loaded first,
-    and what this job had to tokenize is stored for the next (``Runtime.token_counts``)."""
+    """Count ahead, on threads, the text this job will tokenize (``prime_counts``) when the
+    snapshot brought enough new text: a session this process has not seen, or one that grew
+    since its last job. Cold, that is its messages, the tool results before the last
+    compaction for the prune pass (automatic reasons; before-compaction's cold plan 309-329 →
+    240-270 ms), and the long parts of the summary prompt's conversation (median of 8 cold
+    plans: large-session 250 → 209 ms, before-compaction 341 → 276 ms). A cold job first loads
+    the counts other workers stored for the session; whatever a job had to tokenize is stored
+    for the next one (``Runtime.token_counts``)."""
     if snap.parsed_chars < PRIME_MIN_CHARS:
         return
+    cold = snap.parsed_chars >= COLD_SESSION_CHARS
     shared = ctx.rt.token_counts if ctx.tokenizer.shares_counts else None
-    loaded = shared.load(ctx.session_id) if shared is not None else []
+    loaded = shared.load(ctx.session_id) if shared is not None and cold else []
     ctx.tokenizer.preload(loaded)
-    path = snap.session.tree().path_to(snap.leaf_id)
-    planned = planned_messages(path)
-    pruned = older_tool_results(path) if _reason(ctx) is not CompactReason.MANUAL else []
     counted: list[tuple[bytes, int]] = []
-    ctx.tokenizer.prime([*pruned, *planned],
-                        prompt_parts(convert_to_llm(planned), min_chars=SEGMENT_MIN_CHARS),
-                        counted)
+    prime_counts(ctx.tokenizer, snap.session.tree().path_to(snap.leaf_id),
+                 prune=_reason(ctx) is not CompactReason.MANUAL, counted=counted)
     if shared is not None and counted:
         shared.save(ctx.session_id, counted)
-    metrics.observe_cold_counts(len(loaded), len(counted))
+    if cold:
+        metrics.observe_cold_counts(len(loaded), len(counted))
 
 
 def _round(ctx: JobContext, progress: Progress, round_no: int) -> tuple[Draft | None, CommitOutcome | None] | None:

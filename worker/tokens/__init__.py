@@ -7,9 +7,9 @@ one token cache.
 
 from worker.tokens.cache import TOKEN_CACHE, TokenCache
 from worker.tokens.counting import (
+    COLD_SESSION_CHARS,
     IMAGE_CHARS,
     PRIME_MIN_CHARS,
-    SEGMENT_MIN_CHARS,
     EstimateTokenizer,
     JobTokenizer,
     MessageText,
@@ -22,8 +22,10 @@ from worker.tokens.counting import (
     message_counts,
     message_text,
 )
+from worker.tokens.pieces import SEGMENT_MIN_CHARS
 
 __all__ = [
+    "COLD_SESSION_CHARS",
     "IMAGE_CHARS",
     "PRIME_MIN_CHARS",
     "SEGMENT_MIN_CHARS",

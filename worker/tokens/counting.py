@@ -10,9 +10,8 @@ from __future__ import annotations
 import itertools
 import math
 import os
-import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -20,8 +19,9 @@ from typing import Any, Literal, Protocol
 from api_client.session import Message
 from api_client.session.convert import convert_message
 from worker.jsjson import js_json, js_len
-from worker.memo import IdentityMemo
+from worker.memo import DEFAULT_OBJECTS, IdentityMemo
 from worker.tokens.cache import TOKEN_CACHE, TokenCache
+from worker.tokens.pieces import SEGMENT_MIN_CHARS, count_pieces, segments
 
 __all__ = [
     "IMAGE_CHARS",
@@ -154,6 +154,8 @@ class TiktokenTokenizer:
 
     def __init__(self, cache: TokenCache | None = None) -> None:
         self.cache = TokenCache() if cache is None else cache
+        # The count of a part of a joined text and its separator (count_joined), by identity.
+        self._parts: dict[str, IdentityMemo[str, int]] = {}
 
     @classmethod
     def encoding(cls) -> Any:
@@ -181,6 +183,35 @@ class TiktokenTokenizer:
     def _sum_of_pieces(self, text: str) -> int:
         return sum(self.cache.count(part, self._encoded_len) for part in count_pieces(text))
 
+    def clear_part_counts(self) -> None:
+        """Forget the parts' counts of :meth:`count_joined` (the content cache stays)."""
+        self._parts.clear()
+
+    def count_joined(self, head: str, parts: Sequence[str], separator: str, tail: str) -> int:
+        """``count_text(head + separator.join(parts) + tail)``, each part counted with its
+        separator and kept by object identity. A summary prompt joins the conversation's
+        serialized parts, the same string objects from job to job: the prompt of a session
+        that grew costs its new parts, where cutting and digesting the whole text again took
+        12 ms for large-session's 450 kB.
+
+        Exact when the text is cut where :func:`segments` cuts anyway (before a line that
+        starts with ``[`` or ``<``): every part starts with ``[``, ``head`` and the separator
+        end a line, ``tail`` starts a line with ``[`` or ``<``. Else the whole text is counted.
+        """
+        if not parts or not _cut_at_parts(head, parts, separator, tail):
+            return self.count_text(head + separator.join(parts) + tail)
+        *inner, last = parts
+        known = self._parts.get(separator) or self._parts.setdefault(
+            separator, IdentityMemo(2 * DEFAULT_OBJECTS))  # a message has 1-3 parts
+
+        def with_separator(part: str) -> int:
+            return self.count_text(part + separator)
+
+        total = self.count_text(head) + sum(known.get(part, with_separator) for part in inner)
+        if not tail:
+            return total + self.count_text(last)
+        return total + self.count_text(last + "\n") + self.count_text(tail[1:])
+
     def count(self, message: Message) -> int:
         text = message_text(message)
         return sum(self.count_text(p) for p in text.pieces) + ceil4(IMAGE_CHARS) * text.images
@@ -191,11 +222,12 @@ class TiktokenTokenizer:
     def prime(self, messages: Iterable[Message], texts: Iterable[str] = (),
               counted: list[tuple[bytes, int]] | None = None) -> int:
         """Count the messages' uncounted text (and ``texts``, cut as :meth:`count_text` cuts
-        them) now, on :data:`PRIME_THREADS` threads, when there is enough of it (a cold plan
-        of a large session); returns the characters counted. tiktoken releases the GIL: on
-        two cores, counting every message of before-compaction took 264 ms instead of 346 ms
-        (min of 5). The counts land in the cache, where the plan finds them, and in
-        ``counted`` (for the other workers: ``worker.store.token_counts``)."""
+        them) now, on :data:`PRIME_THREADS` threads (on this one below
+        :data:`PRIME_SERIAL_CHARS`); returns the characters counted. tiktoken releases the GIL:
+        on two cores, counting every message of before-compaction took 264 ms instead of 346 ms
+        (min of 5), 50 kB of new text 5.1 ms instead of 7.2 (median of 15). The counts land in
+        the cache, where the plan finds them, and in ``counted`` (for the other workers:
+        ``worker.store.token_counts``)."""
         whole = itertools.chain((piece for m in messages for piece in message_text(m).pieces),
                                 texts)
         parts = (part for piece in whole if piece
@@ -203,8 +235,9 @@ class TiktokenTokenizer:
                               else (piece,)))
         todo = self.cache.unknown(parts)
         size = sum(len(text) for text in todo.values())
-        if PRIME_THREADS < 2 or size < PRIME_MIN_CHARS:
-            return 0
+        if PRIME_THREADS < 2 or size < PRIME_SERIAL_CHARS:
+            self._store(self._count_bin(list(todo.items())), counted)
+            return size
         bins: list[list[tuple[bytes, str]]] = [[] for _ in range(PRIME_THREADS)]
         loads = [0] * PRIME_THREADS
         for key, text in sorted(todo.items(), key=lambda kv: -len(kv[1])):
@@ -212,10 +245,13 @@ class TiktokenTokenizer:
             bins[emptiest].append((key, text))
             loads[emptiest] += len(text)
         for done in _prime_pool().map(self._count_bin, bins):
-            self.cache.put_many(done)
-            if counted is not None:
-                counted.extend(done)
+            self._store(done, counted)
         return size
+
+    def _store(self, done: list[tuple[bytes, int]], counted: list[tuple[bytes, int]] | None) -> None:
+        self.cache.put_many(done)
+        if counted is not None:
+            counted.extend(done)
 
     def preload(self, counts: Iterable[tuple[bytes, int]]) -> None:
         """Counts another process made (content digest, count), into this one's cache."""
@@ -223,6 +259,12 @@ class TiktokenTokenizer:
 
     def _count_bin(self, items: list[tuple[bytes, str]]) -> list[tuple[bytes, int]]:
         return [(key, self._encoded_len(text)) for key, text in items]
+
+
+def _cut_at_parts(head: str, parts: Sequence[str], separator: str, tail: str) -> bool:
+    return ((not head or head.endswith("\n")) and separator.endswith("\n")
+            and (not tail or tail.startswith(("\n[", "\n<")))
+            and all(part.startswith("[") for part in parts))
 
 
 class JobTokenizer:
@@ -254,8 +296,11 @@ class JobTokenizer:
         prime = getattr(self.inner, "prime", None)
         if prime is None:
             return 0
-        fresh = [m for m in messages if m not in self._counted]
-        return int(prime(fresh, texts, counted))
+        return int(prime(self.uncounted(messages), texts, counted))
+
+    def uncounted(self, messages: Iterable[Message]) -> list[Message]:
+        """The messages this view has no count of (new to the job, or to the process)."""
+        return [m for m in messages if m not in self._counted]
 
     @property
     def shares_counts(self) -> bool:
@@ -285,14 +330,16 @@ def counts_of(tokenizer: Tokenizer) -> IdentityMemo[Message, int]:
     return message_counts(tokenizer.name) if shared else IdentityMemo()
 
 
-# Shorter texts are one cache entry. Longer ones are cut: a cut costs a digest and a tiktoken
-# call (a few microseconds), less than tokenizing a few hundred characters twice.
-SEGMENT_MIN_CHARS = 256
-
-# Priming (TiktokenTokenizer.prime): threads, and the uncounted text below which the serial
-# count is as quick (a thread pool hand-off costs more than ~50k tokens take on two threads).
+# Priming (TiktokenTokenizer.prime): threads, and the uncounted text below which the job's own
+# thread counts it (a hand-off costs ~0.1 ms; 8 kB took 1.0 ms on two threads, 1.2 on one).
 PRIME_THREADS = min(4, os.cpu_count() or 1)
-PRIME_MIN_CHARS = 200_000
+PRIME_SERIAL_CHARS = 4_000
+# The text parsed anew (``Snapshot.parsed_chars``) from which a job primes at all: below it,
+# walking the session costs more than the threads save (worker.service._compact).
+PRIME_MIN_CHARS = 16_000
+# ... and from which the session is new to the process: its job loads the counts that other
+# workers stored (worker.store.token_counts).
+COLD_SESSION_CHARS = 200_000
 _POOL: list[ThreadPoolExecutor] = []
 
 
@@ -301,83 +348,6 @@ def _prime_pool() -> ThreadPoolExecutor:
         if not _POOL:
             _POOL.append(ThreadPoolExecutor(PRIME_THREADS, thread_name_prefix="tokenize"))
         return _POOL[0]
-
-
-# A newline, then "[" or "<": cl100k's pattern always cuts between the two (neither is a space,
-# letter or digit, and no pre-token starts with a newline and goes on). "[" starts the
-# serialized conversation's lines, "<" the prompt templates' tags around it.
-_LINE_START = re.compile(r"\n[\[<]")
-
-
-def segments(text: str) -> list[str]:
-    """``text`` cut before every line that starts with ``[`` or ``<`` (see
-    ``TiktokenTokenizer``): the conversation's last part and the template line after it,
-    ``</conversation>``, fall into separate segments, as they do when the part is counted
-    alone.
-
-    One scan for the line starts, then slices: 0.9 ms for a 516 kB prompt, where splitting on
-    each literal and putting the marks back took 2.2 ms (and a zero-width ``re.split`` 5 ms;
-    the pieces are the same, table test against it).
-    """
-    pieces: list[str] = []
-    start = 0
-    for found in _LINE_START.finditer(text):
-        cut = found.start() + 1
-        pieces.append(text[start:cut])
-        start = cut
-    pieces.append(text[start:])
-    return pieces
-
-
-def count_pieces(text: str) -> list[str]:
-    """``text`` cut into pieces whose cl100k counts sum to the count of ``text``.
-
-    First :func:`segments`, then each long segment at its first and last *word boundary*: an
-    ASCII letter or digit followed by punctuation or a newline (:data:`_WORD_END`). No
-    pre-token of cl100k's pattern runs on from a letter into a non-letter, or from a digit
-    into a non-digit (letters and digits end their match there), so the pattern cuts at such
-    a boundary whatever comes before or after. Spaces and ``]`` do not count as the second
-    character: the serialized conversation's labels (``[Tool result]: ``) then hold no
-    boundary, and ``X`` and ``"[Tool result]: " + X + "\\n\\n"`` get the same middle piece.
-    Newlines at the very end are not looked at, for the same reason.
-    """
-    pieces: list[str] = []
-    for segment in segments(text):
-        if len(segment) <= SEGMENT_MIN_CHARS:
-            pieces.append(segment)
-        else:
-            pieces.extend(_word_cuts(segment))
-    return pieces
-
-
-# An ASCII letter or digit, then a character that is surely neither a letter nor (after a
-# digit) a digit in any Unicode table: cl100k's pattern always cuts between the two.
-_WORD_END = re.compile(r"[A-Za-z0-9](?=[\n\t.,;:(){}=\"'/\\<>|+*&!?#$%^~`_\[-])")
-_TAIL_WINDOW = 64  # characters searched from the end for the last boundary, then 4x more
-
-
-def _word_cuts(text: str) -> list[str]:
-    end = len(text.rstrip("\n"))
-    found = _WORD_END.search(text, 0, end)
-    if found is None:
-        return [text]
-    first = found.end()
-    last = _last_word_end(text, first, end)
-    if last <= first:
-        return [text[:first], text[first:]]
-    return [text[:first], text[first:last], text[last:]]
-
-
-def _last_word_end(text: str, first: int, end: int) -> int:
-    window = _TAIL_WINDOW
-    while True:
-        start = max(first, end - window)
-        last = first
-        for found in _WORD_END.finditer(text, start, end):
-            last = found.end()
-        if last > first or start == first:
-            return last
-        window *= 4
 
 
 _SHARED: dict[str, Tokenizer] = {}
