@@ -55,8 +55,10 @@ class Snapshot:
     revision: int
     leaf_id: str | None
     # Characters of stored JSON parsed for this snapshot, not taken from the entry cache: what
-    # is new to this process (a worker primes token counts only when it is a lot).
+    # is new to this process (a worker primes token counts only when it is a lot)...
     parsed_chars: int = 0
+    # ... of all the characters of stored JSON it holds.
+    stored_chars: int = 0
 
 
 def new_session_header(session_id: str, cwd: str, title: str | None) -> JsonObject:
@@ -148,7 +150,7 @@ def build_snapshot(session_id: str, replies: Sequence[Any],
     if header_text is None:
         raise SessionNotFoundError(f"Session {session_id} not found")
     source = f"redis:{session_id}"
-    entries, parsed = [], 0
+    entries, parsed, size = [], 0, 0
     for line, entry_id in enumerate(order, start=2):  # line numbers as in an export
         text = stored.get(entry_id)
         if text is None:
@@ -157,9 +159,10 @@ def build_snapshot(session_id: str, replies: Sequence[Any],
         entry, fresh = _entry(session_id, entry_id, text, line, cache)
         entries.append(entry)
         parsed += len(text) if fresh else 0
+        size += len(text)
     header = _json_object(header_text, source, 1)
     session = Session(header, entries, source, CURRENT_VERSION)
-    return Snapshot(session, int(rev or 0), leaf or None, parsed)
+    return Snapshot(session, int(rev or 0), leaf or None, parsed, size)
 
 
 def _entry(session_id: str, entry_id: str, text: str, line: int,

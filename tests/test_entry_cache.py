@@ -49,6 +49,8 @@ def test_a_snapshot_says_how_much_stored_json_it_parsed_anew() -> None:
     first = build_snapshot("s1", _replies(stored), cache)
     assert first.parsed_chars == len(stored["a"]) + len(stored["b"])
     stored["c"] = _message("c", "b", "three")
-    assert build_snapshot("s1", _replies(stored), cache).parsed_chars == len(stored["c"])
+    grown = build_snapshot("s1", _replies(stored), cache)
+    assert grown.parsed_chars == len(stored["c"])
+    assert grown.stored_chars == sum(map(len, stored.values()))  # of all it holds
     assert build_snapshot("s1", _replies(stored), cache).parsed_chars == 0
     assert build_snapshot("s1", _replies(stored)).parsed_chars == sum(map(len, stored.values()))

@@ -256,7 +256,7 @@ def test_automatic_compaction_with_nothing_to_do_ends_quietly(client: Compaction
 
 
 def large_session_text(turns: int = 40) -> str:
-    """A JSONL session of well over COLD_SESSION_CHARS characters (a worker primes its counts)."""
+    """A JSONL session of well over PRIME_MIN_CHARS characters (a worker primes its counts)."""
     ts = "2026-01-01T00:00:00.000Z"
     lines = [json.dumps({"type": "session", "version": 3, "id": "big", "timestamp": ts,
                          "cwd": "/"})]
@@ -277,11 +277,11 @@ def test_a_large_sessions_token_counts_are_stored_for_the_next_worker(
         client: CompactionClient) -> None:
     # The real worker's composition wires the shared counts (worker.store.token_counts): the
     # cold job of a session it has not seen writes what it tokenized, with the TTL.
-    from worker.tokens import COLD_SESSION_CHARS
+    from worker.tokens import PRIME_MIN_CHARS
     from worker.tokens.cache import content_key
 
     text = large_session_text()
-    assert len(text) > COLD_SESSION_CHARS
+    assert len(text) > PRIME_MIN_CHARS
     sid = client.sessions.import_jsonl(text)
     client.compact(sid, reason="manual").wait(60)
     key = client.layout.session(sid).token_counts

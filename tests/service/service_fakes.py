@@ -43,14 +43,16 @@ class FakeSessions:
         self.revision = 1
         self.loads = 0
         self.fail_with: BaseException | None = None
-        self.parsed_chars = 0  # what a snapshot reports as new to the process (priming)
+        self.parsed_chars = 0  # what a snapshot reports as new to the process (priming)...
+        self.stored_chars = 0  # ... of how much stored JSON
 
     def load(self, session_id: str) -> Snapshot:
         assert session_id == SESSION_ID
         self.loads += 1
         if self.fail_with is not None:
             raise self.fail_with
-        return Snapshot(self.session, self.revision, self.leaf, self.parsed_chars)
+        return Snapshot(self.session, self.revision, self.leaf, self.parsed_chars,
+                        self.stored_chars)
 
     def add(self, raw: JsonObject) -> None:
         self.session = Session(self.session.header, [*self.session.entries, parse_entry(raw)])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -24,7 +25,7 @@ from worker.compaction.serialize import _PARTS
 from worker.service import run_job
 from worker.store.token_counts import RedisTokenCounts
 from worker.tokens import (
-    COLD_SESSION_CHARS,
+    PRIME_MIN_CHARS,
     TOKEN_CACHE,
     TiktokenTokenizer,
     get_tokenizer,
@@ -45,7 +46,7 @@ def raw(redis_url: str) -> Iterator[redis.Redis[str]]:
 
 
 def large_conversation() -> list[Entry]:
-    """Turns of prose and file lists: well over COLD_SESSION_CHARS of text."""
+    """Turns of prose and file lists: well over PRIME_MIN_CHARS of text."""
     items = []
     for i in range(40):
         words = " ".join(f"word{i}x{j}" for j in range(400))
@@ -86,7 +87,7 @@ def test_a_cold_worker_loads_what_the_first_one_tokenized(
         forget_this_process()
         w = world(entries=entries, reason=CompactReason.MANUAL, tokenizer="tiktoken",
                   keep_recent_tokens=2_000)
-        w.sessions.parsed_chars = COLD_SESSION_CHARS  # the snapshot was parsed anew
+        w.sessions.parsed_chars = PRIME_MIN_CHARS  # the snapshot was parsed anew
         w.rt.token_counts = counts
         texts = tokenized_by(monkeypatch)
         assert run_job(w.rt, JOB_ID).state == "succeeded"
@@ -96,11 +97,41 @@ def test_a_cold_worker_loads_what_the_first_one_tokenized(
     first, second = (sum(map(len, texts)) for texts in tokenized)
     key = LAYOUT.session(SESSION_ID).token_counts
     assert raw.hlen(key) > 100 and 0 < raw.ttl(key) <= 600
-    assert first > COLD_SESSION_CHARS
+    assert first > PRIME_MIN_CHARS
     assert second < 0.02 * first  # what was left: the prompts' templates and short pieces
     # Exact counts: the second worker planned and committed what the first did.
     assert committed[0]["firstKeptEntryId"] == committed[1]["firstKeptEntryId"]
     assert committed[0]["tokensBefore"] == committed[1]["tokensBefore"]
+
+
+def test_a_session_seen_before_is_counted_as_the_plan_goes(
+        raw: redis.Redis[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # A worker that planned the session before parses only what it grew by: that is not
+    # primed (a 10 % growth cost more to prime than to count in the plan), and the store is
+    # neither read nor written. The same growth parsed by a worker new to the session is.
+    import worker.tokens.counting as counting
+
+    entries = large_conversation()
+    counts = RedisTokenCounts(raw, LAYOUT, ttl_s=600)
+    key = LAYOUT.session(SESSION_ID).token_counts
+    handed_off: list[int] = []
+    real_pool = counting._prime_pool
+
+    def pool() -> Any:
+        handed_off.append(1)
+        return real_pool()
+
+    monkeypatch.setattr(counting, "_prime_pool", pool)
+    for stored_chars, primed in ((10 * PRIME_MIN_CHARS, False), (PRIME_MIN_CHARS, True)):
+        forget_this_process()
+        raw.delete(key)
+        handed_off.clear()
+        w = world(entries=entries, reason=CompactReason.MANUAL, tokenizer="tiktoken",
+                  keep_recent_tokens=2_000)
+        w.sessions.parsed_chars, w.sessions.stored_chars = PRIME_MIN_CHARS, stored_chars
+        w.rt.token_counts = counts
+        assert run_job(w.rt, JOB_ID).state == "succeeded"
+        assert bool(handed_off) is primed and bool(raw.exists(key)) is primed
 
 
 def test_the_store_skips_what_it_cannot_read_and_fails_open(raw: redis.Redis[str]) -> None:

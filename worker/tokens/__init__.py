@@ -7,7 +7,6 @@ one token cache.
 
 from worker.tokens.cache import TOKEN_CACHE, TokenCache
 from worker.tokens.counting import (
-    COLD_SESSION_CHARS,
     IMAGE_CHARS,
     PRIME_MIN_CHARS,
     EstimateTokenizer,
@@ -25,7 +24,6 @@ from worker.tokens.counting import (
 from worker.tokens.pieces import SEGMENT_MIN_CHARS
 
 __all__ = [
-    "COLD_SESSION_CHARS",
     "IMAGE_CHARS",
     "PRIME_MIN_CHARS",
     "SEGMENT_MIN_CHARS",

@@ -334,12 +334,9 @@ def counts_of(tokenizer: Tokenizer) -> IdentityMemo[Message, int]:
 # thread counts it (a hand-off costs ~0.1 ms; 8 kB took 1.0 ms on two threads, 1.2 on one).
 PRIME_THREADS = min(4, os.cpu_count() or 1)
 PRIME_SERIAL_CHARS = 4_000
-# The text parsed anew (``Snapshot.parsed_chars``) from which a job primes at all: below it,
-# walking the session costs more than the threads save (worker.service._compact).
-PRIME_MIN_CHARS = 16_000
-# ... and from which the session is new to the process: its job loads the counts that other
-# workers stored (worker.store.token_counts).
-COLD_SESSION_CHARS = 200_000
+# The text parsed anew (``Snapshot.parsed_chars``) from which a job primes (when that is most of
+# the session: worker.service._compact): less is counted as the plan goes, as quickly.
+PRIME_MIN_CHARS = 200_000
 _POOL: list[ThreadPoolExecutor] = []
 
 
