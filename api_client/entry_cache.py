@@ -4,13 +4,14 @@ A worker loads the same session again and again (threshold compactions, drafts, 
 load used to parse every stored entry afresh, and every per-message result (token counts, the
 prompt's text, the fact ledger) was lost with the old objects. With an :class:`EntryCache`,
 :func:`api_client.session_store.build_snapshot` hands out the *same* ``Entry`` object for an
-entry whose stored JSON has not changed (same session, id, line and a BLAKE2b digest of the
+entry whose stored JSON has not changed (same session, id, line and a SHA-256 digest of the
 text), so the worker's identity-keyed memos (``worker.memo``) hit across jobs.
 
 The reused objects are shared between the jobs (and threads) of a process: nothing may change
 a snapshot's entries or messages in place (the service never does; it builds new dicts).
 
-Bounded: at most ``max_entries`` entries, least recently used evicted first; thread-safe.
+Bounded: at most ``max_entries`` entries, least recently used evicted first; thread-safe
+(writes take a lock, hits none: see ``worker.memo``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ DEFAULT_ENTRIES = 20_000  # about 80 MB for sessions like the reference agent's 
 
 
 def _digest(text: str) -> bytes:
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    # SHA-256, not BLAKE2b: with the CPU's SHA instructions it digests a snapshot's 1 MB of
+    # JSON in 0.55 ms, BLAKE2b in 1.45 ms (this machine); a snapshot digests every entry.
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()[:16]
 
 
 class EntryCache:
@@ -47,13 +50,15 @@ class EntryCache:
         """(the text's digest, the entry parsed from exactly this text at ``line``, or None)."""
         digest = _digest(text)
         key = (session_id, entry_id)
-        with self._lock:
-            known = self._entries.get(key)
-            if known is not None and known[0] == digest and known[1].line == line:
+        known = self._entries.get(key)
+        if known is not None and known[0] == digest and known[1].line == line:
+            try:  # noqa: SIM105  (contextlib.suppress costs ~0.3 µs a hit)
                 self._entries.move_to_end(key)
-                self.hits += 1
-                return digest, known[1]
-            self.misses += 1
+            except KeyError:  # evicted by another thread just now
+                pass
+            self.hits += 1
+            return digest, known[1]
+        self.misses += 1
         return digest, None
 
     def put(self, session_id: str, digest: bytes, entry: Entry) -> None:
