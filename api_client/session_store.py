@@ -38,6 +38,7 @@ from api_client.session import (
     parse_entry,
     random_entry_id,
 )
+from api_client.session import _fastjson as fastjson
 from api_client.session.validate import check_entry, check_json_value
 from api_client.wire import now_iso
 
@@ -188,7 +189,7 @@ def export_text(session_id: str, replies: Sequence[Any]) -> str:
 
 def _json_object(text: str, source: str, line: int) -> JsonObject:
     try:
-        value = json.loads(text)
+        value = fastjson.loads(text)
     except json.JSONDecodeError as err:
         raise SessionFormatError(f"stored JSON is corrupt ({err.msg})", source=source,
                                  line=line) from err

@@ -283,8 +283,11 @@ def test_priming_counts_a_large_session_ahead_and_exactly(pi_file: Path,
     assert isinstance(inner, TiktokenTokenizer)
     real = inner._encoded_len
     inner._encoded_len = lambda t: encoded.append(t) or real(t)  # type: ignore[method-assign]
+    lookups = inner.cache.hits + inner.cache.misses
     assert [primed.count(m) for m in messages] == serial
     assert encoded == []  # nothing left to tokenize
+    # Each message's count was summed from its primed pieces: the plan digests nothing again.
+    assert inner.cache.hits + inner.cache.misses == lookups
     assert primed.prime(messages) == 0  # counted messages are skipped
 
 
@@ -379,3 +382,19 @@ def test_a_long_text_counted_again_is_one_cache_hit(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(counting, "count_pieces", lambda text: pytest.fail("cut again"))
     hits = tok.cache.hits
     assert tok.count_text(str(prompt)) == first and tok.cache.hits == hits + 1
+
+
+def test_priming_a_session_larger_than_the_cache_still_counts_exactly(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A message whose pieces were evicted before its total was summed gets no total: the plan
+    # counts it itself, and every count still equals a serial one.
+    import worker.tokens.counting as counting
+    from worker.memo import IdentityMemo
+    from worker.tokens import JobTokenizer
+
+    monkeypatch.setattr(counting, "PRIME_THREADS", 2)
+    messages = [user(f"question {i}: " + "words and more words " * 40) for i in range(60)]
+    primed = JobTokenizer(TiktokenTokenizer(TokenCache(max_entries=10)), IdentityMemo())
+    assert primed.prime(messages) > 0
+    assert [primed.count(m) for m in messages] == [
+        TiktokenTokenizer(TokenCache()).count(m) for m in messages]

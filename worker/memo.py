@@ -47,13 +47,18 @@ class IdentityMemo(Generic[K, V]):
                 pass
             return hit[1]
         value = compute(obj)  # outside the lock: the other threads' lookups do not wait
+        self.put(obj, value)
+        return value
+
+    def put(self, obj: K, value: V) -> None:
+        """Remember ``value`` for ``obj`` (a result computed elsewhere)."""
         if self.max_objects:
+            key = id(obj)
             with self._lock:
                 self._known[key] = (obj, value)
                 self._known.move_to_end(key)
                 while len(self._known) > self.max_objects:
                     self._known.popitem(last=False)
-        return value
 
     def __contains__(self, obj: object) -> bool:
         hit = self._known.get(id(obj))

@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass, field
 
 from api_client.errors import SessionFormatError
+from api_client.session import _fastjson as fastjson
 from api_client.session._entries import Entry, JsonObject, parse_entry
 from api_client.session._migrate import IdFactory, migrate_records, random_entry_id
 from api_client.session._tree import SessionTree
@@ -51,7 +52,7 @@ def jsonl_lines(text: str) -> list[tuple[int, str]]:
 def _parse_line(line: str) -> tuple[JsonObject | None, str]:
     """The object of one line, or None and what is wrong with it."""
     try:
-        value = json.loads(line)
+        value = fastjson.loads(line)
     except json.JSONDecodeError as err:
         return None, f"not JSON ({err.msg})"
     if not isinstance(value, dict):

@@ -60,13 +60,19 @@ class TokenCache:
                 self._counts.popitem(last=False)
         return counted
 
-    def unknown(self, texts: Iterable[str]) -> dict[bytes, str]:
-        """The texts without a count, by key (no hit or miss is recorded). The digests (and
-        whatever produces ``texts``) are computed before the lock is taken: the other jobs'
-        lookups do not wait for a cold session's whole text."""
-        keyed = {content_key(text): text for text in texts}
+    def unknown(self, keyed: Iterable[tuple[bytes, str]]) -> dict[bytes, str]:
+        """The texts without a count, by key, of (key, text) pairs (no hit or miss is
+        recorded). The digests (and whatever produces the texts) are computed before the lock
+        is taken: the other jobs' lookups do not wait for a cold session's whole text."""
+        pairs = dict(keyed)
         with self._lock:
-            return {key: text for key, text in keyed.items() if key not in self._counts}
+            return {key: text for key, text in pairs.items() if key not in self._counts}
+
+    def known(self, keys: Iterable[bytes]) -> list[int] | None:
+        """The counts of ``keys``, or None when one of them is not (or no longer) cached."""
+        counts = self._counts
+        found = [counts.get(key) for key in keys]
+        return None if None in found else found  # type: ignore[return-value]
 
     def put_many(self, counts: Iterable[tuple[bytes, int]]) -> None:
         with self._lock:

@@ -20,7 +20,7 @@ from api_client.session import Message
 from api_client.session.convert import convert_message
 from worker.jsjson import js_json, js_len
 from worker.memo import DEFAULT_OBJECTS, IdentityMemo
-from worker.tokens.cache import TOKEN_CACHE, TokenCache
+from worker.tokens.cache import TOKEN_CACHE, TokenCache, content_key
 from worker.tokens.pieces import SEGMENT_MIN_CHARS, count_pieces, segments
 
 __all__ = [
@@ -220,32 +220,31 @@ class TiktokenTokenizer:
         return sum(self.count_text(p) for p in pieces)
 
     def prime(self, messages: Iterable[Message], texts: Iterable[str] = (),
-              counted: list[tuple[bytes, int]] | None = None) -> int:
+              counted: list[tuple[bytes, int]] | None = None,
+              totals: list[tuple[Message, int]] | None = None) -> int:
         """Count the messages' uncounted text (and ``texts``, cut as :meth:`count_text` cuts
         them) now, on :data:`PRIME_THREADS` threads (on this one below
         :data:`PRIME_SERIAL_CHARS`); returns the characters counted. tiktoken releases the GIL:
         on two cores, counting every message of before-compaction took 264 ms instead of 346 ms
         (min of 5), 50 kB of new text 5.1 ms instead of 7.2 (median of 15). The counts land in
         the cache, where the plan finds them, and in ``counted`` (for the other workers:
-        ``worker.store.token_counts``)."""
-        whole = itertools.chain((piece for m in messages for piece in message_text(m).pieces),
-                                texts)
-        parts = (part for piece in whole if piece
-                 for part in (count_pieces(piece) if len(piece) > SEGMENT_MIN_CHARS
-                              else (piece,)))
-        todo = self.cache.unknown(parts)
+        ``worker.store.token_counts``); each message's count, summed from its pieces, in
+        ``totals`` (:meth:`count` of it would digest every piece again)."""
+        cut = [(m, message_text(m)) for m in messages]
+        pieces = [[(content_key(part), part) for part in _parts_of(text.pieces)] for _, text in cut]
+        others = [(content_key(part), part) for part in _parts_of(texts)]
+        todo = self.cache.unknown(itertools.chain(itertools.chain.from_iterable(pieces), others))
         size = sum(len(text) for text in todo.values())
         if PRIME_THREADS < 2 or size < PRIME_SERIAL_CHARS:
             self._store(self._count_bin(list(todo.items())), counted)
-            return size
-        bins: list[list[tuple[bytes, str]]] = [[] for _ in range(PRIME_THREADS)]
-        loads = [0] * PRIME_THREADS
-        for key, text in sorted(todo.items(), key=lambda kv: -len(kv[1])):
-            emptiest = loads.index(min(loads))  # longest first into the lightest bin
-            bins[emptiest].append((key, text))
-            loads[emptiest] += len(text)
-        for done in _prime_pool().map(self._count_bin, bins):
-            self._store(done, counted)
+        else:
+            for done in _prime_pool().map(self._count_bin, _bins(todo, PRIME_THREADS)):
+                self._store(done, counted)
+        if totals is not None:
+            for (message, text), keyed in zip(cut, pieces, strict=True):
+                found = self.cache.known(key for key, _ in keyed)
+                if found is not None:  # else evicted already (a cache smaller than the session)
+                    totals.append((message, sum(found) + ceil4(IMAGE_CHARS) * text.images))
         return size
 
     def _store(self, done: list[tuple[bytes, int]], counted: list[tuple[bytes, int]] | None) -> None:
@@ -265,6 +264,26 @@ def _cut_at_parts(head: str, parts: Sequence[str], separator: str, tail: str) ->
     return ((not head or head.endswith("\n")) and separator.endswith("\n")
             and (not tail or tail.startswith(("\n[", "\n<")))
             and all(part.startswith("[") for part in parts))
+
+
+def _parts_of(pieces: Iterable[str]) -> Iterable[str]:
+    """The parts :meth:`TiktokenTokenizer.count_text` counts ``pieces`` by (long ones cut)."""
+    for piece in pieces:
+        if len(piece) > SEGMENT_MIN_CHARS:
+            yield from count_pieces(piece)
+        elif piece:
+            yield piece
+
+
+def _bins(todo: dict[bytes, str], count: int) -> list[list[tuple[bytes, str]]]:
+    """``todo`` in ``count`` bins of about equal length: longest first into the lightest."""
+    bins: list[list[tuple[bytes, str]]] = [[] for _ in range(count)]
+    loads = [0] * count
+    for key, text in sorted(todo.items(), key=lambda kv: -len(kv[1])):
+        emptiest = loads.index(min(loads))
+        bins[emptiest].append((key, text))
+        loads[emptiest] += len(text)
+    return bins
 
 
 class JobTokenizer:
@@ -296,7 +315,11 @@ class JobTokenizer:
         prime = getattr(self.inner, "prime", None)
         if prime is None:
             return 0
-        return int(prime(self.uncounted(messages), texts, counted))
+        totals: list[tuple[Message, int]] = []
+        size = int(prime(self.uncounted(messages), texts, counted, totals))
+        for message, total in totals:  # the plan's counts are lookups by identity now
+            self._counted.put(message, total)
+        return size
 
     def uncounted(self, messages: Iterable[Message]) -> list[Message]:
         """The messages this view has no count of (new to the job, or to the process)."""
