@@ -104,8 +104,9 @@ def _call(summarizer: Summarizer, request: SummaryRequest, cancel: CancelToken |
         raise SummarizationError(f"{_FAILURE_PREFIX[request.purpose]}: {err or 'Unknown error'}") from err
 
 
-def _request(purpose: Purpose, llm: Sequence[Message], prompt: str, max_tokens: int, opts: RequestOptions,
-             conversation: tuple[str, tuple[str, ...]], **extra: object) -> SummaryRequest:
+def _request(purpose: Purpose, llm: Sequence[Message], prompt: str, max_tokens: int,
+             opts: RequestOptions, conversation: tuple[str, tuple[str, ...]],
+             **extra: object) -> SummaryRequest:
     return SummaryRequest(
         purpose=purpose,
         system_prompt=prompts.system_prompt(),
@@ -145,8 +146,8 @@ def history_request(llm: Sequence[Message], previous: str | None, opts: RequestO
         extra_context=opts.extra_context,
     )
     rechunk: Callable[[Sequence[Message], str | None], SummaryRequest] = lambda chunk, prev: history_request(chunk, prev, opts)  # noqa: E731
-    return _request("history", llm, prompt, prompts.history_max_tokens(opts.reserve), opts, conversation,
-                    previous_summary=previous, rechunk=rechunk)
+    return _request("history", llm, prompt, prompts.history_max_tokens(opts.reserve), opts,
+                    conversation, previous_summary=previous, rechunk=rechunk)
 
 
 def turn_prefix_request(llm: Sequence[Message], opts: RequestOptions, previous: str | None = None) -> SummaryRequest:
@@ -154,13 +155,14 @@ def turn_prefix_request(llm: Sequence[Message], opts: RequestOptions, previous: 
     prompt = prompts.build_turn_prefix_prompt(conversation[0], previous_summary=previous)
     # A prefix larger than the summarizer's window is summarised part by part (router's chunked path).
     rechunk: Callable[[Sequence[Message], str | None], SummaryRequest] = lambda chunk, prev: turn_prefix_request(chunk, opts, prev)  # noqa: E731
-    return _request("turn_prefix", llm, prompt, prompts.turn_prefix_max_tokens(opts.reserve), opts, conversation,
-                    previous_summary=previous, rechunk=rechunk)
+    return _request("turn_prefix", llm, prompt, prompts.turn_prefix_max_tokens(opts.reserve),
+                    opts, conversation, previous_summary=previous, rechunk=rechunk)
 
 
 def short_request(llm: Sequence[Message], merged: str, opts: RequestOptions) -> SummaryRequest:
     conversation = _serialized(llm)
-    prompt = prompts.build_short_prompt(conversation[0], merged_summary=merged, extra_context=opts.extra_context)
+    prompt = prompts.build_short_prompt(conversation[0], merged_summary=merged,
+                                        extra_context=opts.extra_context)
 
     def rechunk(chunk: Sequence[Message], prev: str | None) -> SummaryRequest:
         # Recent messages too large for the window: each part sees the merged summary plus the
@@ -168,13 +170,14 @@ def short_request(llm: Sequence[Message], merged: str, opts: RequestOptions) -> 
         context = merged if not prev or prev == merged else f"{merged}\n\n{prev}".strip()
         return short_request(chunk, context, opts)
 
-    return _request("short", llm, prompt, prompts.short_max_tokens(opts.reserve), opts, conversation,
-                    previous_summary=merged or None, rechunk=rechunk)
+    return _request("short", llm, prompt, prompts.short_max_tokens(opts.reserve), opts,
+                    conversation, previous_summary=merged or None, rechunk=rechunk)
 
 
 def branch_request(llm: Sequence[Message], opts: RequestOptions) -> SummaryRequest:
     conversation = _serialized(llm)
-    prompt = prompts.build_branch_prompt(conversation[0], custom_instructions=opts.custom_instructions)
+    prompt = prompts.build_branch_prompt(conversation[0],
+                                         custom_instructions=opts.custom_instructions)
     return _request("branch", llm, prompt, prompts.BRANCH_MAX_TOKENS, opts, conversation)
 
 

@@ -247,7 +247,8 @@ class TiktokenTokenizer:
                     totals.append((message, sum(found) + ceil4(IMAGE_CHARS) * text.images))
         return size
 
-    def _store(self, done: list[tuple[bytes, int]], counted: list[tuple[bytes, int]] | None) -> None:
+    def _store(self, done: list[tuple[bytes, int]],
+               counted: list[tuple[bytes, int]] | None) -> None:
         self.cache.put_many(done)
         if counted is not None:
             counted.extend(done)
