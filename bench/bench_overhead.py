@@ -148,13 +148,13 @@ def _job(replies: list[Any], tokenizer: Any, router: Any, entries: Any,
         prepare_compaction,
         prime_counts,
     )
-    from worker.tokens import PRIME_MIN_CHARS, JobTokenizer, message_counts
+    from worker.tokens import JobTokenizer, message_counts, worth_priming
 
     snap = build_snapshot("bench", replies, entries)
     tree = snap.session.tree()
     path = list(tree.path_to(tree.leaf_id))
     tokenizer = JobTokenizer(tokenizer, message_counts(tokenizer.name))  # as the worker does
-    if snap.parsed_chars >= max(PRIME_MIN_CHARS, snap.stored_chars / 2):  # as _compact._prime
+    if worth_priming(snap.parsed_chars, snap.stored_chars):  # as _compact._prime
         if shared:
             tokenizer.preload(shared)
         counted: list[tuple[bytes, int]] = []

@@ -34,7 +34,7 @@ from worker.service._outage import ride_out
 from worker.service._prune import PruneStep, prune_pass
 from worker.service._replan import settle, with_replans
 from worker.store import CommitOutcome
-from worker.tokens import PRIME_MIN_CHARS
+from worker.tokens import worth_priming
 
 __all__ = ["run_compact"]
 
@@ -128,10 +128,8 @@ def _prime(ctx: JobContext, snap: Snapshot) -> None:
     plans: large-session 250 → 209 ms, before-compaction 341 → 276 ms). Counts another
     worker stored for the session are loaded first, and what this job had to tokenize is
     stored for the next (``Runtime.token_counts``). A session seen before is counted as the
-    plan goes, unless it more than doubled: priming a 10 % growth cost more than it saved
-    (walk, digests, hand-off; median of 6 re-plans of before-compaction, 220 kB of new JSON:
-    54.1 against 48.8 ms)."""
-    if snap.parsed_chars < PRIME_MIN_CHARS or 2 * snap.parsed_chars < snap.stored_chars:
+    plan goes unless at least half of it is new (``worth_priming``)."""
+    if not worth_priming(snap.parsed_chars, snap.stored_chars):
         return
     shared = ctx.rt.token_counts if ctx.tokenizer.shares_counts else None
     loaded = shared.load(ctx.session_id) if shared is not None else []

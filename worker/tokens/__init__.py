@@ -20,6 +20,7 @@ from worker.tokens.counting import (
     get_tokenizer,
     message_counts,
     message_text,
+    worth_priming,
 )
 from worker.tokens.pieces import SEGMENT_MIN_CHARS
 
@@ -40,4 +41,5 @@ __all__ = [
     "get_tokenizer",
     "message_counts",
     "message_text",
+    "worth_priming",
 ]
