@@ -10,7 +10,7 @@ TEST_PLUGINS := build/test-plugins
 install:
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,fast]'
 
 install-test-plugins:
 	rm -rf $(TEST_PLUGINS)

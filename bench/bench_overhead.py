@@ -8,8 +8,9 @@ session not seen before (on two threads), the prune pass, the plan, building the
 requests and the router's fit checks (a candidate with a 200k window that answers instantly),
 and counting the context after the commit. Measured:
 
-* ``cold``: the first plan of a fresh process (tiktoken's encoding already loaded: that is
-  process start-up, reported apart as ``encoding_load_ms``), median over ``--runs`` processes;
+* ``cold``: the first plan of a fresh process (its cl100k counter already loaded, rs_bpe or
+  tiktoken: that is worker start-up, reported apart as ``encoding_load_ms``), median over
+  ``--runs`` processes;
 * ``warm``: the same session planned again in that process (median of 5);
 * ``grow10``: the session grown by 10 % (copies of its last messages, their words changed
   throughout) planned in the warm process, median of 5 growths with different words: only
@@ -197,11 +198,12 @@ def child(name: str, tokenizer_name: str) -> dict[str, Any]:
     growths = [_stored(_grown(text, salt=salt)) for salt in range(GROWTHS)]
     tokenizer = get_tokenizer(tokenizer_name)
     entries = EntryCache()
-    load = 0.0
-    if tokenizer_name == "tiktoken":
-        from worker.tokens import TiktokenTokenizer
+    load, counter = 0.0, "-"
+    if tokenizer_name == "tiktoken":  # a worker loads its cl100k counter at start-up
+        from worker.tokens import cl100k_counter
 
-        load = _ms(TiktokenTokenizer.encoding)
+        load = _ms(cl100k_counter)
+        counter = cl100k_counter().name
     router = _router(tokenizer_name)
     imports = _ms(_import_job_modules)  # a worker imports these at start-up, not in its first job
     stored: list[tuple[bytes, int]] = []  # what the cold job would store for the next worker
@@ -215,7 +217,7 @@ def child(name: str, tokenizer_name: str) -> dict[str, Any]:
     cache_entries = len(TOKEN_CACHE)
     _forget_process(tokenizer_name)  # another worker, new to the session, with its counts
     shared = _ms(lambda: _job(path, tokenizer, router, EntryCache(), list(stored)))
-    return {"entries": len(path[3]), "grown_entries": len(growths[0][3]), "encoding_load_ms": load,
+    return {"counter": counter, "entries": len(path[3]), "grown_entries": len(growths[0][3]), "encoding_load_ms": load,
             "import_ms": imports, "cold_ms": cold, "warm_ms": warm, "grow10_ms": grow,
             "cold_shared_ms": shared, "shared_counts": len(stored),
             "cache_entries": cache_entries}
@@ -309,7 +311,9 @@ def main() -> None:
             samples = [json.loads(subprocess.run(
                 [sys.executable, __file__, "--child", name, tok], capture_output=True, check=True,
                 text=True, cwd=REPO).stdout) for _ in range(args.runs)]
-            row: dict[str, Any] = {k: statistics.median(s[k] for s in samples) for k in samples[0]}
+            row: dict[str, Any] = {k: statistics.median(s[k] for s in samples)
+                                   for k in samples[0] if k != "counter"}
+            row["counter"] = samples[0]["counter"]
             row.update(_ratios(row))
             if tok == "tiktoken" and not args.no_redis:
                 row.update(redis_part(name, int(row["shared_counts"])))
@@ -336,16 +340,17 @@ def _ratios(row: dict[str, Any]) -> dict[str, float]:
 
 
 def _print(label: str, row: dict[str, Any]) -> None:
-    line = (f"{label:30s} cold {row['cold_ms']:7.1f} ms ({row['cold_of_model_call']:6.1%} of 2 s)  "
+    label = f"{label} ({row['counter']})" if row["counter"] != "-" else label
+    line = (f"{label:38s} cold {row['cold_ms']:7.1f} ms ({row['cold_of_model_call']:6.1%} of 2 s)  "
             f"warm {row['warm_ms']:6.1f} ms ({row['warm_of_model_call']:6.1%}; "
             f"{row['warm_of_cold']:5.1%} of cold)  +10 % {row['grow10_ms']:6.1f} ms "
             f"({row['grow10_of_cold']:5.1%} of cold)")
     if row["shared_counts"]:
-        line += (f"\n{'':30s} cold, the session's counts stored by another worker "
+        line += (f"\n{'':38s} cold, the session's counts stored by another worker "
                  f"({row['shared_counts']:.0f}): {row['cold_shared_ms']:.1f} ms "
                  f"({row['cold_shared_of_model_call']:.1%} of 2 s)")
     if "snapshot_load_ms" in row:
-        line += (f"\n{'':30s} snapshot load {row['snapshot_load_ms']:.1f} ms, commit "
+        line += (f"\n{'':38s} snapshot load {row['snapshot_load_ms']:.1f} ms, commit "
                  f"{row['commit_ms']:.1f} ms, counts load {row['counts_load_ms']:.1f} ms; "
                  f"cold+redis {row['cold_with_redis_of_model_call']:.1%}, cold shared+redis "
                  f"{row['cold_shared_with_redis_of_model_call']:.1%}, "

@@ -58,10 +58,10 @@ def test_tiktoken_cache_reuses_counts_of_old_text(monkeypatch: pytest.MonkeyPatc
     text = "some tool output " * 200
     first = tok.count(tool_result(text))
 
-    def no_encoding() -> None:
+    def no_encoding(text: str) -> int:
         raise AssertionError("old text was tokenized again")
 
-    monkeypatch.setattr(tok, "encoding", no_encoding)
+    monkeypatch.setattr(tok, "_encoded_len", no_encoding)
     assert tok.count(tool_result(str(text))) == first  # an equal string from a fresh snapshot
 
 

@@ -26,6 +26,8 @@ __all__ = ["Pool", "WorkerSettings", "check_startup"]
 
 Pool = Literal["threads", "prefork"]
 TokenizerName = Literal["tiktoken", "estimate"]
+# What counts cl100k tokens for the tiktoken tokenizer (worker.tokens.bpe): the same numbers.
+Cl100kCounterName = Literal["auto", "rs-bpe", "tiktoken"]
 
 
 def _hook_settings() -> HookSettings:
@@ -75,6 +77,8 @@ class WorkerSettings(LlmSettings, ClientSettings):
 
     # -- planning -------------------------------------------------------------------------------
     tokenizer: TokenizerName = "tiktoken"
+    # auto: rs_bpe where its wheel imports (2.7x tiktoken here), else tiktoken; same counts.
+    cl100k_counter: Cl100kCounterName = "auto"
     # cl100k counts kept per process (worker.tokens.cache: about 200 bytes each; 0 caches none).
     token_cache_entries: int = Field(default=100_000, ge=0)
     # How long a session's token counts stay in Redis for the next cold worker (refreshed by

@@ -5,6 +5,7 @@ implementations; built once per worker process, lazily (prefork children build t
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -24,9 +25,11 @@ from worker.store import CommitStore
 from worker.store.drafts import DraftStore
 from worker.store.jobs import JobStore
 from worker.store.token_counts import RedisTokenCounts
-from worker.tokens import TOKEN_CACHE, get_tokenizer
+from worker.tokens import TOKEN_CACHE, choose_counter, get_tokenizer
 
 __all__ = ["build_runtime", "worker_redis"]
+
+log = logging.getLogger("worker.service")
 
 
 def worker_redis(settings: WorkerSettings) -> redis.Redis[str]:
@@ -51,6 +54,8 @@ def build_runtime(settings: WorkerSettings, *,
     client = worker_redis(settings)
     layout = KeyLayout(settings.key_prefix)
     tokenizer = get_tokenizer(settings.tokenizer)
+    if settings.tokenizer == "tiktoken":  # load the counter now, not in the first job
+        log.info("cl100k counts by %s", choose_counter(settings.cl100k_counter).name)
     TOKEN_CACHE.resize(settings.token_cache_entries)
     on_close: list[Callable[[], Any]] = []
     if summarizer is None:

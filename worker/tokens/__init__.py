@@ -5,6 +5,7 @@ One process-wide tokenizer per name (``get_tokenizer``), so every job and both l
 one token cache.
 """
 
+from worker.tokens.bpe import choose_counter, cl100k_counter
 from worker.tokens.cache import TOKEN_CACHE, TokenCache
 from worker.tokens.counting import (
     IMAGE_CHARS,
@@ -37,6 +38,8 @@ __all__ = [
     "Tokenizer",
     "TokenizerName",
     "ceil4",
+    "choose_counter",
+    "cl100k_counter",
     "counts_of",
     "get_tokenizer",
     "message_counts",

