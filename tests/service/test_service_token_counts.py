@@ -109,19 +109,17 @@ def test_a_session_seen_before_is_counted_as_the_plan_goes(
     # A worker that planned the session before parses only what it grew by: that is not
     # primed (a 10 % growth cost more to prime than to count in the plan), and the store is
     # neither read nor written. The same growth parsed by a worker new to the session is.
-    import worker.tokens.counting as counting
-
     entries = large_conversation()
     counts = RedisTokenCounts(raw, LAYOUT, ttl_s=600)
     key = LAYOUT.session(SESSION_ID).token_counts
     handed_off: list[int] = []
-    real_pool = counting._prime_pool
+    real_prime = TiktokenTokenizer.prime
 
-    def pool() -> Any:
+    def prime(self: TiktokenTokenizer, *args: Any, **kwargs: Any) -> int:
         handed_off.append(1)
-        return real_pool()
+        return real_prime(self, *args, **kwargs)
 
-    monkeypatch.setattr(counting, "_prime_pool", pool)
+    monkeypatch.setattr(TiktokenTokenizer, "prime", prime)
     for stored_chars, primed in ((10 * PRIME_MIN_CHARS, False), (PRIME_MIN_CHARS, True)):
         forget_this_process()
         raw.delete(key)
