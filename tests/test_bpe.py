@@ -133,3 +133,13 @@ def test_a_worker_loads_the_configured_counter_at_start_up(
         build_runtime(settings).close()
     assert bpe.cl100k_counter().name == "tiktoken"
     assert "cl100k counts by tiktoken" in caplog.text
+
+
+def test_rs_bpe_counts_from_many_threads(rs: bpe.Cl100kCounter) -> None:
+    # A worker's jobs run on threads (COMPACTOR_POOL=threads): one counter object serves all.
+    from concurrent.futures import ThreadPoolExecutor
+
+    texts = [f"text {i}: " + "some words, " * (i % 40 + 1) for i in range(800)]
+    with ThreadPoolExecutor(8) as pool:
+        counted = list(pool.map(rs.count, texts))
+    assert counted == [len(ENCODE(t)) for t in texts]
