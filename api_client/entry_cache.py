@@ -46,7 +46,8 @@ class EntryCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get(self, session_id: str, entry_id: str, text: str, line: int) -> tuple[bytes, Entry | None]:
+    def get(self, session_id: str, entry_id: str, text: str,
+            line: int) -> tuple[bytes, Entry | None]:
         """(the text's digest, the entry parsed from exactly this text at ``line``, or None)."""
         digest = _digest(text)
         key = (session_id, entry_id)

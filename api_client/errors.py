@@ -25,7 +25,8 @@
     ├── ModelError                    the summarisation model failed (worker.llm refines it)
     ├── HookError                     a hook returned something invalid
     ├── ConfigurationError            settings that cannot work
-    ├── InvalidIdError                a session or job id that cannot name Redis keys (also ValueError)
+    ├── InvalidIdError                a session or job id that cannot name Redis keys (also
+    │                                 ValueError)
     └── ClientError                   the request path could not do its work
         ├── BrokerUnavailableError    Redis / broker unreachable at enqueue
         ├── InvalidRequestError       a job request with bad parameters (also ValueError)
@@ -206,7 +207,8 @@ class JobNotFoundError(ClientError):
 
 
 class JobConflictError(ClientError):
-    """Raised when a different request of the same kind is in flight (e.g. another branch target)."""
+    """Raised when a different request of the same kind is in flight (e.g. another branch
+    target)."""
 
     def __init__(self, message: str, *, job_id: str) -> None:
         self.job_id = job_id
@@ -237,7 +239,8 @@ class CompactionLoopError(JobFailedError):
         super().__init__(message, job_id=job_id)
 
     @classmethod
-    def tripped(cls, session_id: str, count: int, limit: int, window_s: float) -> CompactionLoopError:
+    def tripped(cls, session_id: str, count: int, limit: int,
+                window_s: float) -> CompactionLoopError:
         return cls(f"compaction loop: session {session_id} had {count} automatic compactions "
                    f"within {window_s:g} s (limit {limit}); not calling the model again",
                    count=count, limit=limit, window_s=window_s)

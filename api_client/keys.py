@@ -3,55 +3,58 @@
 All keys of one session share the hash tag ``{<session_id>}``, so every Lua script and
 transaction on a session (including its jobs) touches a single Cluster slot. Only the global
 event stream and the jobs-due index live elsewhere: each is one key in a slot of its own, only
-ever touched by single-key commands or scripts, never together with a session's keys. ``<p>`` is the configurable prefix (``COMPACTOR_KEY_PREFIX``,
-default ``compactor``).
+ever touched by single-key commands or scripts, never together with a session's keys. ``<p>``
+is the configurable prefix (``COMPACTOR_KEY_PREFIX``, default ``compactor``).
 
-==============================================  ======  ==================================================
-key                                             type    content
-==============================================  ======  ==================================================
-``<p>:session:{<sid>}:header``                  string  the v3 session header, JSON (its presence = the
-                                                        session exists)
-``<p>:session:{<sid>}:entries``                 hash    entry id → the entry's JSON line, exactly as stored
-``<p>:session:{<sid>}:order``                   list    entry ids in append (= file) order
-``<p>:session:{<sid>}:leaf``                    string  id of the current leaf; empty = reset (next append
-                                                        makes a new root)
-``<p>:session:{<sid>}:rev``                     string  integer revision, +1 on every mutation (create,
-                                                        import, append, navigate, worker commit)
-``<p>:session:{<sid>}:effects``                 hash    job id → id of the entry that job wrote (the
-                                                        worker's exactly-once commit marker); kept
-                                                        ``job_ttl_s`` (a job commits only while its
-                                                        record says running, and no record lives
-                                                        longer), then trimmed by later commits
-``<p>:session:{<sid>}:effects:at``              sorted  job id → when (Unix ms) its effect marker was
-                                                set     written (drives the trim above)
-``<p>:session:{<sid>}:events``                  stream  this session's job events (``MAXLEN ~``
-                                                        ``session_event_maxlen``; expires
-                                                        ``job_ttl_s`` after the last event)
-``<p>:session:{<sid>}:inflight:<kind>``         string  job id of the queued/running job of that kind
-                                                        (single-flight; expires as a safety net);
-                                                        ``<kind>`` is a job kind or ``speculative``
-                                                        (speculative compactions fly apart)
-``<p>:session:{<sid>}:draft``                   string  the session's one speculative compaction draft,
-                                                        JSON (:mod:`api_client.drafts`); ``EX``
-                                                        ``draft_ttl_s``; never on the session's path
-``<p>:session:{<sid>}:compactions``             zset    job id → epoch seconds of each committed automatic
-                                                        compaction (loop guard; trimmed to and ``EXPIRE``
-                                                        ``loop_guard_window_s``)
-``<p>:session:{<sid>}:tokens``                  hash    content digest (hex) → cl100k count of a text of the
-                                                        session, written by a cold worker, read by the next
-                                                        (a cache; ``EXPIRE`` ``token_counts_ttl_s``)
-``<p>:session:{<sid>}:job:<token>``             hash    the job record (fields: :class:`JobRecord`)
-``<p>:session:{<sid>}:job:<token>:lease``       string  worker id holding the job (``PX`` lease)
-``<p>:events``                                  stream  every job event of every session (``MAXLEN ~``)
-``<queue>``, ``<queue>:<step>``                 list    Celery task messages (kombu's Redis transport; the
-                                                        client's enqueue script LPUSHes them when the broker
-                                                        is this Redis: see :mod:`api_client.redis_broker`)
-``/<db>.celeryev/task.sent``                    pubsub  task-sent events (kombu fanout; not a key)
-``<p>:jobs:due``                                sorted  job id → when (Unix ms) a worker's sweep must look
-                                                set     at the job: its lease's end (running) or the
-                                                        time to re-send it (queued); see
-                                                        :mod:`worker.store.sweep`
-==============================================  ======  ==================================================
+=========================================  ======  =================================================
+key                                        type    content
+=========================================  ======  =================================================
+``<p>:session:{<sid>}:header``             string  the v3 session header, JSON (its presence = the
+                                                   session exists)
+``<p>:session:{<sid>}:entries``            hash    entry id → the entry's JSON line, exactly as
+                                                   stored
+``<p>:session:{<sid>}:order``              list    entry ids in append (= file) order
+``<p>:session:{<sid>}:leaf``               string  id of the current leaf; empty = reset (next
+                                                   append makes a new root)
+``<p>:session:{<sid>}:rev``                string  integer revision, +1 on every mutation (create,
+                                                   import, append, navigate, worker commit)
+``<p>:session:{<sid>}:effects``            hash    job id → id of the entry that job wrote (the
+                                                   worker's exactly-once commit marker); kept
+                                                   ``job_ttl_s`` (a job commits only while its
+                                                   record says running, and no record lives
+                                                   longer), then trimmed by later commits
+``<p>:session:{<sid>}:effects:at``         sorted  job id → when (Unix ms) its effect marker was
+                                           set     written (drives the trim above)
+``<p>:session:{<sid>}:events``             stream  this session's job events (``MAXLEN ~``
+                                                   ``session_event_maxlen``; expires
+                                                   ``job_ttl_s`` after the last event)
+``<p>:session:{<sid>}:inflight:<kind>``    string  job id of the queued/running job of that kind
+                                                   (single-flight; expires as a safety net);
+                                                   ``<kind>`` is a job kind or ``speculative``
+                                                   (speculative compactions fly apart)
+``<p>:session:{<sid>}:draft``              string  the session's one speculative compaction draft,
+                                                   JSON (:mod:`api_client.drafts`); ``EX``
+                                                   ``draft_ttl_s``; never on the session's path
+``<p>:session:{<sid>}:compactions``        zset    job id → epoch seconds of each committed
+                                                   automatic compaction (loop guard; trimmed to and
+                                                   ``EXPIRE`` ``loop_guard_window_s``)
+``<p>:session:{<sid>}:tokens``             hash    content digest (hex) → cl100k count of a text of
+                                                   the session, written by a cold worker, read by
+                                                   the next (a cache; ``EXPIRE``
+                                                   ``token_counts_ttl_s``)
+``<p>:session:{<sid>}:job:<token>``        hash    the job record (fields: :class:`JobRecord`)
+``<p>:session:{<sid>}:job:<token>:lease``  string  worker id holding the job (``PX`` lease)
+``<p>:events``                             stream  every job event of every session (``MAXLEN ~``)
+``<queue>``, ``<queue>:<step>``            list    Celery task messages (kombu's Redis transport;
+                                                   the client's enqueue script LPUSHes them when the
+                                                   broker is this Redis: see
+                                                   :mod:`api_client.redis_broker`)
+``/<db>.celeryev/task.sent``               pubsub  task-sent events (kombu fanout; not a key)
+``<p>:jobs:due``                           sorted  job id → when (Unix ms) a worker's sweep must
+                                           set     look at the job: its lease's end (running) or the
+                                                   time to re-send it (queued); see
+                                                   :mod:`worker.store.sweep`
+=========================================  ======  =================================================
 
 A job id is ``<sid>:<token>`` (token = 16 hex digits), so the job's keys can be derived from the
 id alone and stay in the session's slot. Session ids may not contain ``{``, ``}``, whitespace or
@@ -70,7 +73,15 @@ from functools import lru_cache
 
 from api_client.errors import ConfigurationError, InvalidIdError
 
-__all__ = ["INFLIGHT_SPECULATIVE", "JOB_KINDS", "JobKeys", "KeyLayout", "SessionKeys", "check_session_id", "split_job_id"]
+__all__ = [
+    "INFLIGHT_SPECULATIVE",
+    "JOB_KINDS",
+    "JobKeys",
+    "KeyLayout",
+    "SessionKeys",
+    "check_session_id",
+    "split_job_id",
+]
 
 # Kept here (not imported from _wire) so the layout has no pydantic dependency.
 JOB_KINDS: tuple[str, ...] = ("compact", "prune", "branch_summary")

@@ -137,7 +137,8 @@ def load_settings(cls: type[ClientSettings] = ClientSettings, **values: Any) -> 
         return cls(**values)
     except ValidationError as err:
         problems = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg'].removeprefix('Value error, ')}"
+            f"{'.'.join(map(str, e['loc'])) or 'settings'}: "
+            f"{e['msg'].removeprefix('Value error, ')}"
             for e in err.errors()
         )
         raise ConfigurationError(f"invalid client settings: {problems}") from None

@@ -218,7 +218,8 @@ def job_error_text(kind: JobKind, state: JobState, reason: CompactReason | str |
     compaction. A failed compaction reads as SPEC §12.4 step 8 (:func:`failure_message`).
     """
     if state is JobState.CANCELLED:
-        return "Branch summary cancelled" if kind is JobKind.BRANCH_SUMMARY else "Compaction cancelled"
+        return ("Branch summary cancelled" if kind is JobKind.BRANCH_SUMMARY
+                else "Compaction cancelled")
     if kind is JobKind.COMPACT:
         return failure_message(reason or CompactReason.MANUAL, message)
     return message or "job failed"
@@ -366,8 +367,10 @@ class JobEvent(_Wire):
     @classmethod
     def completion(cls, record: JobRecord, state: JobState, **fields: Any) -> JobEvent:
         """The completion event of ``record`` ending in ``state``."""
-        fields.setdefault("aborted", state is JobState.CANCELLED if record.kind is JobKind.COMPACT else None)
+        fields.setdefault("aborted",
+                          state is JobState.CANCELLED if record.kind is JobKind.COMPACT else None)
         if record.kind is JobKind.COMPACT:
             fields.setdefault("will_retry", record.reason is CompactReason.OVERFLOW
                               and state is JobState.SUCCEEDED)
-        return cls.for_record(record, terminal_event_type(record.kind, state), state=state, **fields)
+        return cls.for_record(record, terminal_event_type(record.kind, state), state=state,
+                              **fields)

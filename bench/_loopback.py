@@ -159,12 +159,14 @@ def turns_session(turns: int = 40, chars_per_message: int = 2000) -> str:
     parent = None
     for i in range(2 * turns):
         if i % 2 == 0:
-            message: dict[str, Any] = {"role": "user", "content": f"question {i} " + prose(i, chars_per_message),
+            message: dict[str, Any] = {"role": "user",
+                                       "content": f"question {i} " + prose(i, chars_per_message),
                                        "timestamp": 1}
         else:
             message = {"role": "assistant", "provider": "p", "model": "m", "stopReason": "stop",
                        "timestamp": 1,
-                       "content": [{"type": "text", "text": f"answer {i} " + prose(i + 1, chars_per_message)}]}
+                       "content": [{"type": "text",
+                                    "text": f"answer {i} " + prose(i + 1, chars_per_message)}]}
         entry_id = f"{i:08x}"
         lines.append(json.dumps({"type": "message", "id": entry_id, "parentId": parent,
                                  "timestamp": ts, "message": message}))

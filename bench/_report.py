@@ -25,7 +25,8 @@ from typing import Any
 
 __all__ = ["RESULTS", "Report", "percentile"]
 
-RESULTS = Path(os.environ.get("COMPACTOR_BENCH_RESULTS", Path(__file__).resolve().parent / "results"))
+RESULTS = Path(os.environ.get("COMPACTOR_BENCH_RESULTS",
+                              Path(__file__).resolve().parent / "results"))
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -51,10 +51,12 @@ def bench_tokenizer(report: Report, name: str, path: Path, entries: list, tok_na
     cold = TiktokenTokenizer() if tok_name == "tiktoken" else get_tokenizer("estimate")
     start = time.perf_counter()
     prepare_compaction(entries, CompactionSettings(), cold)
-    base = report.baseline(f"{name} {tok_name} cold plan", (time.perf_counter() - start) * 1000, "ms")
+    base = report.baseline(f"{name} {tok_name} cold plan",
+                           (time.perf_counter() - start) * 1000, "ms")
     warm_ms = timed(lambda: prepare_compaction(entries, CompactionSettings(), cold))
     prune_ms = timed(lambda: plan_prune(entries, cold))
-    cli = [sys.executable, "-m", "worker", "inspect", "plan", str(path), "--json", "--tokenizer", tok_name]
+    cli = [sys.executable, "-m", "worker", "inspect", "plan", str(path), "--json", "--tokenizer",
+           tok_name]
     cli_ms = timed(lambda: subprocess.run(cli, capture_output=True, check=True), runs=3)
     against = f"{name} {tok_name} cold plan"
     report.figure(f"{name} {tok_name} re-plan (warm)", warm_ms, "ms", against=against)
@@ -79,10 +81,12 @@ def main() -> None:
         for tok_name in ("estimate", "tiktoken"):
             bench_tokenizer(report, name, path, entries, tok_name, load_ms)
         for command in ("plan", "prune"):
-            out = subprocess.run([sys.executable, "-m", "worker", "inspect", command, str(path), "--json",
-                                  "--tokenizer", "estimate"], capture_output=True, check=True, text=True).stdout
+            out = subprocess.run([sys.executable, "-m", "worker", "inspect", command, str(path),
+                                  "--json", "--tokenizer", "estimate"],
+                                 capture_output=True, check=True, text=True).stdout
             data = json.loads(out)
-            short = {k: (f"[{len(v)} ids]" if isinstance(v, list) and k.endswith("Ids") else v) for k, v in data.items()}
+            short = {k: (f"[{len(v)} ids]" if isinstance(v, list) and k.endswith("Ids") else v)
+                     for k, v in data.items()}
             print(f"  inspect {command} --tokenizer estimate: {json.dumps(short)}")
     report.write()
 

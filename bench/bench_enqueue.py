@@ -157,7 +157,8 @@ def main() -> None:
         base = numbers["baseline_rpush"]["p50_ms"]
         report.baseline(f"rpush p50 ({config})", base, "ms", "raw RPUSH, interleaved")
         for name in ("new_job", "coalesced"):
-            goals = ("<= 3", "p99 < 2 ms") if (name, config) == ("new_job", "sent_event_on") else (None, None)
+            goals = (("<= 3", "p99 < 2 ms") if (name, config) == ("new_job", "sent_event_on")
+                     else (None, None))
             for q, goal in zip(("p50", "p99"), goals, strict=True):
                 report.figure(f"{name} {q} ({config})", numbers[name][f"{q}_ms"], "ms",
                               against=f"rpush p50 ({config})", goal=goal)

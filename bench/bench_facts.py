@@ -8,7 +8,8 @@ its block is appended ("without") and after ("with"). The block's size is printe
 budget.
 
     .venv/bin/python bench/bench_facts.py            (needs ../shared/fixtures/pi)
-    COMPACTOR_MODELS='[{"provider":"openai","model":"gemma","base_url":"http://127.0.0.1:8080/v1"}]' \
+    COMPACTOR_MODELS='[{"provider":"openai","model":"gemma",
+      "base_url":"http://127.0.0.1:8080/v1"}]' \
         .venv/bin/python bench/bench_facts.py
 """
 
@@ -50,7 +51,8 @@ if not FIXTURES.is_dir():
 class FixedText:
     """A model that answers every call with the same text (the tests' loopback model)."""
 
-    def summarize(self, request: SummaryRequest, cancel: CancelToken | None = None) -> SummaryResult:
+    def summarize(self, request: SummaryRequest,
+                  cancel: CancelToken | None = None) -> SummaryResult:
         return SummaryResult("## Goal\n- Continue the work.", "fixed", "loopback", Usage(), 1)
 
 
@@ -70,14 +72,16 @@ def _cell(found: int, total: int) -> str:
     return f"{found}/{total}" if total else "-"
 
 
-def row(session: str, who: str, stats: dict[str, dict[str, int]], block_tokens: int, budget: int) -> str:
+def row(session: str, who: str, stats: dict[str, dict[str, int]], block_tokens: int,
+        budget: int) -> str:
     total = sum(s["total"] for s in stats.values())
     without = sum(s["inSummary"] for s in stats.values())
     with_block = sum(s["inSummary"] + s["appended"] for s in stats.values())
     cells = []
     for kind in FACT_KINDS:
         s = stats[kind]
-        cells.append(f"{_cell(s['inSummary'], s['total'])} → {_cell(s['inSummary'] + s['appended'], s['total'])}")
+        cells.append(f"{_cell(s['inSummary'], s['total'])} → "
+                     f"{_cell(s['inSummary'] + s['appended'], s['total'])}")
     share = f"{without}/{total} ({100 * without / max(total, 1):.0f} %) → {with_block}/{total} " \
             f"({100 * with_block / max(total, 1):.0f} %)"
     return f"| {session} | {who} | " + " | ".join(cells) + f" | {share} | {block_tokens}/{budget} |"
@@ -132,7 +136,8 @@ def main() -> None:
             outcome = compact(prep, summarizer)
             seconds = time.perf_counter() - start
             text = outcome.summary
-            block = text[text.rindex(OPEN) - 2 : text.index("</session-facts>") + 16] if OPEN in text else ""
+            block = (text[text.rindex(OPEN) - 2 : text.index("</session-facts>") + 16]
+                     if OPEN in text else "")
             stats = outcome.details["facts"]
             verify(prep, text, stats)
             budget = default_fact_budget(summary_budget(prep))

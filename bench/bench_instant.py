@@ -51,7 +51,8 @@ def pct(values: list[float], q: float) -> float:
 
 
 def dist(values: list[float]) -> dict[str, float]:
-    return {"p50_ms": round(pct(values, 0.5) * 1000, 3), "p99_ms": round(pct(values, 0.99) * 1000, 3),
+    return {"p50_ms": round(pct(values, 0.5) * 1000, 3),
+            "p99_ms": round(pct(values, 0.99) * 1000, 3),
             "mean_ms": round(statistics.fmean(values) * 1000, 3), "n": len(values)}
 
 

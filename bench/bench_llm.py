@@ -61,12 +61,13 @@ class Case:
 
 def overflow(shape: str) -> Act:
     bodies = {
-        "openai": {"error": {"message": "This model's maximum context length is 8192 tokens", "code":
-                             "context_length_exceeded"}},
-        "llama.cpp": {"error": {"code": 400, "message": "the request exceeds the available context size, try "
-                                "increasing it", "type": "exceed_context_size_error"}},
-        "anthropic": {"type": "error", "error": {"type": "invalid_request_error",
-                                                 "message": "prompt is too long: 213462 tokens > 200000 maximum"}},
+        "openai": {"error": {"message": "This model's maximum context length is 8192 tokens",
+                             "code": "context_length_exceeded"}},
+        "llama.cpp": {"error": {"code": 400, "message": "the request exceeds the available context "
+                                "size, try increasing it", "type": "exceed_context_size_error"}},
+        "anthropic": {"type": "error",
+                      "error": {"type": "invalid_request_error",
+                                "message": "prompt is too long: 213462 tokens > 200000 maximum"}},
     }
     return error(400, bodies[shape])
 
@@ -74,11 +75,14 @@ def overflow(shape: str) -> Act:
 CASES = [
     Case("healthy primary"),
     Case("429 retry-after: 1, then ok", [error(429, RATE, headers={"retry-after": "1"})]),
-    Case("429 retry-after-ms: 1500, then ok", [error(429, RATE, headers={"retry-after-ms": "1500"})]),
-    Case("429 retry-after: 120 (over the 30 s cap)", [error(429, RATE, headers={"retry-after": "120"})]),
+    Case("429 retry-after-ms: 1500, then ok",
+         [error(429, RATE, headers={"retry-after-ms": "1500"})]),
+    Case("429 retry-after: 120 (over the 30 s cap)",
+         [error(429, RATE, headers={"retry-after": "120"})]),
     Case("500, 502, then ok", [error(500), error(502, "<html>bad gateway</html>")]),
     Case("503 x3 (primary exhausted)", [error(503)] * 3),
-    Case("529 overloaded, then ok", [error(529, {"type": "error", "error": {"type": "overloaded_error"}})]),
+    Case("529 overloaded, then ok",
+         [error(529, {"type": "error", "error": {"type": "overloaded_error"}})]),
     Case("hung connection (never answers)", [hang()] * 3),
     Case("connection reset, then ok", [reset()]),
     Case("malformed JSON, then ok", [raw(200, "{truncated")]),
@@ -87,18 +91,20 @@ CASES = [
     Case("slow stream within the deadline", [trickle("ok " * 50, pieces=5, interval=0.2)]),
     Case("overflow, OpenAI shape -> larger window", [overflow("openai")]),
     Case("overflow, llama.cpp shape -> larger window", [overflow("llama.cpp")]),
-    Case("overflow, Anthropic shape on both -> floor", [overflow("anthropic")], [overflow("anthropic")], floor=True),
+    Case("overflow, Anthropic shape on both -> floor", [overflow("anthropic")],
+         [overflow("anthropic")], floor=True),
     Case("401 unauthorized", [error(401, {"error": {"message": "Incorrect API key"}})]),
     Case("403 forbidden", [error(403, {"error": {"message": "forbidden"}})]),
     Case("404 model not found", [error(404, {"error": {"message": "model not found"}})]),
-    Case("429 insufficient_quota", [error(429, {"error": {"type": "insufficient_quota", "message": "quota"}})]),
+    Case("429 insufficient_quota",
+         [error(429, {"error": {"type": "insufficient_quota", "message": "quota"}})]),
     Case("every provider 503 -> extractive floor", [error(503)] * 3, [error(503)] * 3, floor=True),
     Case("circuit open (cooled down by an earlier job)", [error(503)] * 3,
          settings={"llm_failure_threshold": 3}, prepare=lambda router: _trip(router)),
     Case("input 2x the primary window -> larger window", primary_window=4000, chunkable=True,
          conversation_tokens=8000),
-    Case("input 2x the only window -> chunked", primary_window=4000, chunkable=True, conversation_tokens=8000,
-         settings={"models_only_primary": True}),
+    Case("input 2x the only window -> chunked", primary_window=4000, chunkable=True,
+         conversation_tokens=8000, settings={"models_only_primary": True}),
     Case("overflow, unknown window -> chunked", [overflow("llama.cpp")], chunkable=True,
          conversation_tokens=4000, settings={"models_only_primary": True}),
     Case("cancelled during a hung call (0.5 s)", [hang()], cancel_after=0.5),
@@ -111,7 +117,8 @@ def _trip(router: Any) -> None:
 
 def conversation(tokens: int) -> list[dict[str, Any]]:
     per = 100  # tokens per message
-    return [{"role": "user" if i % 2 == 0 else "assistant", "content": f"msg {i} " + "word " * (per * 4 // 5),
+    return [{"role": "user" if i % 2 == 0 else "assistant",
+             "content": f"msg {i} " + "word " * (per * 4 // 5),
              "timestamp": 0} for i in range(tokens // per)]
 
 
@@ -120,9 +127,11 @@ def run_case(case: Case) -> tuple[str, str, str, str, str]:
     try:
         extra = dict(case.settings)
         only_primary = extra.pop("models_only_primary", False)
-        models = [openai(server, "primary", timeout_s=TIMEOUT_S, context_window=case.primary_window)]
+        models = [openai(server, "primary", timeout_s=TIMEOUT_S,
+                         context_window=case.primary_window)]
         if not only_primary:
-            models.append(anthropic(server, "secondary", timeout_s=TIMEOUT_S, context_window=200_000))
+            models.append(anthropic(server, "secondary", timeout_s=TIMEOUT_S,
+                                    context_window=200_000))
         if case.floor:
             models.append(EXTRACTIVE)
         settings = LlmSettings(models=[ModelCandidate.model_validate(m) for m in models], **extra)
@@ -134,14 +143,16 @@ def run_case(case: Case) -> tuple[str, str, str, str, str]:
         else:
             server.script("primary", *case.primary)
         server.script("secondary", *case.secondary)
-        request = make_request(conversation(case.conversation_tokens), chunkable=case.chunkable, max_tokens=500)
+        request = make_request(conversation(case.conversation_tokens), chunkable=case.chunkable,
+                               max_tokens=500)
         flag = Flag()
         if case.cancel_after:
             flag.cancel_after(case.cancel_after)
         started = time.monotonic()
         try:
             result = router.summarize(request, flag)
-            outcome = f"{result.provider}/{result.model}" + (f" ({result.chunks} chunks)" if result.chunks else "")
+            outcome = (f"{result.provider}/{result.model}"
+                       + (f" ({result.chunks} chunks)" if result.chunks else ""))
             attempts = str(result.attempts)
         except AllCandidatesFailedError as err:
             outcome, attempts = f"failed: {err}", str(err.attempts)

@@ -217,7 +217,8 @@ def child(name: str, tokenizer_name: str) -> dict[str, Any]:
     cache_entries = len(TOKEN_CACHE)
     _forget_process(tokenizer_name)  # another worker, new to the session, with its counts
     shared = _ms(lambda: _job(path, tokenizer, router, EntryCache(), list(stored)))
-    return {"counter": counter, "entries": len(path[3]), "grown_entries": len(growths[0][3]), "encoding_load_ms": load,
+    return {"counter": counter, "entries": len(path[3]), "grown_entries": len(growths[0][3]),
+            "encoding_load_ms": load,
             "import_ms": imports, "cold_ms": cold, "warm_ms": warm, "grow10_ms": grow,
             "cold_shared_ms": shared, "shared_counts": len(stored),
             "cache_entries": cache_entries}
@@ -302,7 +303,8 @@ def main() -> None:
     if args.child:
         print(json.dumps(child(*args.child)))
         return
-    report: dict[str, Any] = {"baseline": f"one model call of {MODEL_CALL_MS:.0f} ms", "sessions": {}}
+    report: dict[str, Any] = {"baseline": f"one model call of {MODEL_CALL_MS:.0f} ms",
+                              "sessions": {}}
     for name in SESSIONS:
         if not (FIXTURES / f"{name}.jsonl").exists():
             print(f"{name}: fixture missing, skipped")

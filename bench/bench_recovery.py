@@ -76,7 +76,8 @@ def kills(broker: str | None, n: int, folder: Path) -> dict[str, object]:
                 print(f"  kill {i + 1}: ran again after {rerun:.1f} s, done after {done:.1f} s",
                       flush=True)
         return {"kills": n,
-                "rerun_s": {"p50": round(statistics.median(reruns), 1), "max": round(max(reruns), 1)},
+                "rerun_s": {"p50": round(statistics.median(reruns), 1),
+                            "max": round(max(reruns), 1)},
                 "done_s": {"p50": round(statistics.median(dones), 1), "max": round(max(dones), 1)},
                 "target_s": {"rerun": 20, "done": 40}}
     finally:
@@ -113,7 +114,8 @@ def redis_restart(folder: Path, queued: int = 30, running: int = 2) -> dict[str,
             states = [h.record().state.value for h in handles]
         return {"jobs": len(handles), "succeeded": states.count("succeeded"),
                 "stuck": sum(s in ("queued", "running") for s in states),
-                "failed": states.count("failed"), "extra_model_calls": model.requests - 3 * len(handles),
+                "failed": states.count("failed"),
+                "extra_model_calls": model.requests - 3 * len(handles),
                 "all_done_after_restart_s": round(all_done, 1), "down_s": 5}
     finally:
         worker.stop()

@@ -83,7 +83,8 @@ def bench_pool(report: Report, client: CompactionClient, url: str, model: Loopba
             client.compact(sid, reason="manual").wait(120)
             trips.append((time.perf_counter() - started) * 1000)
         per_job = (model.calls - calls) / jobs
-        report.baseline(f"{label} model time per job", per_job * report.baselines["model call"].value,
+        report.baseline(f"{label} model time per job",
+                        per_job * report.baselines["model call"].value,
                         "ms", f"{per_job:g} calls x model call")
         for q in (0.5, 0.99):
             report.figure(f"{label} round trip p{round(q * 100)}", percentile(trips, q), "ms",

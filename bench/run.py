@@ -49,7 +49,8 @@ def summary(started: float) -> list[str]:
         if not isinstance(data, dict) or data.get("started", 0) < started:
             continue  # an earlier run's, or a benchmark printing its own summary
         for fig in data.get("figures", []):
-            ratio = f"{fig['ratio']:.3f} x {fig['against']}" if fig.get("ratio") is not None else "-"
+            ratio = (f"{fig['ratio']:.3f} x {fig['against']}" if fig.get("ratio") is not None
+                     else "-")
             goal = f"goal {fig['goal']}" if fig.get("goal") else ""
             lines.append(f"  {data['benchmark'] + '.' + fig['name']:<52} {ratio:<36} {goal}")
     return lines

@@ -1,1 +1,2 @@
-"""Compactor workers: pure planning (``worker.compaction``), models (``worker.llm``), Celery wiring."""
+"""Compactor workers: pure planning (``worker.compaction``), models (``worker.llm``), Celery
+wiring."""

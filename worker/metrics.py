@@ -211,7 +211,8 @@ def observe_stale(kind: str) -> None:
 
 
 def observe_facts(job: str, stats: Any) -> None:
-    """The fact ledger's counts of one summary (``{kind: {total, inSummary, appended, dropped}}``)."""
+    """The fact ledger's counts of one summary
+    (``{kind: {total, inSummary, appended, dropped}}``)."""
     if not _metrics or not isinstance(stats, dict):
         return
     for kind, counts in stats.items():

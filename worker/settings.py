@@ -2,9 +2,10 @@
 
 Environment variables use the prefix ``COMPACTOR_`` (``COMPACTOR_JOB_DEADLINE_S=120``); a
 ``.env`` file in the working directory is read too. The model layer's settings
-(``COMPACTOR_MODELS``, ``COMPACTOR_LLM_*``) are inherited from :class:`worker.llm.settings.LlmSettings`
-so ``build_summarizer(settings)`` takes these settings as they are; hook settings keep their own
-prefix (``COMPACTOR_HOOKS_*``) and live under ``settings.hooks``.
+(``COMPACTOR_MODELS``, ``COMPACTOR_LLM_*``) are inherited from
+:class:`worker.llm.settings.LlmSettings` so ``build_summarizer(settings)`` takes these settings as
+they are; hook settings keep their own prefix (``COMPACTOR_HOOKS_*``) and live under
+``settings.hooks``.
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ def check_startup(settings: WorkerSettings) -> None:
     if settings.visibility_timeout_s <= settings.job_deadline_s:
         raise ConfigurationError(
             f"visibility timeout ({settings.visibility_timeout_s:g} s) must be longer than the job "
-            f"deadline ({settings.job_deadline_s:g} s): a job still running when it expires would be "
-            "delivered to a second worker. Raise COMPACTOR_VISIBILITY_TIMEOUT_S or lower "
+            f"deadline ({settings.job_deadline_s:g} s): a job still running when it expires would "
+            "be delivered to a second worker. Raise COMPACTOR_VISIBILITY_TIMEOUT_S or lower "
             "COMPACTOR_JOB_DEADLINE_S."
         )

@@ -93,4 +93,5 @@ class CancelToken(Protocol):
 
 
 class Summarizer(Protocol):
-    def summarize(self, request: SummaryRequest, cancel: CancelToken | None = None) -> SummaryResult: ...
+    def summarize(self, request: SummaryRequest,
+                  cancel: CancelToken | None = None) -> SummaryResult: ...

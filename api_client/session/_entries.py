@@ -292,7 +292,8 @@ def _check_base(raw: JsonObject, source: str, line: int) -> str:
         raise _fail(f"entry 'id' must be a string, got {type(raw['id']).__name__}", source, line)
     parent = raw.get("parentId")
     if parent is not None and not isinstance(parent, str):
-        raise _fail(f"'parentId' must be a string or null, got {type(parent).__name__}", source, line)
+        raise _fail(f"'parentId' must be a string or null, got {type(parent).__name__}",
+                    source, line)
     return kind
 
 

@@ -47,7 +47,9 @@ class SessionTree:
         while current is not None:
             if current.id in seen:
                 raise SessionCycleError(
-                    f"parentId cycle through entry {current.id}", source=self.source, line=current.line
+                    f"parentId cycle through entry {current.id}",
+                    source=self.source,
+                    line=current.line,
                 )
             seen.add(current.id)
             path.append(current)
@@ -56,7 +58,9 @@ class SessionTree:
                 break
             if parent == current.id:  # the shortest cycle (Q15)
                 raise SessionCycleError(
-                    f"parentId cycle: entry {current.id} is its own parent", source=self.source, line=current.line
+                    f"parentId cycle: entry {current.id} is its own parent",
+                    source=self.source,
+                    line=current.line,
                 )
             current = self.by_id.get(parent)
             if current is None and strict:

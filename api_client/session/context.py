@@ -70,14 +70,17 @@ def _messages_of(path: Sequence[Entry]) -> list[ContextMessage]:
     keeping = False
     for entry in path[:last]:
         keeping = keeping or entry.id == compaction.first_kept_entry_id
-        if keeping and not isinstance(entry, CompactionEntry) and (m := for_context(entry)) is not None:
+        if (keeping and not isinstance(entry, CompactionEntry)
+                and (m := for_context(entry)) is not None):
             out.append(ContextMessage(m, entry.id))
     out += [ContextMessage(m, e.id) for e in path[last + 1 :] if (m := for_context(e)) is not None]
     return out
 
 
-def build_session_context(tree: SessionTree, leaf_id: str | None = _UNSET, *, strict: bool = True) -> SessionContext:
-    """Context for ``leaf_id``; an explicit ``None`` gives the empty context, unset the last entry."""
+def build_session_context(tree: SessionTree, leaf_id: str | None = _UNSET, *,
+                          strict: bool = True) -> SessionContext:
+    """Context for ``leaf_id``; an explicit ``None`` gives the empty context, unset the last
+    entry."""
     if leaf_id is None or not tree.entries:
         return SessionContext()
     if leaf_id is _UNSET or leaf_id not in tree.by_id:

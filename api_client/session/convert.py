@@ -53,7 +53,9 @@ def text_of_blocks(content: Any) -> str:
     if not isinstance(content, list):
         return ""
     return "".join(
-        b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
+        b.get("text", "")
+        for b in content
+        if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
     )
 
 
@@ -71,11 +73,20 @@ def _custom_message(entry: CustomMessageEntry) -> Message:
 
 
 def _branch_summary_message(entry: BranchSummaryEntry) -> Message:
-    return {"role": "branchSummary", "summary": entry.summary, "fromId": entry.from_id, "timestamp": entry.timestamp_ms}
+    return {
+        "role": "branchSummary",
+        "summary": entry.summary,
+        "fromId": entry.from_id,
+        "timestamp": entry.timestamp_ms,
+    }
 
 
 def compaction_summary_message(entry: CompactionEntry) -> Message:
-    message: Message = {"role": "compactionSummary", "summary": entry.summary, "tokensBefore": entry.tokens_before}
+    message: Message = {
+        "role": "compactionSummary",
+        "summary": entry.summary,
+        "tokensBefore": entry.tokens_before,
+    }
     if entry.short_summary is not None:
         message["shortSummary"] = entry.short_summary
     message["timestamp"] = entry.timestamp_ms
@@ -180,14 +191,22 @@ def _bash_text(message: Message) -> str:
     output = str(message.get("output") or "")
     text = f"Ran `{message.get('command', '')}`\n"
     text += f"```\n{output}\n```" if output else "(no output)"
-    return text + _exit_note(message, "(command cancelled)", "Command exited with code") + _meta_notice(message)
+    return (
+        text
+        + _exit_note(message, "(command cancelled)", "Command exited with code")
+        + _meta_notice(message)
+    )
 
 
 def _python_text(message: Message) -> str:
     output = str(message.get("output") or "")
     text = f"Ran Python:\n```python\n{message.get('code', '')}\n```\n"
     text += f"Output:\n```\n{output}\n```" if output else "(no output)"
-    return text + _exit_note(message, "(execution cancelled)", "Execution failed with code") + _meta_notice(message)
+    return (
+        text
+        + _exit_note(message, "(execution cancelled)", "Execution failed with code")
+        + _meta_notice(message)
+    )
 
 
 def _file_mention(message: Message) -> Message:
@@ -197,7 +216,12 @@ def _file_mention(message: Message) -> Message:
         content = f.get("content")
         body = f"\n{content}\n" if content else "\n"
         parts.append(f'<file path="{f.get("path", "")}">{body}</file>')
-    blocks: list[Any] = [{"type": "text", "text": "<system-reminder>\n" + "\n\n".join(parts) + "\n</system-reminder>"}]
+    blocks: list[Any] = [
+        {
+            "type": "text",
+            "text": "<system-reminder>\n" + "\n\n".join(parts) + "\n</system-reminder>",
+        }
+    ]
     blocks += [f["image"] for f in files if isinstance(f.get("image"), dict)]
     return {"role": "user", "content": blocks, "timestamp": message.get("timestamp")}
 
@@ -218,11 +242,17 @@ def convert_message(message: Message) -> Message | None:
     if role in ("bashExecution", "pythonExecution"):
         if message.get("excludeFromContext"):
             return None
-        return _user(_bash_text(message) if role == "bashExecution" else _python_text(message), stamp)
+        return _user(
+            _bash_text(message) if role == "bashExecution" else _python_text(message), stamp
+        )
     if role in ("custom", "hookMessage"):
         content = message.get("content")
         blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
-        return {"role": "user", "content": blocks if isinstance(blocks, list) else [], "timestamp": stamp}
+        return {
+            "role": "user",
+            "content": blocks if isinstance(blocks, list) else [],
+            "timestamp": stamp,
+        }
     if role == "branchSummary":
         return _user(wrap_branch_summary(str(message.get("summary", ""))), stamp)
     if role == "compactionSummary":

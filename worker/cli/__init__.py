@@ -1,8 +1,8 @@
 """The ``compactor`` command. Each command module adds its subcommands; all are registered here.
 
-- ``file_commands``: ``session migrate``; ``inspect_commands``: ``inspect context|plan|prune|branch``;
-  ``prompt_commands``: ``inspect prompt`` (all on session files, no Redis; shared helpers in
-  ``session_files``);
+- ``file_commands``: ``session migrate``; ``inspect_commands``:
+  ``inspect context|plan|prune|branch``; ``prompt_commands``: ``inspect prompt`` (all on session
+  files, no Redis; shared helpers in ``session_files``);
 - ``celery_commands``: ``worker`` and ``flower`` (their ``--help`` adds Celery's / Flower's own);
 - ``runtime_commands``: ``session import|export``, the job commands, ``demo``.
 

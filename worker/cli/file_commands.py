@@ -21,6 +21,7 @@ def _migrate(args: argparse.Namespace) -> int:
 
 
 def register(commands: Any) -> None:
-    migrate = session_subparsers(commands).add_parser("migrate", help="print the session migrated to v3 JSONL")
+    migrate = session_subparsers(commands).add_parser("migrate",
+                                                      help="print the session migrated to v3 JSONL")
     migrate.add_argument("file", metavar="FILE", help="session file (pi JSONL v1, v2 or v3)")
     migrate.set_defaults(handler=_migrate)

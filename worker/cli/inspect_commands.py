@@ -33,7 +33,8 @@ def _context(args: argparse.Namespace) -> int:
         "mode": context.mode,
     }
     readable = "\n".join(f"{m['entryId']}  {m['role']}" for m in messages)
-    return emit(args, payload, f"{readable}\nthinkingLevel: {context.thinking_level}\nmodels: {context.models}\nmode: {context.mode}")
+    return emit(args, payload, f"{readable}\nthinkingLevel: {context.thinking_level}\n"
+                               f"models: {context.models}\nmode: {context.mode}")
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -85,10 +86,12 @@ def _branch(args: argparse.Namespace) -> int:
     })
 
 
-def _add_common(parser: argparse.ArgumentParser, *, leaf: bool = True, tokenizer: bool = True) -> None:
+def _add_common(parser: argparse.ArgumentParser, *, leaf: bool = True,
+                tokenizer: bool = True) -> None:
     parser.add_argument("file", metavar="FILE", help=HELP["file"])
     if leaf:
-        parser.add_argument("--leaf", default=None, help="entry id to treat as the leaf (default: last entry)")
+        parser.add_argument("--leaf", default=None,
+                            help="entry id to treat as the leaf (default: last entry)")
     if tokenizer:
         parser.add_argument("--tokenizer", choices=("estimate", "tiktoken"), default="tiktoken",
                             help=HELP["tokenizer"])

@@ -77,7 +77,8 @@ def record_json(record: JobRecord) -> dict[str, Any]:
 
 def _describe(record: JobRecord) -> str:
     lines = [f"job {record.id}: {record.state.value} ({record.kind.value}"
-             + (f", {record.reason.value}" if record.reason else "") + f", attempts {record.attempts})"]
+             + (f", {record.reason.value}" if record.reason else "")
+             + f", attempts {record.attempts})"]
     if (record.result or {}).get("fromDraft"):
         lines.append("from draft: yes (applied by the client, no model call)")
     times = [f"{label} {value}" for label, value in (
@@ -89,7 +90,8 @@ def _describe(record: JobRecord) -> str:
         lines.append(f"error: {record.error}")
     if record.entry:
         entry = record.entry
-        lines.append(f"entry: {entry.get('type')} {entry.get('id')} (parent {entry.get('parentId')})")
+        lines.append(f"entry: {entry.get('type')} {entry.get('id')} "
+                     f"(parent {entry.get('parentId')})")
         if isinstance(entry.get("summary"), str):
             lines.append(entry["summary"])
     if record.result:

@@ -45,7 +45,8 @@ def load_file(path: str) -> Session:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
-        raise SessionFormatError(f"cannot read file ({err.__class__.__name__}: {err})", source=path) from err
+        raise SessionFormatError(f"cannot read file ({err.__class__.__name__}: {err})",
+                                 source=path) from err
     session = load_session(text, source=path)
     for warning in session.warnings:
         print(f"compactor: warning: {warning}", file=sys.stderr)
@@ -71,6 +72,7 @@ def _readable(payload: dict[str, Any]) -> str:
     lines = []
     for key, value in payload.items():
         if isinstance(value, list) and len(value) > 8:
-            value = f"{len(value)} items: {', '.join(map(str, value[:4]))}, ..., {', '.join(map(str, value[-2:]))}"
+            value = (f"{len(value)} items: {', '.join(map(str, value[:4]))}, ..., "
+                     f"{', '.join(map(str, value[-2:]))}")
         lines.append(f"{key}: {value}")
     return "\n".join(lines)

@@ -80,7 +80,8 @@ __all__ = [
     "summarize_branch",
 ]
 
-_SUMMARIZE_NAMES = {"BranchOutcome", "CompactionOutcome", "SummarizationError", "compact", "summarize_branch"}
+_SUMMARIZE_NAMES = {"BranchOutcome", "CompactionOutcome", "SummarizationError", "compact",
+                    "summarize_branch"}
 
 
 def __getattr__(name: str) -> Any:

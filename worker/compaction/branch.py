@@ -1,4 +1,5 @@
-"""Branch summaries: collecting the abandoned path and budgeting it (SPEC §11.1-11.2, §11.4, Q14)."""
+"""Branch summaries: collecting the abandoned path and budgeting it
+(SPEC §11.1-11.2, §11.4, Q14)."""
 
 from __future__ import annotations
 
@@ -67,7 +68,8 @@ def collect_entries_for_branch_summary(
     current = tree.by_id.get(old_leaf_id)
     while current is not None and current.id != ancestor:
         if current.id in seen:  # Q15
-            raise SessionCycleError(f"parentId cycle through entry {current.id}", source=tree.source, line=current.line)
+            raise SessionCycleError(f"parentId cycle through entry {current.id}",
+                                    source=tree.source, line=current.line)
         seen.add(current.id)
         collected.append(current)
         current = tree.by_id.get(current.parent_id) if current.parent_id else None
@@ -89,7 +91,9 @@ def _details_ops(entries: Sequence[Entry]) -> FileOps:
     return ops
 
 
-def prepare_branch_entries(entries: Sequence[Entry], token_budget: int, tokenizer: Tokenizer) -> BranchPreparation:
+def prepare_branch_entries(
+    entries: Sequence[Entry], token_budget: int, tokenizer: Tokenizer
+) -> BranchPreparation:
     """Newest first until the budget is spent; summaries may squeeze in below 90 % of it."""
     ops = _details_ops(entries)
     kept: list[tuple[str, Message]] = []
@@ -101,7 +105,8 @@ def prepare_branch_entries(entries: Sequence[Entry], token_budget: int, tokenize
         extract_file_ops(message, ops)  # before the budget check: the breaking entry still counts
         tokens = tokenizer.count(message)
         if token_budget > 0 and total + tokens > token_budget:
-            if isinstance(entry, (CompactionEntry, BranchSummaryEntry)) and total < _SQUEEZE * token_budget:
+            if (isinstance(entry, (CompactionEntry, BranchSummaryEntry))
+                    and total < _SQUEEZE * token_budget):
                 kept.append((entry.id, message))
                 total += tokens
             break
@@ -117,6 +122,7 @@ def prepare_branch_entries(entries: Sequence[Entry], token_budget: int, tokenize
 def branch_destination(tree: SessionTree, target_id: str) -> str | None:
     """SPEC §11.4 step 6: a user message or custom_message target goes back to its parent."""
     target = tree.get(target_id)
-    if isinstance(target, CustomMessageEntry) or (isinstance(target, MessageEntry) and target.role == "user"):
+    if (isinstance(target, CustomMessageEntry)
+            or (isinstance(target, MessageEntry) and target.role == "user")):
         return target.parent_id
     return target_id

@@ -25,7 +25,8 @@ __all__ = [
 ]
 
 _CUT_ROLES = frozenset(
-    {"user", "assistant", "bashExecution", "hookMessage", "branchSummary", "compactionSummary", "custom"}
+    {"user", "assistant", "bashExecution", "hookMessage", "branchSummary", "compactionSummary",
+     "custom"}
 )
 # Q1/Q4: custom and hookMessage messages start turns like custom_message entries do.
 _TURN_START_ROLES = frozenset({"user", "bashExecution", "custom", "hookMessage"})
@@ -65,7 +66,8 @@ def find_turn_start_index(entries: Sequence[Entry], idx: int, start: int) -> int
     return -1
 
 
-def _budget_cut(entries: Sequence[Entry], cps: list[int], start: int, end: int, keep: int, tokenizer: Tokenizer) -> int:
+def _budget_cut(entries: Sequence[Entry], cps: list[int], start: int, end: int, keep: int,
+                tokenizer: Tokenizer) -> int:
     """Step 3: walk back until ``keep`` tokens of messages are kept; Q3 for the overshoot."""
     acc = 0
     for i in range(end - 1, start - 1, -1):
@@ -108,5 +110,7 @@ def find_cut_point(
     cps = find_valid_cut_points(entries, start, end)
     if not cps:
         return CutPoint(start, -1, False)
-    cut = _pull_in_metadata(entries, _budget_cut(entries, cps, start, end, keep_recent_tokens, tokenizer), start)
+    cut = _pull_in_metadata(entries,
+                            _budget_cut(entries, cps, start, end, keep_recent_tokens, tokenizer),
+                            start)
     return classify_cut(entries, cut, start, end)

@@ -46,8 +46,9 @@ _COMMAND_HEAD = 64
 _REQUEST_HEAD = 48
 # Programs that only read: their command fact is what they looked for (the words before the first
 # path); the file they read is its own path fact, so the block does not carry it twice.
-_READ_ONLY = frozenset({"cat", "head", "tail", "less", "grep", "rg", "ag", "find", "fd", "ls", "tree",
-                        "wc", "awk", "stat", "file", "du", "cut", "sort", "uniq", "nl", "sed"})
+_READ_ONLY = frozenset({"cat", "head", "tail", "less", "grep", "rg", "ag", "find", "fd", "ls",
+                        "tree", "wc", "awk", "stat", "file", "du", "cut", "sort", "uniq", "nl",
+                        "sed"})
 _PATH_TOOL_KEYS = ("path", "file_path", "filePath")
 _EXT = ("py|pyi|js|mjs|cjs|ts|tsx|jsx|json|jsonl|md|toml|ya?ml|txt|sh|rs|go|c|h|cc|cpp|hpp|java|kt"
         "|rb|php|lua|sql|html|css|scss|cfg|ini|lock|env|xml|csv|log|ipynb")
@@ -245,7 +246,8 @@ def _one(found: _Recorder, message: Message) -> None:
         found.paths_in(str(message["command"]))
 
 
-def extract_facts(messages: Iterable[Message], carried: Sequence[tuple[str, str]] = ()) -> list[Fact]:
+def extract_facts(messages: Iterable[Message],
+                  carried: Sequence[tuple[str, str]] = ()) -> list[Fact]:
     """The distinct facts of ``messages`` (oldest first); ``carried`` ones count as oldest."""
     ledger = _Ledger()
     for kind, text in carried:

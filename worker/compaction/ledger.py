@@ -38,16 +38,19 @@ def summary_budget(prep: Preparation) -> int:
     turn prefix summary's when a split turn has one (the two are stored as one text)."""
     reserve = prep.settings.reserve_tokens
     split = prep.is_split_turn and bool(prep.turn_prefix_messages)
-    return prompts.history_max_tokens(reserve) + (prompts.turn_prefix_max_tokens(reserve) if split else 0)
+    return (prompts.history_max_tokens(reserve)
+            + (prompts.turn_prefix_max_tokens(reserve) if split else 0))
 
 
-def compaction_ledger(prep: Preparation, summary_with_tags: str, budget_tokens: int | None = None) -> LedgerResult:
+def compaction_ledger(prep: Preparation, summary_with_tags: str,
+                      budget_tokens: int | None = None) -> LedgerResult:
     """The ledger of a compaction whose summary (file-operation tags included) is written.
 
     ``budget_tokens``: room for the block; None is 10 % of :func:`summary_budget`, 0 only
     measures.
     """
-    facts = extract_facts([*prep.messages_to_summarize, *prep.turn_prefix_messages], prep.carried_facts)
+    facts = extract_facts([*prep.messages_to_summarize, *prep.turn_prefix_messages],
+                          prep.carried_facts)
     kept = normalized_conversation(convert_to_llm(prep.recent_messages))
     budget = _budget(budget_tokens, summary_budget(prep))
     return apply_ledger(facts, summary_with_tags, budget, found_in_normalized=kept)
@@ -78,7 +81,8 @@ def hook_compaction_with_facts(prep: Preparation, summary: str, details: Any,
 def branch_ledger(entries: Sequence[Entry], included_ids: Sequence[str], summary: str,
                   budget_tokens: int | None = None) -> LedgerResult:
     """The ledger of a branch summary over the entries it included (tool results too)."""
-    start = next((i for i, e in enumerate(entries) if included_ids and e.id == included_ids[0]), len(entries))
+    start = next((i for i, e in enumerate(entries) if included_ids and e.id == included_ids[0]),
+                 len(entries))
     messages: list[Message] = [m for e in entries[start:] if (m := for_compaction(e)) is not None]
     budget = _budget(budget_tokens, prompts.BRANCH_MAX_TOKENS)
     return apply_ledger(extract_facts(messages), summary, budget)

@@ -83,7 +83,8 @@ def last_assistant_usage(path: Sequence[Entry]) -> Mapping[str, Any] | None:
     for entry in reversed(path):
         if isinstance(entry, MessageEntry) and entry.role == "assistant":
             usage = entry.message.get("usage")
-            if usage and isinstance(usage, dict) and entry.message.get("stopReason") not in ("aborted", "error"):
+            if (usage and isinstance(usage, dict)
+                    and entry.message.get("stopReason") not in ("aborted", "error")):
                 return usage
     return None
 
@@ -93,7 +94,8 @@ def _last_compaction_index(path: Sequence[Entry]) -> int:
 
 
 def no_plan_reason(path: Sequence[Entry]) -> Literal["already compacted", "nothing to compact"]:
-    return "already compacted" if path and isinstance(path[-1], CompactionEntry) else "nothing to compact"
+    return ("already compacted" if path and isinstance(path[-1], CompactionEntry)
+            else "nothing to compact")
 
 
 def _mapped(path: Sequence[Entry], start: int, end: int) -> list[tuple[str, Message]]:
@@ -148,10 +150,12 @@ def _previous_kept_from(path: Sequence[Entry], prev_idx: int) -> int | None:
         return None
     previous = path[prev_idx]
     assert isinstance(previous, CompactionEntry)
-    return next((i for i, e in enumerate(path[:prev_idx]) if e.id == previous.first_kept_entry_id), None)
+    return next((i for i, e in enumerate(path[:prev_idx]) if e.id == previous.first_kept_entry_id),
+                None)
 
 
-def _summarize_range(path: Sequence[Entry], prev_idx: int, history_end: int) -> list[tuple[str, Message]]:
+def _summarize_range(path: Sequence[Entry], prev_idx: int,
+                     history_end: int) -> list[tuple[str, Message]]:
     items: list[tuple[str, Message]] = []
     kept_from = _previous_kept_from(path, prev_idx)
     if kept_from is not None:  # Q5: the previous compaction's kept range is summarised now
@@ -159,7 +163,8 @@ def _summarize_range(path: Sequence[Entry], prev_idx: int, history_end: int) -> 
     return items + _mapped(path, prev_idx + 1, history_end)
 
 
-def _tool_pair_cut(path: Sequence[Entry], cut: CutPoint, prev_idx: int, end: int) -> CutPoint | None:
+def _tool_pair_cut(path: Sequence[Entry], cut: CutPoint, prev_idx: int,
+                   end: int) -> CutPoint | None:
     """Q22: never keep a tool result without its call; the previous kept range offers cut points."""
     kept_from = _previous_kept_from(path, prev_idx)
     floor = kept_from if kept_from is not None else prev_idx + 1
@@ -214,7 +219,8 @@ def prepare_compaction(
     ops = _file_ops(path, prev_idx, [m for _, m in summarize + prefix])
     read, modified = compute_file_lists(ops)
     previous = path[prev_idx] if prev_idx >= 0 else None
-    previous_text = strip_file_operation_tags(previous.summary) if isinstance(previous, CompactionEntry) else None
+    previous_text = (strip_file_operation_tags(previous.summary)
+                     if isinstance(previous, CompactionEntry) else None)
     return Preparation(
         first_kept_entry_id=path[first].id,
         first_kept_entry_index=first,

@@ -76,7 +76,8 @@ def plan_prune(
         message = entry.message
         tokens = tokenizer.count(message)
         # The check uses the total before this result, so the one crossing the line is kept.
-        if "prunedAt" not in message and seen >= protect_tokens and message.get("toolName") not in protected_tools:
+        if ("prunedAt" not in message and seen >= protect_tokens
+                and message.get("toolName") not in protected_tools):
             candidates.append((entry.id, tokens))
         seen += tokens
     saved = sum(max(0, t - _notice_tokens(tokenizer, t)) for _, t in candidates)
@@ -88,4 +89,5 @@ def plan_prune(
 
 def apply_prune(message: Message, tokens: int, now_ms: int) -> Message:
     """The pruned copy of a tool result: one notice block, ``prunedAt`` set, images gone."""
-    return {**message, "content": [{"type": "text", "text": prune_notice(tokens)}], "prunedAt": now_ms}
+    return {**message, "content": [{"type": "text", "text": prune_notice(tokens)}],
+            "prunedAt": now_ms}

@@ -77,7 +77,8 @@ class BranchOutcome:
     facts: dict[str, dict[str, int]] | None = None  # the ledger's counts per kind
 
     def details(self) -> dict[str, Any]:
-        details: dict[str, Any] = {"readFiles": list(self.read_files), "modifiedFiles": list(self.modified_files)}
+        details: dict[str, Any] = {"readFiles": list(self.read_files),
+                                   "modifiedFiles": list(self.modified_files)}
         if self.facts is not None:
             details["facts"] = self.facts
         return details
@@ -93,7 +94,8 @@ class RequestOptions:
     modified_files: tuple[str, ...]
 
 
-def _call(summarizer: Summarizer, request: SummaryRequest, cancel: CancelToken | None) -> SummaryResult:
+def _call(summarizer: Summarizer, request: SummaryRequest,
+          cancel: CancelToken | None) -> SummaryResult:
     try:
         return summarizer.summarize(request, cancel)
     except SummarizationError:
@@ -101,7 +103,8 @@ def _call(summarizer: Summarizer, request: SummaryRequest, cancel: CancelToken |
     except ModelError as err:
         if type(err).__name__ == "ModelCancelledError":
             raise
-        raise SummarizationError(f"{_FAILURE_PREFIX[request.purpose]}: {err or 'Unknown error'}") from err
+        raise SummarizationError(f"{_FAILURE_PREFIX[request.purpose]}: "
+                                 f"{err or 'Unknown error'}") from err
 
 
 def _request(purpose: Purpose, llm: Sequence[Message], prompt: str, max_tokens: int,
@@ -136,7 +139,8 @@ def _layout(prompt: str, conversation: str, parts: tuple[str, ...]) -> PromptLay
     return PromptLayout(prompt, prompt[:at], parts, PART_SEPARATOR, prompt[at + len(conversation):])
 
 
-def history_request(llm: Sequence[Message], previous: str | None, opts: RequestOptions) -> SummaryRequest:
+def history_request(llm: Sequence[Message], previous: str | None,
+                    opts: RequestOptions) -> SummaryRequest:
     conversation = _serialized(llm)
     prompt = prompts.build_history_prompt(
         conversation[0],
@@ -145,16 +149,22 @@ def history_request(llm: Sequence[Message], previous: str | None, opts: RequestO
         prompt_override=opts.prompt_override,
         extra_context=opts.extra_context,
     )
-    rechunk: Callable[[Sequence[Message], str | None], SummaryRequest] = lambda chunk, prev: history_request(chunk, prev, opts)  # noqa: E731
+    rechunk: Callable[[Sequence[Message], str | None], SummaryRequest] = (  # noqa: E731
+        lambda chunk, prev: history_request(chunk, prev, opts)
+    )
     return _request("history", llm, prompt, prompts.history_max_tokens(opts.reserve), opts,
                     conversation, previous_summary=previous, rechunk=rechunk)
 
 
-def turn_prefix_request(llm: Sequence[Message], opts: RequestOptions, previous: str | None = None) -> SummaryRequest:
+def turn_prefix_request(llm: Sequence[Message], opts: RequestOptions,
+                        previous: str | None = None) -> SummaryRequest:
     conversation = _serialized(llm)
     prompt = prompts.build_turn_prefix_prompt(conversation[0], previous_summary=previous)
-    # A prefix larger than the summarizer's window is summarised part by part (router's chunked path).
-    rechunk: Callable[[Sequence[Message], str | None], SummaryRequest] = lambda chunk, prev: turn_prefix_request(chunk, opts, prev)  # noqa: E731
+    # A prefix larger than the summarizer's window is summarised part by part
+    # (router's chunked path).
+    rechunk: Callable[[Sequence[Message], str | None], SummaryRequest] = (  # noqa: E731
+        lambda chunk, prev: turn_prefix_request(chunk, opts, prev)
+    )
     return _request("turn_prefix", llm, prompt, prompts.turn_prefix_max_tokens(opts.reserve),
                     opts, conversation, previous_summary=previous, rechunk=rechunk)
 
@@ -182,17 +192,22 @@ def branch_request(llm: Sequence[Message], opts: RequestOptions) -> SummaryReque
 
 
 def options_for(preparation: Preparation, *, custom_instructions: str | None = None,
-                prompt_override: str | None = None, extra_context: Sequence[str] = ()) -> RequestOptions:
+                prompt_override: str | None = None,
+                extra_context: Sequence[str] = ()) -> RequestOptions:
     return RequestOptions(custom_instructions, prompt_override, tuple(extra_context),
-                          preparation.settings.reserve_tokens, preparation.read_files, preparation.modified_files)
+                          preparation.settings.reserve_tokens, preparation.read_files,
+                          preparation.modified_files)
 
 
-def _history_text(prep: Preparation, summarizer: Summarizer, opts: RequestOptions, cancel: CancelToken | None, calls: list[SummaryResult]) -> str:
+def _history_text(prep: Preparation, summarizer: Summarizer, opts: RequestOptions,
+                  cancel: CancelToken | None, calls: list[SummaryResult]) -> str:
     if prep.messages_to_summarize:
-        result = _call(summarizer, history_request(convert_to_llm(prep.messages_to_summarize), prep.previous_summary, opts), cancel)
+        result = _call(summarizer, history_request(convert_to_llm(prep.messages_to_summarize),
+                                                   prep.previous_summary, opts), cancel)
         calls.append(result)
         return result.text
-    return prep.previous_summary or NO_PRIOR_HISTORY  # Q6 for split turns; §10.3 steps 3-4 otherwise
+    # Q6 for split turns; §10.3 steps 3-4 otherwise
+    return prep.previous_summary or NO_PRIOR_HISTORY
 
 
 # A split turn's history call runs here while the job's own thread makes the prefix call. One
@@ -202,7 +217,8 @@ def _history_text(prep: Preparation, summarizer: Summarizer, opts: RequestOption
 _HISTORY_CALLS = ThreadPoolExecutor(max_workers=64, thread_name_prefix="compactor-summary")
 
 
-def _main_summary(prep: Preparation, summarizer: Summarizer, opts: RequestOptions, cancel: CancelToken | None, calls: list[SummaryResult]) -> str:
+def _main_summary(prep: Preparation, summarizer: Summarizer, opts: RequestOptions,
+                  cancel: CancelToken | None, calls: list[SummaryResult]) -> str:
     if not (prep.is_split_turn and prep.turn_prefix_messages):
         return _history_text(prep, summarizer, opts, cancel, calls)
     prefix_request = turn_prefix_request(convert_to_llm(prep.turn_prefix_messages), opts)
@@ -230,11 +246,13 @@ def compact(
                        prompt_override=prompt_override, extra_context=extra_context)
     calls: list[SummaryResult] = []
     summary = _main_summary(preparation, summarizer, opts, cancel, calls)
-    short = _call(summarizer, short_request(convert_to_llm(preparation.recent_messages), summary, opts), cancel)
+    short = _call(summarizer, short_request(convert_to_llm(preparation.recent_messages),
+                                            summary, opts), cancel)
     calls.append(short)
     tags = format_file_operations(preparation.read_files, preparation.modified_files)
     ledger = compaction_ledger(preparation, summary + tags, fact_budget_tokens)
-    details = {"readFiles": list(preparation.read_files), "modifiedFiles": list(preparation.modified_files),
+    details = {"readFiles": list(preparation.read_files),
+               "modifiedFiles": list(preparation.modified_files),
                "facts": ledger.stats}
     return CompactionOutcome(
         summary=with_block(summary, tags, ledger),
@@ -262,10 +280,11 @@ def summarize_branch(
     if not prep.messages:
         return BranchOutcome(None, (), (), ())
     llm = convert_to_llm(prep.messages)
-    opts = RequestOptions(custom_instructions, None, (), reserve_tokens, prep.read_files, prep.modified_files)
+    opts = RequestOptions(custom_instructions, None, (), reserve_tokens, prep.read_files,
+                          prep.modified_files)
     result = _call(summarizer, branch_request(llm, opts), cancel)
     text = prompts.with_branch_preamble(result.text)
     tags = format_file_operations(prep.read_files, prep.modified_files)
     ledger = branch_ledger(entries, prep.included_entry_ids, text + tags, fact_budget_tokens)
-    return BranchOutcome(with_block(text, tags, ledger), prep.read_files, prep.modified_files, (result,),
-                         ledger.stats)
+    return BranchOutcome(with_block(text, tags, ledger), prep.read_files, prep.modified_files,
+                         (result,), ledger.stats)

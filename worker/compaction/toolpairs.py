@@ -120,4 +120,5 @@ def safe_first_kept_id(path: Sequence[Entry], first_kept_id: str) -> str:
     if first is None:
         return first_kept_id
     safe = safe_first_kept_index(path, first, 0, len(path))
-    return path[safe].id if safe is not None and safe < len(path) and safe <= first else first_kept_id
+    return (path[safe].id if safe is not None and safe < len(path) and safe <= first
+            else first_kept_id)

@@ -134,7 +134,8 @@ def _check(manager: pluggy.PluginManager) -> None:
     for event in EVENTS:
         for impl in getattr(manager.hook, event).get_hookimpls():
             if impl.wrapper or impl.hookwrapper:
-                raise HookLoadError(f"hook plugin {impl.plugin_name}: wrappers are not supported ({event})")
+                raise HookLoadError(f"hook plugin {impl.plugin_name}: wrappers are not supported "
+                                    f"({event})")
 
 
 def _log_loaded(runner: HookRunner, manager: pluggy.PluginManager) -> None:
@@ -146,4 +147,5 @@ def _log_loaded(runner: HookRunner, manager: pluggy.PluginManager) -> None:
         order = [impl.plugin_name for impl in runner.implementations(event)]
         if order:
             log.info("hooks for %s: %s", event, ", ".join(order))
-    log.info("hook plugins loaded: %s (deadline %.3gs per call)", ", ".join(names), runner.timeout_s)
+    log.info("hook plugins loaded: %s (deadline %.3gs per call)", ", ".join(names),
+             runner.timeout_s)

@@ -134,7 +134,8 @@ class _Shape:
         if value is None or isinstance(value, expected):
             return None
         if not isinstance(value, Mapping):
-            raise self.fail(f"expected None, a {expected.__name__} or a dict, got {type(value).__name__}")
+            raise self.fail(f"expected None, a {expected.__name__} or a dict, "
+                            f"got {type(value).__name__}")
         return value
 
     def cancel(self, value: Any) -> bool:

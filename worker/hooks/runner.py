@@ -49,7 +49,9 @@ class _Stop(Exception):
 class HookRunner:
     """Calls the loaded hooks; with no plugins every method is a cheap no-op returning None."""
 
-    def __init__(self, manager: pluggy.PluginManager | None = None, *, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, manager: pluggy.PluginManager | None = None, *, timeout_s: float = 10.0
+    ) -> None:
         self.manager = manager
         self.timeout_s = timeout_s
 
@@ -89,7 +91,9 @@ class HookRunner:
             "signal": cancel,
             "session_id": session_id,
         }
-        found = self._decide("session_before_compact", impls, kwargs, cancel, normalise_before_compact)
+        found = self._decide(
+            "session_before_compact", impls, kwargs, cancel, normalise_before_compact
+        )
         if found is None:
             return None
         result, plugin = found
@@ -201,7 +205,9 @@ class HookRunner:
         """(True, result) or (False, None) for a hook that raised or ran past its deadline."""
         if cancel is not None and cancel.is_cancelled():
             raise _Stop
-        call = _HookCall(impl, [kwargs[name] for name in impl.argnames], f"{event}:{impl.plugin_name}")
+        call = _HookCall(
+            impl, [kwargs[name] for name in impl.argnames], f"{event}:{impl.plugin_name}"
+        )
         deadline = time.monotonic() + self.timeout_s
         while not call.done.wait(min(_POLL_S, max(0.0, deadline - time.monotonic()))):
             if cancel is not None and cancel.is_cancelled():

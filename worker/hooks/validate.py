@@ -91,7 +91,8 @@ def _check_first_kept(first_kept: str, path: Sequence[Entry], fail: Any) -> None
             continue
         message = entry.raw.get("message") if entry.type == "message" else None
         if isinstance(message, Mapping) and message.get("role") == "toolResult":
-            raise fail(f"firstKeptEntryId {first_kept} is a tool result, which cannot start the kept context")
+            raise fail(f"firstKeptEntryId {first_kept} is a tool result, which cannot start the "
+                       "kept context")
         return
     raise fail(f"firstKeptEntryId {first_kept} is not on the session path")
 

@@ -168,7 +168,9 @@ class WebhookPlugin:
         })
 
     # -- transport -----------------------------------------------------------------------------
-    def post(self, event: str, session_id: str | None, data: dict[str, Any]) -> dict[str, Any] | None:
+    def post(
+        self, event: str, session_id: str | None, data: dict[str, Any]
+    ) -> dict[str, Any] | None:
         """POST one signed event; the decoded JSON answer, or None for an empty one."""
         body = json.dumps({"event": event, "sessionId": session_id, **data},
                           separators=(",", ":"), ensure_ascii=False).encode("utf-8")

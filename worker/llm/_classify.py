@@ -51,7 +51,8 @@ def error_text(status: int, body: bytes) -> str:
         return error
     if not isinstance(error, dict):
         return json.dumps(data)[:1000]
-    parts = [str(error[key]) for key in ("type", "code", "status") if isinstance(error.get(key), str | int)]
+    parts = [str(error[key]) for key in ("type", "code", "status")
+             if isinstance(error.get(key), str | int)]
     message = error.get("message") or error.get("detail") or ""
     head = " ".join(parts)
     text = f"{head}: {message}" if head and message else head or str(message)
@@ -89,7 +90,8 @@ def classify_http_error(status: int, reason: str, headers: httpx.Headers, body: 
     if hint is None:
         hint = parse_retry_after_ms(text, now_ms)
     shown = message or (text if not body.strip() else f"{f'{status} {reason}'.strip()}: {text}")
-    kwargs: dict[str, Any] = {"status": status, "retry_after_ms": hint, "provider": provider, "model": model}
+    kwargs: dict[str, Any] = {"status": status, "retry_after_ms": hint, "provider": provider,
+                              "model": model}
     if status != 429 and (status == 413 or is_overflow_text(text)):
         return ContextOverflow(shown, **kwargs)
     if _QUOTA.search(text) or status == 402:

@@ -1,4 +1,5 @@
-"""The one HTTP client of the model layer, with deadlines and cancellation built into the socket reads.
+"""The one HTTP client of the model layer, with deadlines and cancellation built into the
+socket reads.
 
 Every model call runs inside ``guarded(cancel, deadline)``. The client's network backend reads
 sockets in slices of at most ``SLICE_S`` and, between slices, checks the cancel token and the
@@ -139,8 +140,10 @@ class _GuardedTransport(httpx.HTTPTransport):
 
 def make_client(max_connections: int = 32) -> httpx.Client:
     """The shared client. Timeouts are always passed per request; this default is a backstop."""
-    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=8, keepalive_expiry=30)
-    return httpx.Client(transport=_GuardedTransport(limits), timeout=httpx.Timeout(120.0, connect=10.0),
+    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=8,
+                          keepalive_expiry=30)
+    return httpx.Client(transport=_GuardedTransport(limits),
+                        timeout=httpx.Timeout(120.0, connect=10.0),
                         trust_env=False, follow_redirects=False)
 
 
@@ -169,7 +172,9 @@ def post_json(client: httpx.Client, url: str, payload: dict[str, Any], *, header
     except _CallCancelled as err:
         raise ModelCancelledError(**who) from err
     except httpx.TimeoutException as err:
-        raise ModelTimeout(f"Request timed out after {timeout_s:g} s ({type(err).__name__})", **who) from err
+        raise ModelTimeout(f"Request timed out after {timeout_s:g} s ({type(err).__name__})",
+                           **who) from err
     except httpx.HTTPError as err:
         raise ConnectionFailed(f"Connection error: {type(err).__name__}: {err}", **who) from err
-    return HttpReply(response.status_code, response.reason_phrase, response.headers, response.content)
+    return HttpReply(response.status_code, response.reason_phrase, response.headers,
+                     response.content)

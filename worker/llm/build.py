@@ -49,15 +49,16 @@ def build_providers(settings: LlmSettings, http: HttpContext,
 
 
 def _cooldown(settings: LlmSettings, redis_client: Any) -> CooldownStore:
-    threshold, window_s, cooldown_s = (settings.llm_failure_threshold, settings.llm_failure_window_s,
-                                       settings.llm_cooldown_s)
+    threshold, window_s, cooldown_s = (settings.llm_failure_threshold,
+                                       settings.llm_failure_window_s, settings.llm_cooldown_s)
     if redis_client is None:
         return MemoryCooldownStore(threshold=threshold, window_s=window_s, cooldown_s=cooldown_s)
-    return RedisCooldownStore(redis_client, threshold=threshold, window_s=window_s, cooldown_s=cooldown_s,
-                              prefix=settings.llm_cooldown_prefix)
+    return RedisCooldownStore(redis_client, threshold=threshold, window_s=window_s,
+                              cooldown_s=cooldown_s, prefix=settings.llm_cooldown_prefix)
 
 
-def build_summarizer(settings: LlmSettings | None = None, redis_client: redis.Redis[Any] | None = None,
+def build_summarizer(settings: LlmSettings | None = None,
+                     redis_client: redis.Redis[Any] | None = None,
                      tokenizer: Tokenizer | None = None) -> Router:
     """The router for ``settings`` (``LlmSettings()`` from the environment when omitted).
 
@@ -74,6 +75,7 @@ def build_summarizer(settings: LlmSettings | None = None, redis_client: redis.Re
     except Exception:
         client.close()
         raise
-    return Router(providers, policy=settings.retry_policy(), cooldown=_cooldown(settings, redis_client),
+    return Router(providers, policy=settings.retry_policy(),
+                  cooldown=_cooldown(settings, redis_client),
                   on_close=client.close,
                   counter=RequestCounter(tokenizer or get_tokenizer("tiktoken")))

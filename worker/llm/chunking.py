@@ -111,8 +111,8 @@ class RequestCounter:
         assert request.rechunk is not None
         base = self.request(request.rechunk((), previous))
         if base >= limit:
-            raise ContextOverflow(f"the prompt without any conversation (~{base} tokens) does not fit "
-                                  f"{limit} tokens")
+            raise ContextOverflow(f"the prompt without any conversation (~{base} tokens) "
+                                  f"does not fit {limit} tokens")
         end, total = start, base
         while end < len(messages) and (end == start or total + costs[end] <= limit):
             total += costs[end]
@@ -152,7 +152,8 @@ def _strings(value: Any) -> list[str]:
     if isinstance(value, str):
         return [value]
     if isinstance(value, dict):
-        return [s for key, item in value.items() if key not in ("role", "type", "id") for s in _strings(item)]
+        return [s for key, item in value.items() if key not in ("role", "type", "id")
+                for s in _strings(item)]
     if isinstance(value, list):
         return [s for item in value for s in _strings(item)]
     return []
@@ -164,9 +165,11 @@ def _clip(value: Any, ratio: float) -> Any:
             return value
         keep = max(_KEEP, int(len(value) * ratio))
         head, tail = value[: keep // 2], value[len(value) - keep // 2:]
-        return f"{head}\n[… {len(value) - 2 * (keep // 2)} chars omitted to fit the summarizer …]\n{tail}"
+        return (f"{head}\n[… {len(value) - 2 * (keep // 2)} chars omitted "
+                f"to fit the summarizer …]\n{tail}")
     if isinstance(value, dict):
-        return {key: item if key in ("role", "type", "id") else _clip(item, ratio) for key, item in value.items()}
+        return {key: item if key in ("role", "type", "id") else _clip(item, ratio)
+                for key, item in value.items()}
     if isinstance(value, list):
         return [_clip(item, ratio) for item in value]
     return value
@@ -184,10 +187,13 @@ class OverflowNumbers:
 
 _N = r"(\d[\d,]*)"
 _SHAPES: tuple[tuple[re.Pattern[str], tuple[int, int], bool], ...] = (
-    # OpenAI, vLLM, llama.cpp's OpenAI-compatible server: "... you requested M tokens (X in the messages, ...)"
-    (re.compile(rf"maximum context length is {_N} tokens.*?requested {_N} tokens", re.I | re.S), (1, 2), True),
+    # OpenAI, vLLM, llama.cpp's OpenAI-compatible server:
+    # "... you requested M tokens (X in the messages, ...)"
+    (re.compile(rf"maximum context length is {_N} tokens.*?requested {_N} tokens", re.I | re.S),
+     (1, 2), True),
     # OpenAI (newer) and vLLM (newer): the prompt alone
-    (re.compile(rf"maximum context length is {_N} tokens.*?(?:messages resulted in|request has) {_N} (?:input )?tokens",
+    (re.compile(rf"maximum context length is {_N} tokens.*?"
+                rf"(?:messages resulted in|request has) {_N} (?:input )?tokens",
                 re.I | re.S), (1, 2), False),
     # Anthropic
     (re.compile(rf"prompt is too long: {_N} tokens > {_N} maximum", re.I), (2, 1), False),
@@ -200,7 +206,8 @@ def parse_overflow(text: str) -> OverflowNumbers | None:
     for pattern, (window_group, counted_group), included in _SHAPES:
         match = pattern.search(text)
         if match:
-            window, counted = (int(match.group(g).replace(",", "")) for g in (window_group, counted_group))
+            window, counted = (int(match.group(g).replace(",", ""))
+                               for g in (window_group, counted_group))
             if window > 0 and counted > 0:
                 return OverflowNumbers(window, counted, included)
     return None

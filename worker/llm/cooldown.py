@@ -86,7 +86,8 @@ class RedisCooldownStore:
                 return False
             self._clear_until.pop(candidate, None)
             with self._redis.pipeline(transaction=True) as pipe:
-                pipe.set(cool_key, str(int(time.time() * 1000) + self._cooldown_ms), px=self._cooldown_ms)
+                pipe.set(cool_key, str(int(time.time() * 1000) + self._cooldown_ms),
+                         px=self._cooldown_ms)
                 pipe.delete(fail_key)
                 pipe.execute()
             log.warning("model candidate %s cooled down for %d ms after %d failures",

@@ -164,7 +164,8 @@ class ContextOverflow(ModelCallError):
 class ModelCancelledError(ModelCallError):
     kind = "cancelled"
 
-    def __init__(self, message: str = "Compaction cancelled", *, provider: str = "", model: str = "") -> None:
+    def __init__(self, message: str = "Compaction cancelled", *, provider: str = "",
+                 model: str = "") -> None:
         super().__init__(message, provider=provider, model=model)
 
 
@@ -174,7 +175,8 @@ class InsecureEndpointError(ModelError, ConfigurationError):
 
 
 class AllCandidatesFailedError(ModelError):
-    """No candidate produced a summary. ``str()`` is the last error's text (what the job reports)."""
+    """No candidate produced a summary. ``str()`` is the last error's text (what the job
+    reports)."""
 
     def __init__(self, errors: list[ModelCallError], *, attempts: int = 0) -> None:
         self.errors = list(errors)

@@ -79,5 +79,6 @@ def decide(policy: RetryPolicy, failure: Failure) -> Decision:
     if failure.retry_after_ms is not None:
         delay = max(delay, failure.retry_after_ms)
     if delay > policy.max_wait_ms:
-        return Decision("next_candidate", reason=f"wait of {delay} ms exceeds the {policy.max_wait_ms} ms cap")
+        return Decision("next_candidate",
+                        reason=f"wait of {delay} ms exceeds the {policy.max_wait_ms} ms cap")
     return Decision("retry", delay_ms=delay, reason=f"retry in {delay} ms")

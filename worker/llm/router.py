@@ -134,7 +134,8 @@ class Router:
         self.max_shrinks = max_shrinks
         self.counter = counter  # the configured tokenizer's counts (fit checks, chunk plans)
 
-    def summarize(self, request: SummaryRequest, cancel: CancelToken | None = None) -> SummaryResult:
+    def summarize(self, request: SummaryRequest,
+                  cancel: CancelToken | None = None) -> SummaryResult:
         """One request with its own attempt budget; use ``for_job()`` to share one per job."""
         return self.run(request, cancel, AttemptBudget(self.policy.job_attempt_budget))
 
@@ -145,7 +146,8 @@ class Router:
         if self._on_close is not None:
             self._on_close()
 
-    def run(self, request: SummaryRequest, cancel: CancelToken | None, budget: AttemptBudget) -> SummaryResult:
+    def run(self, request: SummaryRequest, cancel: CancelToken | None,
+            budget: AttemptBudget) -> SummaryResult:
         call = _Call(cancel, budget)
         for index, provider in enumerate(self.providers):
             call.check_cancel()
@@ -163,7 +165,8 @@ class Router:
                 call.note(f"{_label(provider)}: gave up ({type(err).__name__}: {err})")
                 continue
             candidate = provider.candidate
-            return SummaryResult(text=text, model=candidate.model or candidate.provider, provider=candidate.provider,
+            return SummaryResult(text=text, model=candidate.model or candidate.provider,
+                                 provider=candidate.provider,
                                  usage=call.usage, attempts=call.attempts, trail=tuple(call.trail),
                                  chunks=call.chunks, cost_usd=call.cost_usd)
         raise AllCandidatesFailedError(call.errors, attempts=call.attempts)
@@ -173,7 +176,8 @@ class Router:
         if provider.uses_http and self.cooldown.is_cooling(provider.candidate.cooldown_key):
             return CandidateCoolingDown("cooling down after repeated failures", **who)
         if provider.uses_http and call.budget.used >= call.budget.limit:
-            return AttemptBudgetExhausted(f"the job's budget of {call.budget.limit} model attempts is spent", **who)
+            return AttemptBudgetExhausted(f"the job's budget of {call.budget.limit} "
+                                          "model attempts is spent", **who)
         return provider.problem()
 
     # --- one candidate ------------------------------------------------------------------------
@@ -202,7 +206,8 @@ class Router:
                 return True
         return False
 
-    def _on_candidate(self, index: int, provider: Provider, request: SummaryRequest, call: _Call) -> str:
+    def _on_candidate(self, index: int, provider: Provider, request: SummaryRequest,
+                      call: _Call) -> str:
         window = provider.candidate.context_window
         who: Who = {"provider": provider.candidate.provider, "model": provider.candidate.model}
         if not self._fits(provider, request, window):
@@ -210,8 +215,9 @@ class Router:
                 raise ContextOverflow(f"input does not fit the window of {window} tokens; "
                                       "a later candidate has a larger one", **who)
             if not _chunkable(request):
-                raise ContextOverflow(f"input of ~{self.counter.request(request)} tokens does not fit "
-                                      f"{_label(provider)} and this request cannot be split", **who)
+                raise ContextOverflow(f"input of ~{self.counter.request(request)} tokens "
+                                      f"does not fit {_label(provider)} and this request "
+                                      "cannot be split", **who)
             assert window is not None
             plan = _Plan(self._budget(provider, request, window), window, request.previous_summary)
             return self._shrinking(index, provider, request, plan, call)
@@ -221,7 +227,8 @@ class Router:
         except ContextOverflow as err:
             if self._larger_later(index, request, window) or not _chunkable(request):
                 raise
-            refused = _Refused(err, self.counter.request(request), provider.output_reserve(max_tokens, request))
+            refused = _Refused(err, self.counter.request(request),
+                               provider.output_reserve(max_tokens, request))
         plan = _Plan(0, window, request.previous_summary)
         self._shrink(provider, request, plan, refused, call)
         return self._shrinking(index, provider, request, plan, call)
@@ -235,8 +242,10 @@ class Router:
             call.check_cancel()
             if provider.uses_http:
                 if not call.budget.take():
-                    raise AttemptBudgetExhausted(f"the job's budget of {call.budget.limit} model attempts is spent",
-                                                 provider=provider.candidate.provider, model=provider.candidate.model)
+                    raise AttemptBudgetExhausted(f"the job's budget of {call.budget.limit} "
+                                                 "model attempts is spent",
+                                                 provider=provider.candidate.provider,
+                                                 model=provider.candidate.model)
                 call.attempts += 1
             attempt += 1
             started = time.monotonic()
@@ -246,9 +255,10 @@ class Router:
                 raise
             except ModelCallError as err:
                 metrics.observe_model_call(label, type(err).__name__, time.monotonic() - started)
-                tripped = provider.uses_http and err.kind in _COUNTED and self.cooldown.record_failure(key)
-                decision = decide(self.policy, Failure(err.kind, attempt, call.budget.used, err.retry_after_ms,
-                                                       last, self._rng()))
+                tripped = (provider.uses_http and err.kind in _COUNTED
+                           and self.cooldown.record_failure(key))
+                decision = decide(self.policy, Failure(err.kind, attempt, call.budget.used,
+                                                       err.retry_after_ms, last, self._rng()))
                 reason = "circuit breaker opened" if tripped else decision.reason
                 call.note(f"{label} attempt {attempt}: {type(err).__name__}: {err} -> {reason}")
                 if decision.action != "retry" or tripped:
@@ -291,34 +301,41 @@ class Router:
         numbers = parse_overflow(str(refused.error))
         if numbers is not None and (plan.window is None or numbers.window < plan.window):
             plan.window = numbers.window  # the server told us its window: plan the output for it
-        next_completion = provider.output_reserve(self._max_tokens(provider, request, plan.window), request)
+        next_completion = provider.output_reserve(self._max_tokens(provider, request, plan.window),
+                                                  request)
         plan.limit = shrink_limit(numbers, refused.prompt, refused.completion, next_completion)
         plan.shrinks += 1
         how = (f"the server counted {numbers.counted} of its {numbers.window} tokens" if numbers
                else "no numbers in the error: halving")
-        call.note(f"{label}: shrink {plan.shrinks}/{self.max_shrinks}: ~{refused.prompt} tokens refused "
-                  f"({how}); re-planning chunks of ≤ ~{plan.limit} tokens")
+        call.note(f"{label}: shrink {plan.shrinks}/{self.max_shrinks}: ~{refused.prompt} tokens "
+                  f"refused ({how}); re-planning chunks of ≤ ~{plan.limit} tokens")
 
-    def _chunked(self, index: int, provider: Provider, request: SummaryRequest, plan: _Plan, call: _Call) -> str:
+    def _chunked(self, index: int, provider: Provider, request: SummaryRequest, plan: _Plan,
+                 call: _Call) -> str:
         label = _label(provider)
         who: Who = {"provider": provider.candidate.provider, "model": provider.candidate.model}
         messages = list(request.conversation)
         costs = [self.counter.message(m) for m in messages]
         while plan.start < len(messages):
-            sub, end = self.counter.next_chunk(request, messages, costs, plan.start, plan.previous, plan.limit)
+            sub, end = self.counter.next_chunk(request, messages, costs, plan.start, plan.previous,
+                                               plan.limit)
             replaced = sum(costs[plan.start:end]) + self.counter.text(plan.previous)
             # An answer that merely fits the output budget must still be smaller than its input.
-            max_tokens = min(self._max_tokens(provider, request, plan.window), max(MIN_CHUNK_OUTPUT, replaced // 2))
+            max_tokens = min(self._max_tokens(provider, request, plan.window),
+                             max(MIN_CHUNK_OUTPUT, replaced // 2))
             try:
                 text = self._attempts(index, provider, sub, call, max_tokens)
             except ContextOverflow as err:
-                raise _Refused(err, self.counter.request(sub), provider.output_reserve(max_tokens, sub)) from err
+                raise _Refused(err, self.counter.request(sub),
+                               provider.output_reserve(max_tokens, sub)) from err
             call.chunks += 1
-            call.note(f"{label}: chunk {call.chunks} (messages {plan.start}-{end - 1}, ~{self.counter.request(sub)} "
-                      f"tokens, max_tokens {max_tokens})", level=logging.INFO)
+            call.note(f"{label}: chunk {call.chunks} (messages {plan.start}-{end - 1}, "
+                      f"~{self.counter.request(sub)} tokens, max_tokens {max_tokens})",
+                      level=logging.INFO)
             if self.counter.text(text) >= replaced:
-                raise SummaryNotSmaller(f"chunk summary (~{self.counter.text(text)} tokens) is not smaller than "
-                                        f"what it replaces (~{replaced} tokens)", **who)
+                raise SummaryNotSmaller(f"chunk summary (~{self.counter.text(text)} tokens) "
+                                        "is not smaller than what it replaces "
+                                        f"(~{replaced} tokens)", **who)
             plan.previous, plan.start = text, end
         assert plan.previous is not None
         return plan.previous
@@ -331,5 +348,6 @@ class JobSummarizer:
         self.router = router
         self.budget = AttemptBudget(router.policy.job_attempt_budget)
 
-    def summarize(self, request: SummaryRequest, cancel: CancelToken | None = None) -> SummaryResult:
+    def summarize(self, request: SummaryRequest,
+                  cancel: CancelToken | None = None) -> SummaryResult:
         return self.router.run(request, cancel, self.budget)

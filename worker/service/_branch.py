@@ -41,7 +41,8 @@ def _context_window(ctx: JobContext) -> int:
     return window or ctx.rt.settings.context_window
 
 
-def _summary(ctx: JobContext, prep: TreePreparation) -> tuple[str | None, Any, bool, tuple[SummaryResult, ...]]:
+def _summary(ctx: JobContext,
+             prep: TreePreparation) -> tuple[str | None, Any, bool, tuple[SummaryResult, ...]]:
     """(text, details, fromExtension, model calls): a hook's summary first, else the model."""
     hook = ctx.rt.hooks.before_tree(prep, ctx.control, session_id=ctx.session_id)
     if hook is not None and hook.cancel:

@@ -142,7 +142,8 @@ def _prime(ctx: JobContext, snap: Snapshot) -> None:
     metrics.observe_cold_counts(len(loaded), len(counted))
 
 
-def _round(ctx: JobContext, progress: Progress, round_no: int) -> tuple[Draft | None, CommitOutcome | None] | None:
+def _round(ctx: JobContext, progress: Progress,
+           round_no: int) -> tuple[Draft | None, CommitOutcome | None] | None:
     """One snapshot: prune pass (automatic reasons), plan, summarize, commit. None = stale."""
     snap: Snapshot = ctx.rt.sessions.load(ctx.session_id)
     _prime(ctx, snap)

@@ -57,7 +57,9 @@ class JobSuccess:
     event: dict[str, Any] = field(default_factory=dict)   # extra completion-event fields
 
 
-def calls_summary(calls: Sequence[SummaryResult]) -> tuple[str | None, Usage | None, dict[str, Any]]:
+def calls_summary(
+    calls: Sequence[SummaryResult],
+) -> tuple[str | None, Usage | None, dict[str, Any]]:
     """(model of the main call, summed usage, per-call detail for the record)."""
     if not calls:
         return None, None, {}

@@ -131,12 +131,14 @@ def _run_leased(rt: Runtime, job_id: str, owner: str) -> JobOutcome:
             return _fail(ctx, str(err), result={"loopGuard": err.to_result()})
         except CompactorError as err:
             # A summarizer stopped by the token raises its own error: report the real reason.
-            return _stopped(ctx, control.stop_reason) if control.stop_reason else _fail(ctx, str(err))
+            return (_stopped(ctx, control.stop_reason) if control.stop_reason
+                    else _fail(ctx, str(err)))
         except Exception as err:  # a bug must still end the job, or it stays "running"
             log.exception("job %s: unexpected error", job_id)
             # The record and events are visible to platforms: name the error type only, the
             # text may quote session content (the log above keeps the details for operators).
-            return _fail(ctx, f"internal error ({type(err).__name__}); see the worker log for job {job_id}")
+            return _fail(ctx, f"internal error ({type(err).__name__}); see the worker log for "
+                              f"job {job_id}")
     return _succeed(ctx, success)
 
 

@@ -27,7 +27,8 @@ class PruneStep:
         return {"prunedEntryIds": list(self.pruned_entry_ids), "tokensSaved": self.tokens_saved}
 
 
-def _rewrites(ctx: JobContext, snap: Snapshot, plan: PrunePlan) -> list[tuple[str, str, str]] | None:
+def _rewrites(ctx: JobContext, snap: Snapshot,
+              plan: PrunePlan) -> list[tuple[str, str, str]] | None:
     """(id, digest of the stored line, pruned line) per planned entry; None if a stored line no
     longer holds what was planned on (changed since the snapshot)."""
     by_id = snap.session.tree().by_id

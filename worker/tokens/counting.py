@@ -389,5 +389,6 @@ def get_tokenizer(name: str = "tiktoken") -> Tokenizer:
         raise ValueError(f"unknown tokenizer {name!r} (expected 'estimate' or 'tiktoken')")
     with _SHARED_LOCK:
         if name not in _SHARED:
-            _SHARED[name] = EstimateTokenizer() if name == "estimate" else TiktokenTokenizer(TOKEN_CACHE)
+            _SHARED[name] = (EstimateTokenizer() if name == "estimate"
+                             else TiktokenTokenizer(TOKEN_CACHE))
         return _SHARED[name]

@@ -43,7 +43,8 @@ class ToolStep:
 @dataclass
 class Facts:
     requests: list[str] = field(default_factory=list)
-    embedded_summaries: list[str] = field(default_factory=list)  # compaction/branch summaries in context
+    # compaction/branch summaries in context
+    embedded_summaries: list[str] = field(default_factory=list)
     steps: list[ToolStep] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     read: dict[str, None] = field(default_factory=dict)
@@ -58,7 +59,8 @@ def _text_of(content: Any) -> str:
         return content
     if isinstance(content, list):
         return "".join(b.get("text", "") for b in content
-                       if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str))
+                       if isinstance(b, dict) and b.get("type") == "text"
+                       and isinstance(b.get("text"), str))
     return ""
 
 
@@ -103,7 +105,8 @@ class _Collector:
         for block in blocks:
             if not isinstance(block, dict):
                 continue
-            if block.get("type") == "text" and isinstance(block.get("text"), str) and block["text"].strip():
+            if block.get("type") == "text" and isinstance(block.get("text"), str) \
+                    and block["text"].strip():
                 texts.append(block["text"])
             elif block.get("type") == "toolCall":
                 calls += 1
@@ -136,7 +139,8 @@ class _Collector:
         if step is not None:
             step.error = reason
         # A long command is cut here so that the error line itself stays whole.
-        label = f"{step.name} {clip(step.target, 80)}".strip() if step else str(message.get("toolName") or "tool")
+        label = (f"{step.name} {clip(step.target, 80)}".strip() if step
+                 else str(message.get("toolName") or "tool"))
         self.facts.errors.append(f"{label}: {reason}")
 
 

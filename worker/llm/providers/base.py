@@ -40,7 +40,8 @@ class Provider(Protocol):
         """Tokens of the context window the answer may take (thinking budget included)."""
         ...
 
-    def complete(self, request: SummaryRequest, max_tokens: int, cancel: CancelToken | None) -> Reply:
+    def complete(self, request: SummaryRequest, max_tokens: int,
+                 cancel: CancelToken | None) -> Reply:
         """One attempt. Raises a ``ModelCallError`` subclass on failure."""
         ...
 

@@ -27,12 +27,13 @@ __all__ = ["ExtractiveProvider", "extractive_summary"]
 _LINE = 240
 _FILES_LINE = 4000  # the file lists (20 paths at most) are not cut at the usual line length
 _VERBATIM = 2000
-_CAPS = {"Early Progress": 25, "Goal": 8, "Constraints & Preferences": 8, "Progress/Done": 25, "Progress/In Progress": 5,
-         "Progress/Blocked": 6, "Next Steps": 5, "Critical Context": 16}
+_CAPS = {"Early Progress": 25, "Goal": 8, "Constraints & Preferences": 8, "Progress/Done": 25,
+         "Progress/In Progress": 5, "Progress/Blocked": 6, "Next Steps": 5, "Critical Context": 16}
 _DEFAULT_CAP = 20
 _ORDER = ("Goal", "Constraints & Preferences", "Progress", "Progress/Done", "Progress/In Progress",
           "Progress/Blocked", "Key Decisions", "Next Steps", "Critical Context", "Additional Notes")
-_CONSTRAINT = re.compile(r"\b(must|must not|never|always|don't|do not|avoid|prefer|without|only)\b", re.I)
+_CONSTRAINT = re.compile(r"\b(must|must not|never|always|don't|do not|avoid|prefer|without|only)\b",
+                         re.I)
 _TAGS = re.compile(r"<(read-files|modified-files)>.*?</\1>", re.DOTALL)
 _NUMBERED = re.compile(r"^\d+\.\s*")
 _PENDING = "- Pending request (verbatim):"
@@ -42,7 +43,8 @@ _REPLACED = ("- Files modified:", "- Files read:", "- Last assistant note:")
 # 2 × max_tokens characters (half the output budget), shared 35/45/20.
 _FACT_FLOOR = 6_000
 _FACT_SHARE = {"Goal": 0.35, "Progress/Done": 0.45, "Progress/Blocked": 0.2}
-_FILE_STEP = tuple(f"- {done}`{tool}` " for done in ("[x] ", "") for tool in ("read", "write", "edit"))
+_FILE_STEP = tuple(f"- {done}`{tool}` " for done in ("[x] ", "")
+                   for tool in ("read", "write", "edit"))
 
 
 class ExtractiveProvider:
@@ -57,7 +59,8 @@ class ExtractiveProvider:
     def output_reserve(self, max_tokens: int, request: SummaryRequest) -> int:
         return 0
 
-    def complete(self, request: SummaryRequest, max_tokens: int, cancel: CancelToken | None) -> Reply:
+    def complete(self, request: SummaryRequest, max_tokens: int,
+                 cancel: CancelToken | None) -> Reply:
         return Reply(extractive_summary(request), Usage())
 
 
@@ -69,21 +72,25 @@ def extractive_summary(request: SummaryRequest) -> str:
         return _short(facts, request.previous_summary, modified)
     if request.purpose == "turn_prefix":
         return _turn_prefix(facts, read, modified, max(_FACT_FLOOR, 2 * request.max_tokens))
-    previous = [*facts.embedded_summaries, *([request.previous_summary] if request.previous_summary else [])]
-    sections = _merge(previous, _new_sections(facts, read, modified), max(_FACT_FLOOR, 2 * request.max_tokens))
+    previous = [*facts.embedded_summaries,
+                *([request.previous_summary] if request.previous_summary else [])]
+    sections = _merge(previous, _new_sections(facts, read, modified),
+                      max(_FACT_FLOOR, 2 * request.max_tokens))
     if request.purpose == "branch":
         return _render_branch(sections)
     return _render(sections)
 
 
 # --- sections of the current conversation ---------------------------------------------------
-def _new_sections(facts: Facts, read: Sequence[str], modified: Sequence[str]) -> dict[str, list[str]]:
+def _new_sections(facts: Facts, read: Sequence[str],
+                  modified: Sequence[str]) -> dict[str, list[str]]:
     open_request = facts.open_request
     sections: dict[str, list[str]] = {
         "Goal": [f"- {first_line(r, _LINE)}" for r in _work_requests(facts.requests)],
         "Constraints & Preferences": [f"- {clip(s, _LINE)}" for s in _constraints(facts.requests)],
         "Progress/Done": [f"- [x] {clip(s.describe(), _LINE)}" for s in facts.steps],
-        "Progress/In Progress": [f"- [ ] {first_line(open_request, _LINE)}"] if open_request else [],
+        "Progress/In Progress": ([f"- [ ] {first_line(open_request, _LINE)}"] if open_request
+                                 else []),
         "Progress/Blocked": [f"- {clip(e, _LINE)}" for e in facts.errors],
         "Next Steps": _next_steps(facts),
         "Critical Context": _critical(facts, read, modified),
@@ -144,7 +151,8 @@ def _file_list(paths: Sequence[str], limit: int = 20) -> str:
 
 
 # --- merging with earlier summaries ---------------------------------------------------------
-def _merge(previous: Sequence[str], new: dict[str, list[str]], fact_chars: int) -> dict[str, list[str]]:
+def _merge(previous: Sequence[str], new: dict[str, list[str]],
+           fact_chars: int) -> dict[str, list[str]]:
     merged: dict[str, list[str]] = {}
     for text in previous:
         _merge_one(merged, parse_sections(_TAGS.sub("", text)), has_new_requests=True)
@@ -168,14 +176,17 @@ def _bounded(key: str, lines: list[str], chars: int) -> list[str]:
         dropped.add(i)
         size -= len(lines[i]) + 1
     marker = "- [x] …" if key == "Progress/Done" else "- …"
-    return [f"{marker} ({len(dropped)} earlier items omitted)", *(ln for i, ln in enumerate(lines) if i not in dropped)]
+    return [f"{marker} ({len(dropped)} earlier items omitted)",
+            *(ln for i, ln in enumerate(lines) if i not in dropped)]
 
 
-def _merge_one(into: dict[str, list[str]], new: dict[str, list[str]], *, has_new_requests: bool) -> None:
+def _merge_one(into: dict[str, list[str]], new: dict[str, list[str]], *,
+               has_new_requests: bool) -> None:
     if has_new_requests:  # what was in progress before a newer request is taken as done
         moved = [line.replace("- [ ]", "- [x]", 1) for line in into.pop("Progress/In Progress", [])]
         into["Progress/Done"] = [*into.get("Progress/Done", []), *moved]
-    into["Critical Context"] = _stale_context_dropped(into.get("Critical Context", []), new.get("Critical Context", []),
+    into["Critical Context"] = _stale_context_dropped(into.get("Critical Context", []),
+                                                      new.get("Critical Context", []),
                                                       drop_pending=has_new_requests)
     for key, lines in new.items():
         into[key] = dedup([*into.get(key, []), *lines])
@@ -196,12 +207,14 @@ def _stale_context_dropped(old: list[str], fresh: list[str], *, drop_pending: bo
 
 def _cap(key: str, lines: list[str]) -> list[str]:
     if key == "Next Steps":
-        lines = [f"{i}. {_NUMBERED.sub('', line)}" for i, line in enumerate(dedup(lines)[-_CAPS[key]:], 1)]
+        lines = [f"{i}. {_NUMBERED.sub('', line)}"
+                 for i, line in enumerate(dedup(lines)[-_CAPS[key]:], 1)]
     limit = _CAPS.get(key, _DEFAULT_CAP)
     if key == "Critical Context":  # the verbatim request is kept whole; other lines are capped
         quoted = [ln for ln in lines if ln.startswith("> ") or ln == _PENDING]
         long_lines = (*_REPLACED[:2], _OTHER_MESSAGES)
-        other = [clip(ln, _FILES_LINE if ln.startswith(long_lines) else _LINE) for ln in lines if ln not in quoted]
+        other = [clip(ln, _FILES_LINE if ln.startswith(long_lines) else _LINE)
+                 for ln in lines if ln not in quoted]
         return [*other[-limit:], *quoted]
     lines = [clip(ln, _LINE) for ln in lines]
     if len(lines) <= limit:
@@ -214,13 +227,15 @@ def _cap(key: str, lines: list[str]) -> list[str]:
 
 
 # --- rendering ------------------------------------------------------------------------------
-def _render(sections: dict[str, list[str]], placeholder: Callable[[str], list[str]] | None = None) -> str:
+def _render(sections: dict[str, list[str]],
+            placeholder: Callable[[str], list[str]] | None = None) -> str:
     keys = [*_ORDER, *(k for k in sections if k not in _ORDER)]
     out: list[str] = []
     for key in keys:
         top, _, sub = key.partition("/")
         lines = sections.get(key) or (placeholder(key) if placeholder else [])
-        if not sub and not lines and not any(sections.get(f"{key}/{s}") for s in ("Done", "In Progress", "Blocked")):
+        if not sub and not lines and not any(sections.get(f"{key}/{s}")
+                                             for s in ("Done", "In Progress", "Blocked")):
             continue
         if sub and not lines:
             continue
@@ -248,13 +263,15 @@ def _render_branch(sections: dict[str, list[str]]) -> str:
     return _render(fixed, placeholder)
 
 
-def _turn_prefix(facts: Facts, read: Sequence[str], modified: Sequence[str], fact_chars: int) -> str:
+def _turn_prefix(facts: Facts, read: Sequence[str], modified: Sequence[str],
+                 fact_chars: int) -> str:
     request = facts.requests[0] if facts.requests else "(the turn began without a user request)"
     lines = ["## Original Request", clip(request, _VERBATIM), "", "## Early Progress"]
     steps = [f"- {clip(s.describe(), _LINE)}" for s in facts.steps]
     lines.extend(_bounded("Early Progress", steps, fact_chars // 2) or ["- (no tool calls yet)"])
     lines += ["", "## Context for Suffix"]
-    context = [ln for ln in _critical(facts, read, modified) if not ln.startswith("> ") and ln != _PENDING]
+    context = [ln for ln in _critical(facts, read, modified)
+               if not ln.startswith("> ") and ln != _PENDING]
     errors = [f"- Error seen: {clip(e, _LINE)}" for e in facts.errors]
     context += _bounded("Errors", errors, fact_chars // 5)
     lines.extend(context or ["- (nothing beyond the request)"])

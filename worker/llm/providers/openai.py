@@ -1,4 +1,5 @@
-"""OpenAI-compatible Chat Completions (OpenAI, vLLM, llama.cpp server, Ollama, OpenRouter, LiteLLM)."""
+"""OpenAI-compatible Chat Completions (OpenAI, vLLM, llama.cpp server, Ollama, OpenRouter,
+LiteLLM)."""
 
 from __future__ import annotations
 
@@ -56,18 +57,20 @@ class OpenAIChatProvider:
             body["reasoning_effort"] = "high"
         return body
 
-    def complete(self, request: SummaryRequest, max_tokens: int, cancel: CancelToken | None) -> Reply:
+    def complete(self, request: SummaryRequest, max_tokens: int,
+                 cancel: CancelToken | None) -> Reply:
         who: Who = {"provider": "openai", "model": self.candidate.model}
         headers = {"authorization": f"Bearer {self._api_key}"} if self._api_key else {}
-        reply = post_json(self._http.client, self._url, self.payload(request, max_tokens), headers=headers,
-                          timeout_s=self.candidate.timeout_s, connect_timeout_s=self._http.connect_timeout_s,
-                          cancel=cancel, **who)
+        reply = post_json(self._http.client, self._url, self.payload(request, max_tokens),
+                          headers=headers, timeout_s=self.candidate.timeout_s,
+                          connect_timeout_s=self._http.connect_timeout_s, cancel=cancel, **who)
         if not 200 <= reply.status < 300:
             raise classify_http_error(reply.status, reply.reason, reply.headers, reply.body, **who)
         try:
             data = reply.json()
         except ValueError as err:
-            raise MalformedResponse(f"Malformed JSON from the model: {reply.body[:200]!r}", **who) from err
+            raise MalformedResponse(f"Malformed JSON from the model: {reply.body[:200]!r}",
+                                    **who) from err
         if isinstance(data, dict) and "error" in data and not data.get("choices"):
             # OpenRouter and some proxies answer 200 with an error object
             status = data["error"].get("code") if isinstance(data["error"], dict) else None
@@ -83,7 +86,8 @@ def _text(data: Any, who: Who) -> str:
         raise UnexpectedResponse("Model response has no choices[0].message", **who) from err
     content = message.get("content") if isinstance(message, dict) else None
     if isinstance(content, list):  # some servers return content parts
-        content = "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+        content = "\n".join(p.get("text", "") for p in content
+                            if isinstance(p, dict) and p.get("type") == "text")
     if not isinstance(content, str) or not content.strip():
         raise EmptyOutput("Model returned an empty summary", **who)
     return content
@@ -97,4 +101,5 @@ def _usage(data: Any) -> Usage:
     cached = as_int(details.get("cached_tokens")) if isinstance(details, dict) else 0
     prompt = as_int(usage.get("prompt_tokens"))
     # OpenAI counts cached tokens inside prompt_tokens; Usage keeps them apart (as pi does).
-    return Usage(input=max(0, prompt - cached), output=as_int(usage.get("completion_tokens")), cache_read=cached)
+    return Usage(input=max(0, prompt - cached), output=as_int(usage.get("completion_tokens")),
+                 cache_read=cached)

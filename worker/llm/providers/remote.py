@@ -1,4 +1,5 @@
-"""The reference agent's remote summarization endpoint (SPEC §10.4): POST {systemPrompt, prompt} -> {summary}."""
+"""The reference agent's remote summarization endpoint (SPEC §10.4):
+POST {systemPrompt, prompt} -> {summary}."""
 
 from __future__ import annotations
 
@@ -55,7 +56,8 @@ def parse_header(raw: str | None) -> dict[str, str]:
 class RemoteEndpointProvider:
     uses_http = True
 
-    def __init__(self, candidate: ModelCandidate, http: HttpContext, auth_header: str | None) -> None:
+    def __init__(self, candidate: ModelCandidate, http: HttpContext,
+                 auth_header: str | None) -> None:
         check_endpoint_url(candidate.resolved_base_url)
         self.candidate = candidate
         self._http = http
@@ -67,19 +69,22 @@ class RemoteEndpointProvider:
     def output_reserve(self, max_tokens: int, request: SummaryRequest) -> int:
         return max_tokens
 
-    def complete(self, request: SummaryRequest, max_tokens: int, cancel: CancelToken | None) -> Reply:
+    def complete(self, request: SummaryRequest, max_tokens: int,
+                 cancel: CancelToken | None) -> Reply:
         who: Who = {"provider": "remote", "model": self.candidate.model}
         payload = {"systemPrompt": request.system_prompt, "prompt": request.prompt}
-        reply = post_json(self._http.client, self.candidate.resolved_base_url, payload, headers=self._headers,
-                          timeout_s=self.candidate.timeout_s, connect_timeout_s=self._http.connect_timeout_s,
-                          cancel=cancel, **who)
+        reply = post_json(self._http.client, self.candidate.resolved_base_url, payload,
+                          headers=self._headers, timeout_s=self.candidate.timeout_s,
+                          connect_timeout_s=self._http.connect_timeout_s, cancel=cancel, **who)
         if not 200 <= reply.status < 300:
             message = f"Remote compaction failed ({reply.status} {reply.reason})"
-            raise classify_http_error(reply.status, reply.reason, reply.headers, reply.body, message=message, **who)
+            raise classify_http_error(reply.status, reply.reason, reply.headers, reply.body,
+                                      message=message, **who)
         try:
             data = reply.json()
         except ValueError as err:
-            raise MalformedResponse(f"Malformed JSON from the remote endpoint: {reply.body[:200]!r}", **who) from err
+            raise MalformedResponse("Malformed JSON from the remote endpoint: "
+                                    f"{reply.body[:200]!r}", **who) from err
         summary = data.get("summary") if isinstance(data, dict) else None
         if not isinstance(summary, str):
             raise UnexpectedResponse("Remote compaction response missing summary", **who)
