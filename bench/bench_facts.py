@@ -9,7 +9,7 @@ budget.
 
     .venv/bin/python bench/bench_facts.py            (needs ../shared/fixtures/pi)
     COMPACTOR_MODELS='[{"provider":"openai","model":"gemma",
-      "base_url":"http://127.0.0.1:8080/v1"}]' \
+      "base_url":"http://127.0.0.1:8080/v1"}]' \\
         .venv/bin/python bench/bench_facts.py
 """
 

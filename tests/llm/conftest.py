@@ -1,4 +1,5 @@
-"""Fixtures of the model-layer tests: the loopback model server and routers built from settings."""
+"""Fixtures of the model-layer tests: the loopback model server and routers built from
+settings."""
 
 from __future__ import annotations
 
@@ -22,11 +23,13 @@ def llm_server() -> Iterator[FakeLLMServer]:
 
 @pytest.fixture
 def make_router() -> Iterator[Callable[..., Router]]:
-    """``make_router([candidate dicts], redis_client=None, **setting overrides)`` with FAST defaults."""
+    """``make_router([candidate dicts], redis_client=None, **setting overrides)`` with FAST
+    defaults."""
     routers: list[Router] = []
 
     def make(models: list[dict[str, Any]], redis_client: Any = None, **overrides: Any) -> Router:
-        settings = LlmSettings(models=[ModelCandidate.model_validate(m) for m in models], **{**FAST, **overrides})
+        settings = LlmSettings(models=[ModelCandidate.model_validate(m) for m in models],
+                               **{**FAST, **overrides})
         router = build_summarizer(settings, redis_client)
         routers.append(router)
         return router

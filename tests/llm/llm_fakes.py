@@ -35,7 +35,8 @@ class Act:
     pieces: int = 1  # trickle: the body in this many pieces ...
     interval: float = 0.0  # ... this far apart
     usage: dict[str, int] = field(default_factory=dict)
-    fill: float = 0.0  # fill: a success of this share of the request's max_tokens (one token a word)
+    fill: float = 0.0  # fill: a success of this share of the request's max_tokens (one
+                       # token a word)
 
 
 def ok(text: str | None = None, *, delay: float = 0.0, **usage: int) -> Act:
@@ -92,18 +93,22 @@ class Window:
     def refusal(self, counted: int, completion: int) -> dict[str, Any]:
         if not self.numbers:
             return {"error": {"code": 400, "type": "exceed_context_size_error",
-                              "message": "the request exceeds the available context size, try increasing it"}}
-        return {"error": {"type": "invalid_request_error", "code": "context_length_exceeded", "message": (
-            f"This model's maximum context length is {self.tokens} tokens. However, you requested "
-            f"{counted + completion} tokens ({counted} in the messages, {completion} in the completion). "
-            "Please reduce the length of the messages or completion.")}}
+                              "message": "the request exceeds the available context size, "
+                                         "try increasing it"}}
+        return {"error": {
+            "type": "invalid_request_error", "code": "context_length_exceeded", "message": (
+                f"This model's maximum context length is {self.tokens} tokens. However, you "
+                f"requested {counted + completion} tokens ({counted} in the messages, "
+                f"{completion} in the completion). "
+                "Please reduce the length of the messages or completion.")}}
 
 
 _ENCODING: Any = None
 
 
 def cl100k(text: str) -> int:
-    """Tokens of ``text`` by cl100k, loaded here: the server side does not use the router's counter."""
+    """Tokens of ``text`` by cl100k, loaded here: the server side does not use the router's
+    counter."""
     global _ENCODING
     if _ENCODING is None:
         import tiktoken
@@ -116,15 +121,19 @@ def success_body(path: str, text: str, usage: dict[str, int]) -> dict[str, Any]:
     if path.endswith("/chat/completions"):
         return {
             "id": "chatcmpl-1", "object": "chat.completion",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": usage.get("input", 100), "completion_tokens": usage.get("output", 20),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                         "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": usage.get("input", 100),
+                      "completion_tokens": usage.get("output", 20),
                       "prompt_tokens_details": {"cached_tokens": usage.get("cached", 0)}},
         }
     if path.endswith("/messages"):
         return {
             "id": "msg_1", "type": "message", "role": "assistant", "stop_reason": "end_turn",
-            "content": [{"type": "thinking", "thinking": "hmm", "signature": "x"}, {"type": "text", "text": text}],
-            "usage": {"input_tokens": usage.get("input", 100), "output_tokens": usage.get("output", 20),
+            "content": [{"type": "thinking", "thinking": "hmm", "signature": "x"},
+                        {"type": "text", "text": text}],
+            "usage": {"input_tokens": usage.get("input", 100),
+                      "output_tokens": usage.get("output", 20),
                       "cache_read_input_tokens": usage.get("cache_read", 0),
                       "cache_creation_input_tokens": usage.get("cache_write", 0)},
         }
@@ -143,7 +152,8 @@ class FakeLLMServer:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self.httpd.daemon_threads = True
         self.httpd.fake = self  # type: ignore[attr-defined]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread = threading.Thread(target=self.httpd.serve_forever,
+                                       kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
 
     @property
@@ -198,13 +208,16 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = raw_body.decode("utf-8", "replace")
         self._body = body
-        key = body["model"] if isinstance(body, dict) and isinstance(body.get("model"), str) else self.path
+        key = (body["model"] if isinstance(body, dict) and isinstance(body.get("model"), str)
+               else self.path)
         window = self.fake.windows.get(key)
         counted = window.count(body) if window and isinstance(body, dict) else None
         completion = _completion(body)
-        refused = window is not None and counted is not None and counted + completion > window.tokens
+        refused = (window is not None and counted is not None
+                   and counted + completion > window.tokens)
         with self.fake.lock:
-            self.fake.seen.append(Seen(key, self.path, {k.lower(): v for k, v in self.headers.items()}, body,
+            self.fake.seen.append(Seen(key, self.path,
+                                       {k.lower(): v for k, v in self.headers.items()}, body,
                                        time.monotonic(), counted))
             number = sum(1 for s in self.fake.seen if s.key == key)
             if refused:
@@ -257,7 +270,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _fill(self, act: Act, key: str, number: int) -> None:
         words = max(1, int(_completion(self._body) * act.fill))
-        self._send(200, json.dumps(success_body(self.path, "word" + " word" * (words - 1), act.usage)).encode(), {})
+        self._send(200, json.dumps(success_body(self.path, "word" + " word" * (words - 1),
+                                                act.usage)).encode(), {})
 
     def _raw(self, act: Act, key: str, number: int) -> None:
         self._send(act.status, str(act.body).encode(), act.headers)
@@ -325,19 +339,21 @@ class Flag:
 
 # Small numbers so the tests are fast: 20 ms base, x2, 1 s wait cap, no jitter.
 FAST: dict[str, Any] = {
-    "llm_backoff_base_ms": 20, "llm_backoff_factor": 2.0, "llm_backoff_max_ms": 200, "llm_backoff_jitter": 0.0,
+    "llm_backoff_base_ms": 20, "llm_backoff_factor": 2.0, "llm_backoff_max_ms": 200,
+    "llm_backoff_jitter": 0.0,
     "llm_max_wait_ms": 1000, "llm_attempts_per_candidate": 3, "llm_attempt_budget": 20,
     "llm_failure_threshold": 50, "llm_connect_timeout_s": 1.0,
 }
 
 
 def openai(server: FakeLLMServer, model: str, **extra: Any) -> dict[str, Any]:
-    return {"provider": "openai", "model": model, "base_url": server.url + "/v1", "timeout_s": 2.0, **extra}
+    return {"provider": "openai", "model": model, "base_url": server.url + "/v1",
+            "timeout_s": 2.0, **extra}
 
 
 def anthropic(server: FakeLLMServer, model: str, **extra: Any) -> dict[str, Any]:
-    return {"provider": "anthropic", "model": model, "base_url": server.url, "api_key": "sk-ant-test",
-            "timeout_s": 2.0, **extra}
+    return {"provider": "anthropic", "model": model, "base_url": server.url,
+            "api_key": "sk-ant-test", "timeout_s": 2.0, **extra}
 
 
 def remote(server: FakeLLMServer, **extra: Any) -> dict[str, Any]:
@@ -385,10 +401,12 @@ def user(text: str) -> dict[str, Any]:
 
 
 def assistant(text: str) -> dict[str, Any]:
-    return {"role": "assistant", "content": [{"type": "text", "text": text}], "stopReason": "stop", "timestamp": 0}
+    return {"role": "assistant", "content": [{"type": "text", "text": text}], "stopReason": "stop",
+            "timestamp": 0}
 
 
 def conversation_of(n: int, size: int) -> list[dict[str, Any]]:
-    """``n`` alternating user/assistant messages of about ``size`` chars ("message <i>: word word ...")."""
+    """``n`` alternating user/assistant messages of about ``size`` chars ("message <i>: word
+    word ...")."""
     texts = [f"message {i}: " + "word " * (size // 5) for i in range(n)]
     return [user(text) if i % 2 == 0 else assistant(text) for i, text in enumerate(texts)]

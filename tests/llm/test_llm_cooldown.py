@@ -24,7 +24,8 @@ def test_memory_store_threshold_window_and_expiry() -> None:
     store = MemoryCooldownStore(threshold=3, window_s=10, cooldown_s=30, clock=clock)
     assert [store.record_failure("a"), store.record_failure("a")] == [False, False]
     clock.now += 11  # the window ran out: counting starts again
-    assert [store.record_failure("a"), store.record_failure("a"), store.record_failure("a")] == [False, False, True]
+    assert [store.record_failure("a"), store.record_failure("a"), store.record_failure("a")] == [
+        False, False, True]
     assert store.is_cooling("a") and not store.is_cooling("b")
     clock.now += 29
     assert store.is_cooling("a")
@@ -40,9 +41,10 @@ def test_success_resets_the_count() -> None:
 
 
 def test_redis_store_shares_state_and_expires(redis_url: str) -> None:
-    one = RedisCooldownStore(redis.Redis.from_url(redis_url), threshold=2, window_s=5, cooldown_s=0.3, prefix="t:")
-    two: CooldownStore = RedisCooldownStore(redis.Redis.from_url(redis_url), threshold=2, window_s=5,
-                                            cooldown_s=0.3, prefix="t:")
+    one = RedisCooldownStore(redis.Redis.from_url(redis_url), threshold=2, window_s=5,
+                             cooldown_s=0.3, prefix="t:")
+    two: CooldownStore = RedisCooldownStore(redis.Redis.from_url(redis_url), threshold=2,
+                                            window_s=5, cooldown_s=0.3, prefix="t:")
     assert one.record_failure("m") is False
     assert two.record_failure("m") is True  # counted together
     assert one.is_cooling("m") and two.is_cooling("m")
@@ -72,7 +74,8 @@ def test_a_clear_answer_is_reused_for_recheck_s(redis_url: str) -> None:
 
 
 def test_redis_failure_window_has_an_expiry(redis_url: str) -> None:
-    store = RedisCooldownStore(redis.Redis.from_url(redis_url), threshold=5, window_s=2, prefix="t:")
+    store = RedisCooldownStore(redis.Redis.from_url(redis_url), threshold=5, window_s=2,
+                               prefix="t:")
     store.record_failure("m")
     store.record_failure("m")
     client = redis.Redis.from_url(redis_url)
@@ -81,7 +84,8 @@ def test_redis_failure_window_has_an_expiry(redis_url: str) -> None:
 
 
 def test_redis_outage_fails_open(own_redis: Any, caplog: pytest.LogCaptureFixture) -> None:
-    store = RedisCooldownStore(redis.Redis.from_url(own_redis.url, socket_timeout=0.5, socket_connect_timeout=0.5),
+    store = RedisCooldownStore(redis.Redis.from_url(own_redis.url, socket_timeout=0.5,
+                                                    socket_connect_timeout=0.5),
                                threshold=1, prefix="t:")
     assert store.record_failure("m") is True and store.is_cooling("m")
     own_redis.stop()

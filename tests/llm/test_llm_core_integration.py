@@ -1,5 +1,6 @@
 """The core's compaction flow (worker.compaction.summarize) through the router over HTTP, on a
-reference session far larger than the model window: the chunked path with the core's own prompts."""
+reference session far larger than the model window: the chunked path with the core's own
+prompts."""
 
 from __future__ import annotations
 
@@ -22,11 +23,12 @@ pytestmark = pytest.mark.fixtures
 WINDOW = 64_000
 
 
-def test_a_session_larger_than_the_window_compacts_in_chunks(pi_dir: Path, llm_server: FakeLLMServer,
-                                                             make_router: Callable[..., Router]) -> None:
+def test_a_session_larger_than_the_window_compacts_in_chunks(
+        pi_dir: Path, llm_server: FakeLLMServer, make_router: Callable[..., Router]) -> None:
     session = load_session((pi_dir / "large-session.jsonl").read_text(), source="large-session")
     tree = session.tree()
-    prep = prepare_compaction(tree.path_to(tree.leaf_id), CompactionSettings(), get_tokenizer("estimate"))
+    prep = prepare_compaction(tree.path_to(tree.leaf_id), CompactionSettings(),
+                              get_tokenizer("estimate"))
     assert prep is not None and prep.is_split_turn
     router = make_router([openai(llm_server, "m", context_window=WINDOW, timeout_s=10)])
 
@@ -43,7 +45,9 @@ def test_a_session_larger_than_the_window_compacts_in_chunks(pi_dir: Path, llm_s
     assert history_call.chunks == len(history) and history_call.attempts == len(history)
     for before, after in itertools.pairwise(history):  # each chunk's summary feeds the next
         previous = f"summary from m #{before + 1}"
-        assert f"<previous-summary>\n{previous}\n</previous-summary>" in bodies[after]["messages"][1]["content"]
+        assert (f"<previous-summary>\n{previous}\n</previous-summary>"
+                in bodies[after]["messages"][1]["content"])
     assert outcome.summary.startswith(f"summary from m #{history[-1] + 1}{SPLIT_TURN_SEPARATOR}")
     assert re.search(r"<modified-files>\n", outcome.summary)
-    assert bodies[-1]["max_tokens"] == 512 and outcome.short_summary == f"summary from m #{len(bodies)}"
+    assert (bodies[-1]["max_tokens"] == 512
+            and outcome.short_summary == f"summary from m #{len(bodies)}")

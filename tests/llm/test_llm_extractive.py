@@ -26,15 +26,18 @@ def result(call_id: str, name: str, text: str, is_error: bool = False) -> dict[s
 
 
 def say(text: str) -> dict[str, Any]:
-    return {"role": "assistant", "stopReason": "stop", "timestamp": 0, "content": [{"type": "text", "text": text}]}
+    return {"role": "assistant", "stopReason": "stop", "timestamp": 0,
+            "content": [{"type": "text", "text": text}]}
 
 
 SESSION = [
-    user("Fix the CSV importer in src/importer.py so that it handles quoted commas. Do not change the public API."),
+    user("Fix the CSV importer in src/importer.py so that it handles quoted commas. "
+         "Do not change the public API."),
     call("c1", "read", path="src/importer.py"),
     result("c1", "read", "def parse(line): ..."),
     call("c2", "bash", command="pytest -q tests/test_importer.py"),
-    result("c2", "bash", "FAILED tests/test_importer.py::test_quotes - AssertionError", is_error=True),
+    result("c2", "bash", "FAILED tests/test_importer.py::test_quotes - AssertionError",
+           is_error=True),
     call("c3", "edit", path="src/importer.py", oldText="a", newText="b"),
     result("c3", "edit", "ok"),
     say("The importer now uses the csv module."),
@@ -54,17 +57,21 @@ def headings(text: str) -> list[str]:
 def test_history_sections() -> None:
     text = summarize(SESSION)
     assert headings(text) == ["## Goal", "## Constraints & Preferences", "## Progress", "### Done",
-                              "### In Progress", "### Blocked", "## Next Steps", "## Critical Context"]
+                              "### In Progress", "### Blocked", "## Next Steps",
+                              "## Critical Context"]
     assert "- Fix the CSV importer in src/importer.py so that it handles quoted commas." in text
     assert "- Do not change the public API." in text  # a constraint sentence
     assert "- [x] `read` src/importer.py" in text
-    assert "- [x] `bash` pytest -q tests/test_importer.py — failed: FAILED tests/test_importer.py::test_quotes" in text
+    assert ("- [x] `bash` pytest -q tests/test_importer.py — failed: "
+            "FAILED tests/test_importer.py::test_quotes" in text)
     assert "- [ ] Now add a test for empty lines" in text  # the open request
     assert "bash pytest -q tests/test_importer.py: FAILED" in text  # the error seen, under Blocked
     assert "1. Continue with: Now add a test for empty lines" in text
-    assert "- Files modified: `src/importer.py`" in text and "Files read" not in text  # modified wins
+    # modified wins
+    assert "- Files modified: `src/importer.py`" in text and "Files read" not in text
     # the last open request, verbatim (every line)
-    assert "- Pending request (verbatim):\n> Now add a test for empty lines\n> and keep the style" in text
+    assert ("- Pending request (verbatim):\n> Now add a test for empty lines\n> and keep the style"
+            in text)
 
 
 def test_answered_requests_are_not_pending() -> None:
@@ -96,8 +103,10 @@ def test_merge_with_previous_summary() -> None:
              call("c9", "write", path="src/dialects.py", content="x"), result("c9", "write", "ok")]
     text = summarize(later, previous=previous)
     goals = text.split("## Goal\n")[1].split("\n\n")[0]
-    assert "Fix the CSV importer" in goals and "semicolon separated" in goals  # old goals kept, new added
-    assert "- [x] Now add a test for empty lines" in text  # in progress before a newer request: done
+    # old goals kept, new added
+    assert "Fix the CSV importer" in goals and "semicolon separated" in goals
+    # in progress before a newer request: done
+    assert "- [x] Now add a test for empty lines" in text
     assert "- [x] `read` src/importer.py" in text and "- [x] `write` src/dialects.py" in text
     assert "> Now add a test" not in text  # the old pending request was replaced
     assert "> Please also support semicolon separated files" in text
@@ -122,25 +131,30 @@ def test_large_input_gives_a_small_deterministic_output() -> None:
     big: list[dict[str, Any]] = []
     for i in range(400):
         big += [user(f"Step {i}: refactor module_{i}.py to use the new API " + "please " * 50),
-                call(f"r{i}", "read", path=f"src/module_{i}.py"), result(f"r{i}", "read", "x" * 5000),
-                call(f"e{i}", "edit", path=f"src/module_{i}.py"), result(f"e{i}", "edit", "y" * 2000, i % 7 == 0)]
+                call(f"r{i}", "read", path=f"src/module_{i}.py"),
+                result(f"r{i}", "read", "x" * 5000),
+                call(f"e{i}", "edit", path=f"src/module_{i}.py"),
+                result(f"e{i}", "edit", "y" * 2000, i % 7 == 0)]
     size = sum(len(str(m)) for m in big)
     first, second = summarize(big), summarize(big)
     assert first == second
     assert size > 2_000_000 and len(first) < 20_000
-    assert "earlier items omitted" in first and "`src/module_0.py`" in first and "and 380 more" in first
+    assert ("earlier items omitted" in first and "`src/module_0.py`" in first
+            and "and 380 more" in first)
 
 
 def test_short_summary_is_one_to_three_first_person_sentences() -> None:
     text = summarize(SESSION, purpose="short", previous=summarize(SESSION))
     sentences = [s for s in re.split(r"(?<=\.)\s+", text) if s]
     assert 1 <= len(sentences) <= 3 and "?" not in text
-    assert text.startswith("I worked on: Fix the CSV importer in src/importer.py so that it handles quoted commas.")
+    assert text.startswith("I worked on: Fix the CSV importer in src/importer.py so that it "
+                           "handles quoted commas.")
     assert "I changed src/importer.py." in text
 
 
 def test_short_summary_without_anything() -> None:
-    assert summarize([], purpose="short") == "I worked on: the requested task. I made no file changes."
+    assert summarize([], purpose="short") == (
+        "I worked on: the requested task. I made no file changes.")
 
 
 def test_turn_prefix_sections() -> None:
@@ -159,8 +173,9 @@ def test_branch_sections_are_all_present() -> None:
 
 
 def test_odd_messages_do_not_break_it() -> None:
-    odd: list[Any] = [{"role": "user"}, {"role": "assistant", "content": "not a list"}, {"role": "toolResult"},
-                      {"role": "bashExecution"}, {"role": "assistant", "content": [None, {"type": "toolCall"}]},
+    odd: list[Any] = [{"role": "user"}, {"role": "assistant", "content": "not a list"},
+                      {"role": "toolResult"}, {"role": "bashExecution"},
+                      {"role": "assistant", "content": [None, {"type": "toolCall"}]},
                       user("Ran `make test`\n```\nboom\n```\n\nCommand exited with code 2")]
     text = summarize(odd)
     assert "`user command` `make test`" in text and "Command exited with code 2" in text
@@ -170,9 +185,12 @@ def _busy_session(turns: int) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for i in range(turns):
         out += [user(f"Request {i}: make the parser accept dialect number {i}" if i % 3 else "ok"),
-                call(f"r{i}", "read", path=f"src/dialect_{i}.py"), result(f"r{i}", "read", "x" * 400),
-                call(f"b{i}", "bash", command=f"cd /repo/packages/parser && pytest -q tests/test_dialect_{i}.py 2>&1 | tail -5"),
-                result(f"b{i}", "bash", f"E   AssertionError: dialect {i} rejected\nmore", is_error=i % 2 == 0)]
+                call(f"r{i}", "read", path=f"src/dialect_{i}.py"),
+                result(f"r{i}", "read", "x" * 400),
+                call(f"b{i}", "bash", command="cd /repo/packages/parser && pytest -q "
+                                              f"tests/test_dialect_{i}.py 2>&1 | tail -5"),
+                result(f"b{i}", "bash", f"E   AssertionError: dialect {i} rejected\nmore",
+                       is_error=i % 2 == 0)]
     return out
 
 

@@ -21,7 +21,8 @@ def test_unset_models_mean_the_extractive_summarizer_alone(monkeypatch: pytest.M
     monkeypatch.delenv("COMPACTOR_MODELS", raising=False)
     router = build_summarizer()
     assert [type(p) for p in router.providers] == [ExtractiveProvider]
-    result = router.summarize(make_request([{"role": "user", "content": "Write the release notes for v2"}]))
+    result = router.summarize(
+        make_request([{"role": "user", "content": "Write the release notes for v2"}]))
     assert (result.provider, result.attempts) == ("extractive", 0)
     assert "Write the release notes for v2" in result.text
     router.close()
@@ -29,8 +30,8 @@ def test_unset_models_mean_the_extractive_summarizer_alone(monkeypatch: pytest.M
 
 def test_models_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     models = [
-        {"provider": "openai", "model": "qwen", "base_url": "http://127.0.0.1:8080/v1", "context_window": 32768,
-         "max_output_tokens": 4096, "timeout_s": 30, "reasoning": True},
+        {"provider": "openai", "model": "qwen", "base_url": "http://127.0.0.1:8080/v1",
+         "context_window": 32768, "max_output_tokens": 4096, "timeout_s": 30, "reasoning": True},
         {"provider": "anthropic", "model": "claude-x", "api_key_env": "MY_ANTHROPIC_KEY"},
         {"provider": "extractive"},
     ]
@@ -45,14 +46,16 @@ def test_models_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings.models[1].resolve_api_key() == "sk-ant-secret"
     assert settings.retry_policy() == RetryPolicy(base_delay_ms=250, job_attempt_budget=7)
     router = build_summarizer(settings)
-    assert [type(p) for p in router.providers] == [OpenAIChatProvider, AnthropicProvider, ExtractiveProvider]
+    assert [type(p) for p in router.providers] == [OpenAIChatProvider, AnthropicProvider,
+                                                   ExtractiveProvider]
     assert isinstance(router.cooldown, MemoryCooldownStore)  # no Redis given
     router.close()
 
 
 def test_secrets_are_not_shown() -> None:
     candidate = ModelCandidate(provider="openai", model="m", api_key="sk-very-secret")
-    assert "sk-very-secret" not in repr(candidate) and "sk-very-secret" not in str(candidate.model_dump())
+    assert ("sk-very-secret" not in repr(candidate)
+            and "sk-very-secret" not in str(candidate.model_dump()))
     assert candidate.resolve_api_key() == "sk-very-secret"
     settings = LlmSettings(remote_auth_header="Authorization: Bearer hunter2")
     assert "hunter2" not in repr(settings)
@@ -85,6 +88,8 @@ def test_invalid_models_json(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_importing_the_interface_loads_no_http_or_settings_stack() -> None:
     code = ("import sys, worker.llm, worker.summarizer_types, worker.llm.errors; "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'httpx', 'httpcore', 'redis', 'pydantic', 'celery'}))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+            "print(sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'httpx', 'httpcore', 'redis', 'pydantic', 'celery'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
     assert out.strip() == "[]"
