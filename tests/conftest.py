@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PI_FIXTURES = Path(os.environ.get("COMPACTOR_PI_FIXTURES", REPO.parent / "shared" / "fixtures" / "pi"))
+PI_FIXTURES = Path(os.environ.get("COMPACTOR_PI_FIXTURES",
+                                  REPO.parent / "shared" / "fixtures" / "pi"))
 FIXTURE_NAMES = ("before-compaction", "large-session")
 
 

@@ -36,7 +36,8 @@ def test_compose_services_and_redis_durability() -> None:
 @pytest.mark.parametrize("path", [COMPOSE, REPO / "deploy" / "compactor.env.example"])
 def test_every_compactor_variable_names_a_setting(path: Path) -> None:
     used = set(re.findall(r"\bCOMPACTOR_[A-Z0-9_]+", path.read_text()))
-    unknown = {name for name in used if name not in _setting_names() and not name.startswith("COMPACTOR_HOOKS_")}
+    unknown = {name for name in used
+               if name not in _setting_names() and not name.startswith("COMPACTOR_HOOKS_")}
     assert unknown == set()
     assert used  # the file does configure Compactor
 
@@ -156,14 +157,16 @@ def test_every_dashboard_query_uses_exported_metrics_and_labels(expr: str) -> No
     used = set(re.findall(r"by \(([^)]*)\)", expr))
     grouped = {label.strip() for group in used for label in group.split(",")}
     matched = set(re.findall(r"([a-z_]+)=~?\"", expr))
-    assert grouped | matched <= labels, f"labels {sorted((grouped | matched) - labels)} not on {names}"
+    assert grouped | matched <= labels, (
+        f"labels {sorted((grouped | matched) - labels)} not on {names}")
 
 
 def test_the_dashboard_covers_what_on_call_needs() -> None:
     import json
 
     dashboard = json.loads(DASHBOARD.read_text())
-    queried = {_metric(n) for e in _dashboard_exprs() for n in re.findall(r"\bcompactor_[a-z_]+", e)}
+    queried = {_metric(n) for e in _dashboard_exprs()
+               for n in re.findall(r"\bcompactor_[a-z_]+", e)}
     from worker.metrics import METRIC_NAMES
 
     assert queried == set(METRIC_NAMES)  # every metric has a panel

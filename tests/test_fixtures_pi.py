@@ -41,7 +41,8 @@ def test_export_round_trip_is_json_equal(pi_file: Path) -> None:
     first = _load(pi_file)
     again = load_session(first.to_jsonl(), source="export")
     assert again.original_version == 3
-    assert [json.loads(x) for x in again.to_jsonl().splitlines()] == [json.loads(x) for x in first.to_jsonl().splitlines()]
+    assert [json.loads(x) for x in again.to_jsonl().splitlines()] == [
+        json.loads(x) for x in first.to_jsonl().splitlines()]
 
 
 def test_before_compaction_resolves_old_first_kept_indices(pi_dir: Path) -> None:
@@ -49,16 +50,19 @@ def test_before_compaction_resolves_old_first_kept_indices(pi_dir: Path) -> None
     compactions = [e for e in session.entries if isinstance(e, CompactionEntry)]
     assert len(compactions) == 2
     ids = {e.id for e in session.entries}
-    assert all(c.first_kept_entry_id in ids and "firstKeptEntryIndex" not in c.raw for c in compactions)
+    assert all(c.first_kept_entry_id in ids and "firstKeptEntryIndex" not in c.raw
+               for c in compactions)
     roles = [e.role for e in session.entries if isinstance(e, MessageEntry)]
-    assert (roles.count("user"), roles.count("assistant"), roles.count("toolResult"), roles.count("bashExecution")) == (55, 484, 448, 3)
+    assert (roles.count("user"), roles.count("assistant"), roles.count("toolResult"),
+            roles.count("bashExecution")) == (55, 484, 448, 3)
 
 
 def test_context_starts_with_the_latest_compaction(pi_dir: Path) -> None:
     session = _load(pi_dir / "before-compaction.jsonl")
     context = build_session_context(session.tree())
     last = [e for e in session.entries if isinstance(e, CompactionEntry)][-1]
-    assert context.messages[0].entry_id == last.id and context.messages[0].message["role"] == "compactionSummary"
+    assert (context.messages[0].entry_id == last.id
+            and context.messages[0].message["role"] == "compactionSummary")
     kept_from = [e.id for e in session.entries].index(last.first_kept_entry_id)
     assert context.messages[1].entry_id == session.entries[kept_from].id
 
@@ -68,15 +72,18 @@ def test_context_starts_with_the_latest_compaction(pi_dir: Path) -> None:
 def test_plan_invariants(pi_file: Path, tokenizer: str, keep: int) -> None:
     session = _load(pi_file)
     path = session.tree().path_to(session.tree().leaf_id)
-    prep = prepare_compaction(path, CompactionSettings(keep_recent_tokens=keep), get_tokenizer(tokenizer))
+    prep = prepare_compaction(path, CompactionSettings(keep_recent_tokens=keep),
+                              get_tokenizer(tokenizer))
     assert prep is not None
     first = path[prep.first_kept_entry_index]
     assert first.id == prep.first_kept_entry_id
-    assert not (isinstance(first, MessageEntry) and first.role == "toolResult")  # never cut at a tool result
+    # never cut at a tool result
+    assert not (isinstance(first, MessageEntry) and first.role == "toolResult")
     prev = max((i for i, e in enumerate(path) if isinstance(e, CompactionEntry)), default=-1)
     in_range = [e.id for e in path[prev + 1 :] if for_compaction(e) is not None]
     own = [i for i in prep.summarize_entry_ids if i in set(in_range)]
-    # summarized (own range) + prefix + kept partition the messages after the previous compaction, in order
+    # summarized (own range) + prefix + kept partition the messages after the previous compaction,
+    # in order
     assert own + list(prep.turn_prefix_entry_ids) + list(prep.kept_entry_ids) == in_range
     assert prep.keep_recent_tokens <= keep
 
@@ -106,7 +113,8 @@ def test_branch_collection_over_the_whole_path(pi_file: Path) -> None:
     assert [e.id for e in collection.entries] == [e.id for e in session.entries[11:]]
     prep = prepare_branch_entries(collection.entries, 128_000 - 16_384, get_tokenizer("estimate"))
     assert prep.total_tokens > 0
-    assert list(prep.included_entry_ids) == [i for i in prep.included_entry_ids if i in {e.id for e in collection.entries}]
+    assert list(prep.included_entry_ids) == [i for i in prep.included_entry_ids
+                                             if i in {e.id for e in collection.entries}]
 
 
 @pytest.mark.parametrize("keep", [2_000, 20_000])
@@ -120,7 +128,8 @@ def test_no_plan_on_a_real_session_orphans_a_tool_result(pi_file: Path, keep: in
     tokenizer = get_tokenizer("estimate")
     planned = 0
     for end in range(7, len(path) + 1, 7):
-        prep = prepare_compaction(path[:end], CompactionSettings(keep_recent_tokens=keep), tokenizer)
+        prep = prepare_compaction(path[:end], CompactionSettings(keep_recent_tokens=keep),
+                                  tokenizer)
         if prep is None:
             continue
         new = parse_entry({"type": "compaction", "id": "q22", "parentId": path[end - 1].id,
@@ -170,7 +179,8 @@ def test_a_summary_that_keeps_nothing_still_leaves_the_facts_findable(pi_file: P
             return SummaryResult("## Goal\n- Continue the work.", "fixed", "loopback", Usage(), 1)
 
     tree = _load(pi_file).tree()  # one load: a v1 file gets fresh ids on every migration
-    prep = prepare_compaction(tree.path_to(tree.leaf_id), CompactionSettings(), get_tokenizer("tiktoken"))
+    prep = prepare_compaction(tree.path_to(tree.leaf_id), CompactionSettings(),
+                              get_tokenizer("tiktoken"))
     assert prep is not None
     outcome = compact(prep, FixedText())
     stats = outcome.details["facts"]

@@ -28,7 +28,16 @@ def test_js_json_matches_json_stringify(value: object, expected: str) -> None:
     assert js_json(value) == expected
 
 
-@pytest.mark.parametrize(("text", "length"), [("", 0), ("abc", 3), ("é", 1), ("😀", 2), ("a😀b", 4)])
+@pytest.mark.parametrize(
+    ("text", "length"),
+    [
+        ("", 0),
+        ("abc", 3),
+        ("é", 1),
+        ("😀", 2),
+        ("a😀b", 4),
+    ],
+)
 def test_js_len_counts_utf16_units(text: str, length: int) -> None:
     assert js_len(text) == length
 
@@ -38,7 +47,15 @@ def test_js_sort_key_orders_by_utf16_code_units() -> None:
     assert sorted(["b", "A", "\uff5e", "😀"], key=js_sort_key) == ["A", "b", "😀", "\uff5e"]
 
 
-@pytest.mark.parametrize(("number", "text"), [(0.0, "0"), (123456789.0, "123456789"), (1.5e300, "1.5e+300"), (5e-324, "5e-324")])
+@pytest.mark.parametrize(
+    ("number", "text"),
+    [
+        (0.0, "0"),
+        (123456789.0, "123456789"),
+        (1.5e300, "1.5e+300"),
+        (5e-324, "5e-324"),
+    ],
+)
 def test_js_number(number: float, text: str) -> None:
     assert js_number(number) == text
 
@@ -47,5 +64,6 @@ def test_js_number(number: float, text: str) -> None:
 def test_the_fast_string_path_escapes_as_the_char_by_char_one(start: int) -> None:
     from worker.jsjson import _escape_char
 
-    text = "".join(chr(c) for c in range(start, start + 0x400) if not 0xD800 <= c <= 0xDFFF) + "\n\"\\😀"
+    text = "".join(chr(c) for c in range(start, start + 0x400)
+                   if not 0xD800 <= c <= 0xDFFF) + "\n\"\\😀"
     assert js_json(text) == '"' + "".join(_escape_char(c) for c in text) + '"'

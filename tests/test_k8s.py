@@ -123,7 +123,8 @@ def test_worker_probes_and_metrics_use_the_metrics_endpoint(directory: Path) -> 
     assert declared["containerPort"] == port
     paths = {kind: container[kind]["httpGet"]["path"]
              for kind in ("startupProbe", "livenessProbe", "readinessProbe")}
-    assert paths == {"startupProbe": "/livez", "livenessProbe": "/livez", "readinessProbe": "/readyz"}
+    assert paths == {"startupProbe": "/livez", "livenessProbe": "/livez",
+                     "readinessProbe": "/readyz"}
     assert all(container[k]["httpGet"]["port"] == "metrics" for k in paths)
     notes = worker["spec"]["template"]["metadata"]["annotations"]
     assert notes == {"prometheus.io/scrape": "true", "prometheus.io/port": str(port),
@@ -141,12 +142,15 @@ def test_every_setting_is_real_and_keys_come_from_secrets(directory: Path, tmp_p
         monkeypatch.setenv(name, value)
     settings = WorkerSettings()  # the container's environment is valid
     assert settings.metrics_enabled and settings.job_deadline_s < settings.visibility_timeout_s
-    [container] = named(objs, "Deployment", "compactor-worker")["spec"]["template"]["spec"]["containers"]
+    [container] = (named(objs, "Deployment", "compactor-worker")
+                   ["spec"]["template"]["spec"]["containers"])
     secrets = [s["secretRef"]["name"] for s in container["envFrom"] if "secretRef" in s]
     assert secrets == ["compactor-api-keys"]
-    flower = named(objs, "Deployment", "compactor-flower")["spec"]["template"]["spec"]["containers"][0]
+    flower = (named(objs, "Deployment", "compactor-flower")
+              ["spec"]["template"]["spec"]["containers"][0])
     [auth] = [e for e in flower["env"] if e["name"] == "FLOWER_BASIC_AUTH"]
-    assert auth["valueFrom"]["secretKeyRef"] == {"name": "compactor-flower-auth", "key": "basic-auth"}
+    assert auth["valueFrom"]["secretKeyRef"] == {"name": "compactor-flower-auth",
+                                                 "key": "basic-auth"}
     assert "optional" not in auth["valueFrom"]["secretKeyRef"]  # no auth: no Flower
 
 

@@ -48,7 +48,8 @@ def test_a_bad_metrics_port_is_refused(monkeypatch: pytest.MonkeyPatch, bad: str
     ({"COMPACTOR_METRICS_ADDRESS": "::"}, "::"),
     ({"COMPACTOR_METRICS_ADDRESS": "10.1.2.3"}, "10.1.2.3"),
 ])
-def test_metrics_address(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], address: str) -> None:
+def test_metrics_address(monkeypatch: pytest.MonkeyPatch, env: dict[str, str],
+                         address: str) -> None:
     assert str(_settings(monkeypatch, **env).metrics_address) == address
 
 
@@ -98,7 +99,8 @@ def test_prices_come_from_compactor_models(monkeypatch: pytest.MonkeyPatch) -> N
     ("q", {}, ["q", "q\x06\x163", "q\x06\x166", "q\x06\x169"]),  # kombu's defaults
 ])
 def test_redis_list_names(queue: str, options: dict[str, Any] | None, lists: list[str]) -> None:
-    assert (redis_list_names(queue) if options is None else redis_list_names(queue, options)) == lists
+    assert (redis_list_names(queue) if options is None
+            else redis_list_names(queue, options)) == lists
 
 
 def test_metric_names_are_prefixed_and_unique() -> None:

@@ -21,7 +21,8 @@ def error(text: str) -> dict[str, Any]:
     return {"role": "assistant", "stopReason": "error", "errorMessage": text, "content": []}
 
 
-def stop(input_: int, cache_read: int = 0, cache_write: int = 0, reason: str = "stop") -> dict[str, Any]:
+def stop(input_: int, cache_read: int = 0, cache_write: int = 0,
+         reason: str = "stop") -> dict[str, Any]:
     usage = {"input": input_, "output": 10, "cacheRead": cache_read, "cacheWrite": cache_write}
     return {"role": "assistant", "stopReason": reason, "usage": usage, "content": []}
 
@@ -34,7 +35,8 @@ OVERFLOW_TEXTS = [
     "The input token count (1196265) exceeds the maximum number of tokens allowed (1048575)",
     "This model's maximum prompt length is 131072 but the request contains 537812 tokens",
     "Please reduce the length of the messages or completion",
-    "This endpoint's maximum context length is 128000 tokens. However, you requested about 200000 tokens",
+    "This endpoint's maximum context length is 128000 tokens. "
+    "However, you requested about 200000 tokens",
     "prompt token count of 140000 exceeds the limit of 128000",
     "the request exceeds the available context size, try increasing it",
     "tokens to keep from the initial prompt is greater than the context length",
@@ -99,7 +101,8 @@ def test_non_overflow_texts_do_not_match(text: str) -> None:
         ({"stopReason": "stop"}, 10, False),
     ],
 )
-def test_context_overflow_messages(message: dict[str, Any], window: int | None, expected: bool) -> None:
+def test_context_overflow_messages(message: dict[str, Any], window: int | None,
+                                   expected: bool) -> None:
     assert is_context_overflow(message, window) is expected
 
 

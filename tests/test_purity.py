@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-CHECK = "import sys, importlib; importlib.import_module({module!r}); print(sorted(m for m in {banned!r} if m in sys.modules))"
+CHECK = ("import sys, importlib; importlib.import_module({module!r}); "
+         "print(sorted(m for m in {banned!r} if m in sys.modules))")
 
 
 @pytest.mark.parametrize(
@@ -109,7 +110,8 @@ def _sources(area: str) -> list[Path]:
 
 
 def _offending(area: str, banned: tuple[str, ...]) -> list[str]:
-    return [f"{path.relative_to(ROOT)}: {name}" for path in _sources(area) for name in _imported_modules(path)
+    return [f"{path.relative_to(ROOT)}: {name}"
+            for path in _sources(area) for name in _imported_modules(path)
             if any(name == b or name.startswith(b + ".") for b in banned)]
 
 
@@ -118,7 +120,8 @@ def _offending(area: str, banned: tuple[str, ...]) -> list[str]:
     [
         ("worker/llm", ("worker.compaction",)),
         ("worker/compaction", ("worker.llm",)),
-        *[(leaf, ("worker.compaction", "worker.llm", "worker.service", "worker.store")) for leaf in LEAVES],
+        *[(leaf, ("worker.compaction", "worker.llm", "worker.service", "worker.store"))
+          for leaf in LEAVES],
     ],
 )
 def test_layers_do_not_import(area: str, banned: tuple[str, ...]) -> None:

@@ -21,22 +21,26 @@ EST = EstimateTokenizer()
     ("message", "tokens"),
     [
         (user(chars(9)), 3),
-        ({"role": "user", "content": [{"type": "text", "text": chars(8)}, IMAGE]}, 2),  # images count 0 for users
+        # images count 0 for users
+        ({"role": "user", "content": [{"type": "text", "text": chars(8)}, IMAGE]}, 2),
         ({"role": "user", "content": 42}, 0),
-        (assistant(chars(3), tools=[("read", {"path": "a"})]), 5),  # 3 + len("read") + len('{"path":"a"}')=12 -> ceil(19/4)
+        # 3 + len("read") + len('{"path":"a"}')=12 -> ceil(19/4)
+        (assistant(chars(3), tools=[("read", {"path": "a"})]), 5),
         ({"role": "assistant", "content": [{"type": "thinking", "thinking": chars(8)}]}, 2),
         (tool_result(chars(4)), 1),
         ({"role": "toolResult", "content": [IMAGE]}, 1200),
         ({"role": "toolResult", "content": "abcde"}, 2),
         ({"role": "bashExecution", "command": "ls", "output": chars(6)}, 2),
-        ({"role": "bashExecution", "command": "ls", "output": chars(6), "excludeFromContext": True}, 2),
+        ({"role": "bashExecution", "command": "ls", "output": chars(6),
+          "excludeFromContext": True}, 2),
         ({"role": "compactionSummary", "summary": chars(40)}, 10),
         ({"role": "branchSummary", "summary": chars(41)}, 11),
         # Q1: custom counts its converted text; an image 4800 chars.
         ({"role": "custom", "customType": "t", "content": chars(16), "display": True}, 4),
         ({"role": "custom", "customType": "t", "content": [IMAGE], "display": True}, 1200),
         ({"role": "hookMessage", "customType": "t", "content": chars(16)}, 4),
-        ({"role": "pythonExecution", "code": "x", "output": "", "exitCode": 0, "excludeFromContext": True}, 0),
+        ({"role": "pythonExecution", "code": "x", "output": "", "exitCode": 0,
+          "excludeFromContext": True}, 0),
         # "Ran Python:\n```python\nx\n```\n(no output)" = 38 chars -> 10
         ({"role": "pythonExecution", "code": "x", "output": "", "exitCode": 0}, 10),
         ({"role": "unknownRole", "content": chars(100)}, 0),
@@ -202,7 +206,8 @@ def test_a_grown_session_tokenizes_only_its_new_text(pi_file: Path) -> None:
     text = pi_file.read_text(encoding="utf-8")
     tree = load_session(text).tree()
     path = list(tree.path_to(tree.leaf_id))
-    new = [{"type": "message", "id": "n1", "parentId": path[-1].id, "message": user("[new] " + "fresh words " * 50)},
+    new = [{"type": "message", "id": "n1", "parentId": path[-1].id,
+            "message": user("[new] " + "fresh words " * 50)},
            {"type": "message", "id": "n2", "parentId": "n1", "message": assistant("[new] answer")}]
     grown = [*path, *chain(*new)]
     tok = TiktokenTokenizer()

@@ -293,7 +293,8 @@ def test_terminal_event_types(kind: str, state: str, event: str) -> None:
         ("overflow", "429", "Context overflow recovery failed: 429"),
         ("threshold", "timeout", "Auto-compaction failed: timeout"),
         ("threshold", None, "Auto-compaction failed: compaction failed"),
-        ("manual", "Nothing to compact (session too small)", "Nothing to compact (session too small)"),
+        ("manual", "Nothing to compact (session too small)",
+         "Nothing to compact (session too small)"),
     ],
 )
 def test_failure_messages_follow_the_reference(reason: str, message: str | None, text: str) -> None:

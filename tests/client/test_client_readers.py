@@ -12,7 +12,8 @@ from api_client import AsyncCompactionClient, ClientSettings, CompactionClient
 from api_client.errors import SessionCycleError
 from api_client.session import dump_record
 
-HEADER = {"type": "session", "version": 3, "id": "sep", "timestamp": "2026-01-01T00:00:00.000Z", "cwd": "/"}
+HEADER = {"type": "session", "version": 3, "id": "sep", "timestamp": "2026-01-01T00:00:00.000Z",
+          "cwd": "/"}
 TEXTS = ["line\u2028separator", "para\u2029separator", "next\x85line"]
 
 
@@ -38,10 +39,12 @@ def test_import_load_export_keep_every_entry(client: CompactionClient) -> None:
     sid = client.sessions.import_jsonl(_jsonl(records))
     snap = client.sessions.load(sid)
     assert snap.session.warnings == [] and snap.leaf_id == "m2"
-    assert [e.raw["message"]["content"] for e in snap.session.entries] == TEXTS  # type: ignore[index]
+    assert [e.raw["message"]["content"]  # type: ignore[index]
+            for e in snap.session.entries] == TEXTS
     exported = client.sessions.export_jsonl(sid)
     assert _objects(exported) == records
-    appended = client.sessions.append(sid, {"role": "user", "content": "more\u2028", "timestamp": 2})
+    appended = client.sessions.append(sid, {"role": "user", "content": "more\u2028",
+                                            "timestamp": 2})
     assert client.sessions.load(sid).session.tree().path_to(appended)[0].id == "m0"
 
 

@@ -46,7 +46,8 @@ def test_create_writes_a_v3_header_and_an_empty_session(client: CompactionClient
     assert snap.session.entries == [] and snap.leaf_id is None and snap.revision == 1
 
 
-def test_append_chains_entries_under_the_leaf(client: CompactionClient, raw: redis.Redis[str]) -> None:
+def test_append_chains_entries_under_the_leaf(client: CompactionClient,
+                                              raw: redis.Redis[str]) -> None:
     sid = client.sessions.create("s1")
     a = client.sessions.append(sid, user("hello"))
     b = client.sessions.append(sid, {"type": "message", "message": assistant("hi")})
@@ -108,7 +109,8 @@ def test_navigate_moves_the_leaf_and_next_append_branches(client: CompactionClie
         (lambda s, sid: s.append(sid, {"type": "session", "id": "x"}), SessionFormatError),
         (lambda s, sid: s.append(sid, {"type": "custom", "id": "root0001"}), EntryExistsError),
         (lambda s, sid: s.append_many(sid, [{"type": "custom", "id": "dup00001"},
-                                            {"type": "custom", "id": "dup00001"}]), EntryExistsError),
+                                            {"type": "custom", "id": "dup00001"}]),
+         EntryExistsError),
         (lambda s, sid: s.create(sid), SessionExistsError),
         (lambda s, sid: s.create("bad {id}"), InvalidIdError),
         (lambda s, sid: s.append("with space", user("x")), InvalidIdError),
@@ -193,7 +195,8 @@ def test_every_session_key_carries_the_hash_tag(client: CompactionClient,
     handle = client.compact(sid)
     worker_jobs(client).acquire_lease(handle.id, "w", 10)
     client.jobs.finish(handle.id, "failed", error="no")
-    keys = [k for k in raw.keys("compactor:*") if k not in ("compactor:events", "compactor:jobs:due")]
+    keys = [k for k in raw.keys("compactor:*")
+            if k not in ("compactor:events", "compactor:jobs:due")]
     assert len(keys) >= 6
     for key in keys:
         assert key.index("{") == key.index("{tagged}"), key

@@ -52,7 +52,8 @@ def test_unknown_attribute() -> None:
 
 def _modules_after(code: str) -> set[str]:
     out = subprocess.run(
-        [sys.executable, "-c", f"import sys\n{code}\nimport json; print(json.dumps(sorted(sys.modules)))"],
+        [sys.executable, "-c",
+         f"import sys\n{code}\nimport json; print(json.dumps(sorted(sys.modules)))"],
         capture_output=True, text=True, check=True, cwd=Path(__file__).parent,
     ).stdout
     return set(json.loads(out.splitlines()[-1]))
@@ -101,7 +102,8 @@ def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     monkeypatch.setenv("COMPACTOR_REDIS_URL", "redis://example:6379/2")
     monkeypatch.setenv("COMPACTOR_RESERVE_TOKENS", "7")
     s = ClientSettings()
-    assert (s.redis_url, s.key_prefix, s.reserve_tokens) == ("redis://example:6379/2", "fromfile", 7)
+    assert (s.redis_url, s.key_prefix, s.reserve_tokens) == (
+        "redis://example:6379/2", "fromfile", 7)
     assert s.resolved_broker_url == s.resolved_result_backend == "redis://example:6379/2"
     monkeypatch.setenv("COMPACTOR_BROKER_URL", "redis://broker:6379/0")
     assert ClientSettings().resolved_broker_url == "redis://broker:6379/0"

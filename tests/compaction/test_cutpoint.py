@@ -55,9 +55,11 @@ def test_find_cut_point(items: list, keep: int, expected: tuple[int, int, bool])
 
 
 def test_cut_point_respects_the_start_boundary() -> None:
-    entries = chain(u(100), a(100), {"type": "compaction", "summary": "s", "firstKeptEntryId": "e0", "tokensBefore": 1},
+    entries = chain(u(100), a(100), {"type": "compaction", "summary": "s",
+                                     "firstKeptEntryId": "e0", "tokensBefore": 1},
                     a(100), u(100), a(100))
-    # the search range starts after the compaction: the assistant at 3 is a split turn with no turn start
+    # the search range starts after the compaction: the assistant at 3 is a split turn with no
+    # turn start
     assert find_cut_point(entries, 3, 6, 250, EST) == CutPoint(3, -1, False)
 
 
@@ -65,8 +67,10 @@ def test_cut_point_respects_the_start_boundary() -> None:
     ("items", "expected"),
     [
         ([u(1), a(1), tool_result("x"), BASH, CUSTOM_MSG, CUSTOM_ROLE, MODEL], [0, 1, 3, 4, 5]),
-        ([{"role": "fileMention", "files": []}, {"role": "pythonExecution", "code": "", "output": ""}], []),
-        ([{"type": "branch_summary", "fromId": "root", "summary": ""}, {"role": "hookMessage", "content": "x"}], [0, 1]),
+        ([{"role": "fileMention", "files": []},
+          {"role": "pythonExecution", "code": "", "output": ""}], []),
+        ([{"type": "branch_summary", "fromId": "root", "summary": ""},
+          {"role": "hookMessage", "content": "x"}], [0, 1]),
     ],
 )
 def test_valid_cut_points(items: list, expected: list[int]) -> None:

@@ -39,11 +39,13 @@ def kinds(messages: list[dict[str, Any]]) -> dict[str, list[str]]:
     [
         ([assistant(tools=[("read", {"path": "src/a.py"}), ("edit", {"path": "/b/c.ts"})])],
          {"paths": ["src/a.py", "/b/c.ts"]}),
-        ([assistant(tools=[("bash", {"command": "  pytest   -q tests/x_test.py\n  && echo done"})])],
+        ([assistant(tools=[("bash",
+                            {"command": "  pytest   -q tests/x_test.py\n  && echo done"})])],
          {"commands": ["pytest -q tests/x_test.py"], "paths": ["tests/x_test.py"]}),
+        # deduped, without the pipe; a read: its path
         ([assistant(tools=[("bash", {"command": "cat README.md | head"})]),
           assistant(tools=[("bash", {"command": "cat README.md | head"})])],
-         {"commands": ["cat"], "paths": ["README.md"]}),  # deduped, without the pipe; a read: its path
+         {"commands": ["cat"], "paths": ["README.md"]}),
         ([assistant(tools=[("bash", {"command": 'grep -n "retry(" src/x.ts'})])],
          {"commands": ['grep -n "retry("'], "paths": ["src/x.ts"]}),  # a read up to its first path
         ([assistant(tools=[("bash", {"command": "sed -n 1,5p src/x.ts"}),
@@ -51,10 +53,13 @@ def kinds(messages: list[dict[str, Any]]) -> dict[str, list[str]]:
          {"commands": ["sed -n 1,5p", "sed -i 's/a/b/' src/x.ts"], "paths": ["src/x.ts"]}),
         ([user("fix the flaky retry test in the worker, then run the whole suite again")],
          {"requests": ["fix the flaky retry test in the worker, then run"]}),  # cut at a word
+        # the cd prefix is a path, not the command
         ([assistant(tools=[("bash", {"command": "cd /srv/app && npm test 2>&1 | tail -5"})])],
-         {"commands": ["npm test"], "paths": ["/srv/app"]}),  # the cd prefix is a path, not the command
-        ([assistant(tools=[("bash", {"command": "sed -i 's|a/b.ts|c/d.ts|g' src/x.ts > /dev/null"})])],
-         {"commands": ["sed -i 's|a/b.ts|c/d.ts|g' src/x.ts"], "paths": ["src/x.ts"]}),  # quoted: a pattern
+         {"commands": ["npm test"], "paths": ["/srv/app"]}),
+        # quoted: a pattern
+        ([assistant(tools=[("bash",
+                            {"command": "sed -i 's|a/b.ts|c/d.ts|g' src/x.ts > /dev/null"})])],
+         {"commands": ["sed -i 's|a/b.ts|c/d.ts|g' src/x.ts"], "paths": ["src/x.ts"]}),
         ([err("\n  Error: ENOENT: no such file, open 'lib/x.js:12:3'\nstack...")],
          {"errors": ["Error: ENOENT: no such file, open 'lib/x.js:12:3'"], "paths": ["lib/x.js"]}),
         ([user("Please fix #123, see https://github.com/o/r/pull/9.\nMore detail")],
@@ -78,7 +83,8 @@ def test_long_heads_are_cut_to_a_verbatim_prefix() -> None:
 
 
 def test_found_facts_are_counted_and_lost_ones_appended() -> None:
-    facts = extract_facts([user("Run   the tests"), assistant(tools=[("bash", {"command": "make test"})])])
+    facts = extract_facts([user("Run   the tests"),
+                           assistant(tools=[("bash", {"command": "make test"})])])
     result = apply_ledger(facts, "We were asked to: Run the tests.", 500)
     assert result.stats["requests"] == {"total": 1, "inSummary": 1, "appended": 0, "dropped": 0}
     assert result.stats["commands"] == {"total": 1, "inSummary": 0, "appended": 1, "dropped": 0}
@@ -97,7 +103,8 @@ def test_budget_keeps_repeated_and_recent_first_and_says_what_did_not_fit() -> N
     assert kept[0].startswith("cmd-003") and "cmd-099" in kept[1]  # repeated, then newest
     stats = result.stats["commands"]
     assert stats["appended"] == len(kept) and stats["appended"] + stats["dropped"] == 100
-    assert result.block.endswith(f"(not kept, no room: {stats['dropped']} commands)\n</session-facts>")
+    assert result.block.endswith(
+        f"(not kept, no room: {stats['dropped']} commands)\n</session-facts>")
 
 
 @pytest.mark.parametrize("budget", [0, 3])
@@ -107,10 +114,13 @@ def test_no_room_measures_without_a_block(budget: int) -> None:
 
 
 def test_next_compaction_strips_the_block_and_carries_its_facts() -> None:
-    summary = "S" + "\n\n<session-facts>\npath: x/y.py\n</session-facts>" + format_file_operations(["r.py"], [])
-    items = [user("a"), {"type": "compaction", "summary": summary, "firstKeptEntryId": "e0", "tokensBefore": 1},
+    summary = ("S" + "\n\n<session-facts>\npath: x/y.py\n</session-facts>"
+               + format_file_operations(["r.py"], []))
+    items = [user("a"), {"type": "compaction", "summary": summary, "firstKeptEntryId": "e0",
+                         "tokensBefore": 1},
              user(chars(400)), assistant("b")]
-    prep = prepare_compaction(chain(*items), CompactionSettings(keep_recent_tokens=10), EstimateTokenizer())
+    prep = prepare_compaction(chain(*items), CompactionSettings(keep_recent_tokens=10),
+                              EstimateTokenizer())
     assert prep is not None and prep.previous_summary == "S"
     assert prep.carried_facts == (("paths", "x/y.py"),)
     ledger = compaction_ledger(prep, "new summary")
@@ -123,7 +133,8 @@ def test_block_is_sectioned_and_earlier_one_line_blocks_still_parse() -> None:
     block = apply_ledger(facts, "", 500).block
     assert block == ("\n\n<session-facts>\npaths:\n- a/b.py\ncommands:\n- make test\n"
                      "requests:\n- go on\n</session-facts>")
-    old = "S\n\n<session-facts>\npath: x/y.py\nrequest: go on\n(not kept, no room: 1 command)\n</session-facts>"
+    old = ("S\n\n<session-facts>\npath: x/y.py\nrequest: go on\n(not kept, no room: 1 command)\n"
+           "</session-facts>")
     assert parse_fact_block(old) == [("paths", "x/y.py"), ("requests", "go on")]
 
 
@@ -135,8 +146,10 @@ def test_a_fact_inside_another_needs_no_line_and_counts_as_appended() -> None:
 
 
 def test_kept_messages_count_as_found() -> None:
-    items = [user("look at https://example.com/a"), assistant(chars(400)), user("now read https://example.com/a")]
-    prep = prepare_compaction(chain(*items), CompactionSettings(keep_recent_tokens=5), EstimateTokenizer())
+    items = [user("look at https://example.com/a"), assistant(chars(400)),
+             user("now read https://example.com/a")]
+    prep = prepare_compaction(chain(*items), CompactionSettings(keep_recent_tokens=5),
+                              EstimateTokenizer())
     assert prep is not None and prep.kept_entry_ids == ("e2",)
     ledger = compaction_ledger(prep, "summary")
     assert ledger.stats["identifiers"] == {"total": 1, "inSummary": 1, "appended": 0, "dropped": 0}

@@ -143,7 +143,8 @@ LIST_CASES: list[tuple[str, FileOps, tuple[list[str], list[str]]]] = [
         (["1", "A", "B", "_x", "a", "b"], []),
     ),
     (
-        # U+FF5E sorts after the surrogate pair of U+1F600 (0xD83D) in UTF-16, before it by code point.
+        # U+FF5E sorts after the surrogate pair of U+1F600 (0xD83D) in UTF-16, before it by code
+        # point.
         "UTF-16 code unit order with astral characters",
         FileOps(edited=dict.fromkeys(["\uff5e.txt", "\U0001f600.txt", "z.txt"])),
         ([], ["z.txt", "\U0001f600.txt", "\uff5e.txt"]),

@@ -21,8 +21,10 @@ def a(tokens: int, usage: dict | None = None, stop: str = "stop", tools: list = 
     return assistant(chars(tokens * 4), usage=usage, stop=stop, tools=list(tools))
 
 
-def comp(first_kept: str, summary: str = "old", details: dict | None = None, ext: bool = False) -> dict:
-    entry = {"type": "compaction", "summary": summary, "firstKeptEntryId": first_kept, "tokensBefore": 1, "fromExtension": ext}
+def comp(first_kept: str, summary: str = "old", details: dict | None = None,
+         ext: bool = False) -> dict:
+    entry = {"type": "compaction", "summary": summary, "firstKeptEntryId": first_kept,
+             "tokensBefore": 1, "fromExtension": ext}
     if details is not None:
         entry["details"] = details
     return entry
@@ -49,19 +51,23 @@ def test_no_plan_when_already_compacted_or_empty() -> None:
 
 
 def test_basic_plan_partitions_the_path() -> None:
-    path = chain(u(100), a(100, tools=[("edit", {"path": "/x.py"})]), u(100), a(100, tools=[("read", {"path": "/y"})]))
+    path = chain(u(100), a(100, tools=[("edit", {"path": "/x.py"})]), u(100),
+                 a(100, tools=[("read", {"path": "/y"})]))
     prep = prepare_compaction(path, CompactionSettings(keep_recent_tokens=150), EST)
     assert prep is not None
-    assert (prep.first_kept_entry_id, prep.first_kept_entry_index, prep.is_split_turn) == ("e2", 2, False)
+    assert (prep.first_kept_entry_id, prep.first_kept_entry_index, prep.is_split_turn) == (
+        "e2", 2, False)
     assert prep.summarize_entry_ids == ("e0", "e1") and prep.kept_entry_ids == ("e2", "e3")
     assert prep.turn_prefix_entry_ids == () and prep.previous_summary is None
     assert prep.tokens_before == 0  # no usage anywhere
-    assert (prep.read_files, prep.modified_files) == ((), ("/x.py",))  # kept messages are not scanned
+    # kept messages are not scanned
+    assert (prep.read_files, prep.modified_files) == ((), ("/x.py",))
 
 
 def test_usage_ratio_shrinks_keep_recent_tokens() -> None:
     usage = {"input": 800, "output": 3, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 803}
-    path = chain(u(100), a(100, usage), u(100), a(100, {"input": 1, "output": 1, "totalTokens": 0}, stop="aborted"))
+    path = chain(u(100), a(100, usage), u(100),
+                 a(100, {"input": 1, "output": 1, "totalTokens": 0}, stop="aborted"))
     prep = prepare_compaction(path, CompactionSettings(keep_recent_tokens=250), EST)
     assert prep is not None
     assert prep.tokens_before == 803  # aborted messages' usage is skipped
@@ -79,19 +85,22 @@ def test_split_turn_lists() -> None:
 
 
 def test_previous_compaction_kept_range_is_summarised_and_tags_stripped() -> None:
-    summary = "old summary\n\n<read-files>\n/r\n</read-files>\n\n<modified-files>\n/m\n</modified-files>"
+    summary = ("old summary\n\n<read-files>\n/r\n</read-files>\n\n"
+               "<modified-files>\n/m\n</modified-files>")
     details = {"readFiles": ["/r"], "modifiedFiles": ["/m"]}
     path = chain(u(10), a(10), u(10), comp("e2", summary, details), u(100), a(100), u(100), a(100))
     prep = prepare_compaction(path, CompactionSettings(keep_recent_tokens=150), EST)
     assert prep is not None
     assert prep.previous_summary == "old summary"
-    assert prep.summarize_entry_ids == ("e2", "e4", "e5")  # Q5: e2 (kept by the old compaction) first
+    # Q5: e2 (kept by the old compaction) first
+    assert prep.summarize_entry_ids == ("e2", "e4", "e5")
     assert prep.first_kept_entry_index == 6
     assert (prep.read_files, prep.modified_files) == (("/r",), ("/m",))
 
 
 def test_extension_compaction_details_are_ignored() -> None:
-    path = chain(u(10), comp("zz", "s", {"readFiles": ["/r"], "modifiedFiles": []}, ext=True), u(100), a(100))
+    path = chain(u(10), comp("zz", "s", {"readFiles": ["/r"], "modifiedFiles": []}, ext=True),
+                 u(100), a(100))
     prep = prepare_compaction(path, CompactionSettings(keep_recent_tokens=10), EST)
     assert prep is not None and prep.read_files == () and prep.summarize_entry_ids == ()
 

@@ -266,7 +266,8 @@ def test_turn_prefix_prompt() -> None:
         (
             "M\n\nmore",
             ["x", "y"],
-            "<previous-summary>\nM\n\nmore\n</previous-summary>\n\n<additional-context>\n- x\n- y\n</additional-context>\n\n",
+            "<previous-summary>\nM\n\nmore\n</previous-summary>\n\n"
+            "<additional-context>\n- x\n- y\n</additional-context>\n\n",
         ),
     ],
 )
@@ -351,7 +352,15 @@ def test_wheel_ships_templates_and_loader_finds_them(tmp_path: Path) -> None:
     assert text == raw("compaction-summary-context") + "\n\n<summary>\nS\n</summary>"
 
 
-@pytest.mark.parametrize("name", ["summary-initial", "summary-update", "turn-prefix", "branch-summary"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "summary-initial",
+        "summary-update",
+        "turn-prefix",
+        "branch-summary",
+    ],
+)
 def test_summary_prompts_ask_for_paths_commands_and_errors_verbatim(name: str) -> None:
     text = " ".join(render(name).split())
     assert "verbatim, character for character" in text

@@ -27,7 +27,8 @@ def results(*specs: tuple[int, str]) -> list:
         # exactly 40k newer: the older one is a candidate (acc < 40k check uses the total before it)
         ([(20_009, "bash"), (40_000, "bash")], [0], 20_000),  # savings exactly the minimum do prune
         ([(20_008, "bash"), (40_000, "bash")], [], 0),
-        ([(12_000, "bash"), (12_000, "grep"), (39_999, "bash"), (1, "bash")], [0, 1], 2 * (12_000 - 9)),
+        ([(12_000, "bash"), (12_000, "grep"), (39_999, "bash"), (1, "bash")], [0, 1],
+         2 * (12_000 - 9)),
     ],
 )
 def test_plan(specs: list, pruned_results: list[int], saved: int) -> None:
@@ -39,7 +40,8 @@ def test_plan(specs: list, pruned_results: list[int], saved: int) -> None:
 
 
 def test_already_pruned_results_count_but_are_not_candidates() -> None:
-    path = chain(user("go"), tool_result(chars(100_000), prunedAt=None), tool_result(chars(25_000 * 4)),
+    path = chain(user("go"), tool_result(chars(100_000), prunedAt=None),
+                 tool_result(chars(25_000 * 4)),
                  tool_result(chars(40_000 * 4)))
     plan = plan_prune(path, EST)
     assert plan.pruned_entry_ids == ("e2",)

@@ -155,7 +155,8 @@ CASES: list[tuple[str, list[dict[str, Any]], str]] = [
             assistant(text("fixed")),
         ],
         "[User]: fix it\n\n[Assistant thinking]: plan\n\n[Assistant]: on it\n\n"
-        '[Assistant tool calls]: read(path="a.py")\n\n[Tool result]: print(1)\n\n[Assistant]: fixed',
+        '[Assistant tool calls]: read(path="a.py")\n\n'
+        "[Tool result]: print(1)\n\n[Assistant]: fixed",
     ),
     (
         "wrapped compaction summary appears as user text",

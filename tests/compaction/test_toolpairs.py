@@ -64,7 +64,8 @@ def test_reproduction_compaction_committed_while_the_tool_ran() -> None:
     assert prep is not None
     # The reference keeps from the tool result: [compactionSummary, toolResult] (a permanent 400).
     assert roles_after_compaction(path, "e5") == ["compactionSummary", "toolResult"]
-    assert (prep.first_kept_entry_id, prep.is_split_turn, prep.turn_prefix_entry_ids) == ("e3", True, ("e2",))
+    assert (prep.first_kept_entry_id, prep.is_split_turn, prep.turn_prefix_entry_ids) == (
+        "e3", True, ("e2",))
     assert prep.kept_entry_ids == ("e3", "e5") and prep.summarize_entry_ids == ()
     assert roles_after_compaction(path, prep.first_kept_entry_id) == [
         "compactionSummary", "assistant", "toolResult"]
@@ -74,7 +75,8 @@ def test_parallel_calls_with_results_before_and_after_the_commit() -> None:
     path = chain(user("go"), call("a", "b"), result("a"), comp("e0"), result("b", 90_000))
     prep = prepare_compaction(path, CompactionSettings(keep_recent_tokens=10), EST)
     assert prep is not None and prep.first_kept_entry_id == "e1"
-    assert roles_after_compaction(path, "e1") == ["compactionSummary", "assistant", "toolResult", "toolResult"]
+    assert roles_after_compaction(path, "e1") == [
+        "compactionSummary", "assistant", "toolResult", "toolResult"]
 
 
 @pytest.mark.parametrize(
@@ -133,8 +135,8 @@ def _turn(rng: random.Random, entries: list[Entry], turn: int) -> None:
         for call_id in rng.sample(ids, len(ids)):  # parallel results arrive in any order
             _maybe_compact(rng, entries)
             if rng.random() < 0.1:
-                _append(entries, {"role": "bashExecution", "command": "ls", "output": chars(_size(rng)),
-                                  "exitCode": 0})
+                _append(entries, {"role": "bashExecution", "command": "ls",
+                                  "output": chars(_size(rng)), "exitCode": 0})
             if rng.random() < 0.1:
                 _append(entries, {"type": "label", "targetId": entries[-1].id, "label": "x"})
             _append(entries, result(call_id, _size(rng)))

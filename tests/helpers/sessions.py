@@ -13,10 +13,12 @@ def user(text: str, **extra: Any) -> dict[str, Any]:
     return {"role": "user", "content": text, "timestamp": 1, **extra}
 
 
-def assistant(text: str = "", *, tools: list[tuple[str, dict[str, Any]]] = (), usage: dict[str, Any] | None = None,
+def assistant(text: str = "", *, tools: list[tuple[str, dict[str, Any]]] = (),
+              usage: dict[str, Any] | None = None,
               stop: str = "stop", provider: str = "p", model: str = "m") -> dict[str, Any]:
     content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
-    content += [{"type": "toolCall", "id": f"c{i}", "name": n, "arguments": a} for i, (n, a) in enumerate(tools)]
+    content += [{"type": "toolCall", "id": f"c{i}", "name": n, "arguments": a}
+                for i, (n, a) in enumerate(tools)]
     message = {"role": "assistant", "content": content, "provider": provider, "model": model,
                "stopReason": stop, "timestamp": 1}
     if usage is not None:
@@ -48,7 +50,8 @@ def tree(entries: list[Entry]) -> SessionTree:
 
 
 def session(entries: list[Entry]) -> Session:
-    return Session({"type": "session", "version": 3, "id": "s1", "timestamp": TS, "cwd": "/"}, entries)
+    return Session({"type": "session", "version": 3, "id": "s1", "timestamp": TS, "cwd": "/"},
+                   entries)
 
 
 def chars(n: int) -> str:

@@ -42,7 +42,8 @@ def make_preparation(path: list[Entry]) -> Preparation:
         first_kept_entry_id="u2", first_kept_entry_index=3, turn_start_index=-1,
         is_split_turn=False, tokens_before=1234, keep_recent_tokens=20000,
         messages_to_summarize=messages[:3], turn_prefix_messages=(), recent_messages=messages[3:],
-        summarize_entry_ids=("u1", "a1", "t1"), turn_prefix_entry_ids=(), kept_entry_ids=("u2", "a2"),
+        summarize_entry_ids=("u1", "a1", "t1"), turn_prefix_entry_ids=(),
+        kept_entry_ids=("u2", "a2"),
         previous_summary=None, read_files=("a.py",), modified_files=(),
         settings=CompactionSettings(),
     )

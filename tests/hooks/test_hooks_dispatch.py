@@ -58,7 +58,8 @@ class Before:
         return _answer(self.spec)
 
 
-def _run_before_compact(specs: list[Any], path: list[Entry], prep: Preparation) -> tuple[Any, list[str]]:
+def _run_before_compact(specs: list[Any], path: list[Entry],
+                        prep: Preparation) -> tuple[Any, list[str]]:
     calls: list[str] = []
     runner = runner_with(*(Before(f"h{i}", spec, calls) for i, spec in enumerate(specs)))
     return runner.before_compact(prep, path, None, None), calls
@@ -77,7 +78,8 @@ CANCEL = {"cancel": True}
         ([BeforeCompactResult(cancel=True)], True, None, ["h0"]),
         ([{"compaction": COMP_A}], False, "A", ["h0"]),
         ([BeforeCompactResult(compaction=COMP_B)], False, "B", ["h0"]),
-        ([{"compaction": COMP_A}, BeforeCompactResult(compaction=COMP_B)], False, "B", ["h0", "h1"]),
+        ([{"compaction": COMP_A}, BeforeCompactResult(compaction=COMP_B)], False, "B",
+         ["h0", "h1"]),
         ([{"compaction": COMP_A}, None], False, "A", ["h0", "h1"]),
         ([{"compaction": COMP_A}, {"cancel": False}], False, "A", ["h0", "h1"]),
         ([CANCEL, {"compaction": COMP_A}], True, None, ["h0"]),
@@ -91,7 +93,8 @@ CANCEL = {"cancel": True}
          "raise-skipped", "raise-after", "raise-only"],
 )
 def test_before_compact_rules(specs: list[Any], cancel: bool, summary: str | None,
-                              called: list[str], path: list[Entry], preparation: Preparation) -> None:
+                              called: list[str], path: list[Entry],
+                              preparation: Preparation) -> None:
     result, calls = _run_before_compact(specs, path, preparation)
     assert calls == called
     if not cancel and summary is None:
@@ -107,8 +110,10 @@ def test_before_compact_rules(specs: list[Any], cancel: bool, summary: str | Non
         assert result.compaction["fromExtension"] is True
 
 
-def test_hook_compaction_comes_back_as_validated_json(path: list[Entry], preparation: Preparation) -> None:
-    typed = HookCompaction(summary="S", first_kept_entry_id="a1", tokens_before=7, short_summary="s",
+def test_hook_compaction_comes_back_as_validated_json(path: list[Entry],
+                                                      preparation: Preparation) -> None:
+    typed = HookCompaction(summary="S", first_kept_entry_id="a1", tokens_before=7,
+                           short_summary="s",
                            details={"readFiles": ["x"]}, preserve_data={"k": [1]})
     result, _ = _run_before_compact([BeforeCompactResult(compaction=typed)], path, preparation)
     assert result.compaction == {
@@ -146,7 +151,8 @@ def test_invalid_before_compact_answer_fails_the_job(answer: Any, problem: str, 
         ([{"context": ["c1"]}, None], CompactingResult(context=["c1"]), ["h0", "h1"]),
         ([{"context": ["c1"]}, {"context": [], "prompt": ""}], CompactingResult(context=["c1"]),
          ["h0", "h1"]),
-        ([{"preserveData": {"a": 1}}, "raise"], CompactingResult(preserve_data={"a": 1}), ["h0", "h1"]),
+        ([{"preserveData": {"a": 1}}, "raise"], CompactingResult(preserve_data={"a": 1}),
+         ["h0", "h1"]),
         ([CompactingResult(context=["x"], prompt="P", preserve_data={"b": 2})],
          CompactingResult(context=["x"], prompt="P", preserve_data={"b": 2}), ["h0"]),
         ([{"context": ["c"], "prompt": "P", "preserveData": {"z": True}}],
@@ -157,7 +163,8 @@ def test_invalid_before_compact_answer_fails_the_job(answer: Any, problem: str, 
     ids=["none", "context", "last-wins-whole", "none-keeps", "empty-keeps", "raise-skipped",
          "typed", "dict-all-keys", "no-cancel"],
 )
-def test_compacting_rules(specs: list[Any], expected: CompactingResult | None, called: list[str]) -> None:
+def test_compacting_rules(specs: list[Any], expected: CompactingResult | None,
+                          called: list[str]) -> None:
     calls: list[str] = []
     runner = runner_with(*(Before(f"h{i}", spec, calls) for i, spec in enumerate(specs)))
     assert runner.compacting("s1", [{"role": "user", "content": "hi"}]) == expected
@@ -166,8 +173,12 @@ def test_compacting_rules(specs: list[Any], expected: CompactingResult | None, c
 
 @pytest.mark.parametrize(
     ("answer", "problem"),
-    [({"context": "one line"}, "context must be a list"), ({"context": [1]}, "context must be a list"),
-     ({"prompt": 3}, "prompt must be a string"), ({"preserveData": [1]}, "preserveData must be an object")],
+    [
+        ({"context": "one line"}, "context must be a list"),
+        ({"context": [1]}, "context must be a list"),
+        ({"prompt": 3}, "prompt must be a string"),
+        ({"preserveData": [1]}, "preserveData must be an object"),
+    ],
 )
 def test_invalid_compacting_answer_fails(answer: Any, problem: str) -> None:
     runner = runner_with(Before("h0", answer, []))
@@ -265,7 +276,8 @@ class Mutator:
 
     @hookimpl
     def session_before_compact(self, preparation: Preparation, branch_entries: Any) -> None:
-        self._try("message", lambda: operator.setitem(preparation.messages_to_summarize[0], "content", "x"))
+        self._try("message", lambda: operator.setitem(preparation.messages_to_summarize[0],
+                                                      "content", "x"))
         self._try("entry", lambda: operator.setitem(branch_entries[0].raw, "id", "x"))
         self._try("nested", lambda: branch_entries[1].raw["message"]["content"].append({}))
         self._try("path", lambda: branch_entries.append(None))
@@ -292,7 +304,8 @@ class Subsets:
         self.got: dict[str, Any] = {}
 
     @hookimpl
-    def session_before_compact(self, custom_instructions: str | None, session_id: str | None) -> None:
+    def session_before_compact(self, custom_instructions: str | None,
+                               session_id: str | None) -> None:
         self.got["before_compact"] = (custom_instructions, session_id)
 
     @hookimpl
@@ -308,7 +321,8 @@ class Subsets:
         self.got["before_tree"] = (preparation, signal)
 
 
-def test_implementations_take_any_subset_of_arguments(path: list[Entry], preparation: Preparation) -> None:
+def test_implementations_take_any_subset_of_arguments(path: list[Entry],
+                                                      preparation: Preparation) -> None:
     hook = Subsets()
     runner = runner_with(hook)
     token = Token()
@@ -376,7 +390,8 @@ def test_slow_hook_is_timed_out_and_skipped(path: list[Entry], preparation: Prep
                                             caplog: pytest.LogCaptureFixture) -> None:
     release = threading.Event()
     calls: list[str] = []
-    runner = runner_with(Before("h0", {"compaction": COMP_A}, calls), Slow(release, {"cancel": True}),
+    runner = runner_with(Before("h0", {"compaction": COMP_A}, calls),
+                         Slow(release, {"cancel": True}),
                          timeout_s=0.3)
     started = time.monotonic()
     try:

@@ -101,20 +101,25 @@ def _session_text(sid: str) -> str:
     rows: list[dict[str, Any]] = [
         {"id": "u1", "message": {"role": "user", "content": "Fix the CSV importer." + pad}},
         {"id": "a1", "message": {"role": "assistant", "content": [
-            {"type": "toolCall", "id": "c1", "name": "read", "arguments": {"path": "importer.py"}}]}},
+            {"type": "toolCall", "id": "c1", "name": "read",
+             "arguments": {"path": "importer.py"}}]}},
         {"id": "t1", "message": {"role": "toolResult", "toolCallId": "c1", "toolName": "read",
                                  "content": [{"type": "text", "text": "def load():" + pad}],
                                  "isError": False}},
-        {"id": "a2", "message": {"role": "assistant", "content": [{"type": "text", "text": "Fixed." + pad}]}},
+        {"id": "a2", "message": {"role": "assistant",
+                                 "content": [{"type": "text", "text": "Fixed." + pad}]}},
         {"id": "u2", "message": {"role": "user", "content": "Now add tests." + pad}},
         {"id": "a3", "message": {"role": "assistant", "content": [
-            {"type": "toolCall", "id": "c2", "name": "write", "arguments": {"path": "test_importer.py"}}]}},
+            {"type": "toolCall", "id": "c2", "name": "write",
+             "arguments": {"path": "test_importer.py"}}]}},
         {"id": "t2", "message": {"role": "toolResult", "toolCallId": "c2", "toolName": "write",
                                  "content": [{"type": "text", "text": "ok"}], "isError": False}},
-        {"id": "a4", "message": {"role": "assistant", "content": [{"type": "text", "text": "Tests added."}],
+        {"id": "a4", "message": {"role": "assistant",
+                                 "content": [{"type": "text", "text": "Tests added."}],
                                  "usage": {"input": 900, "output": 50, "totalTokens": 950}}},
     ]
-    lines = [{"type": "session", "version": 3, "id": sid, "timestamp": TS.format(0), "cwd": "/repo"}]
+    lines = [{"type": "session", "version": 3, "id": sid, "timestamp": TS.format(0),
+              "cwd": "/repo"}]
     parent = None
     for n, row in enumerate(rows, start=1):
         message = {**row["message"], "timestamp": n}
@@ -167,7 +172,8 @@ def test_before_compact_custom_compaction(stack: CompactionClient, sid: str, plu
     assert entry["details"]["facts"]["requests"]["appended"] == 1
     assert entry["fromExtension"] is True
     assert entry["preserveData"] == {"artifacts": ["a.md"]}
-    assert entry["firstKeptEntryId"] == _calls(plugin, "session_before_compact")[0]["first_kept_entry_id"]
+    assert entry["firstKeptEntryId"] == (
+        _calls(plugin, "session_before_compact")[0]["first_kept_entry_id"])
     assert entry["tokensBefore"] == 950
     assert _model_requests(model_server) == []  # no model call
     assert _calls(plugin, "session_before_compact")[0]["custom_instructions"] == "keep it short"
@@ -200,7 +206,8 @@ def test_webhook_cancel(stack: CompactionClient, sid: str, plugin: Any, webhook:
     assert stack.sessions.export_jsonl(sid) == before
     (payload,) = [p for e, p in webhook.seen if e == "session_before_compact"]
     assert payload["sessionId"] == sid
-    assert [e["id"] for e in payload["branchEntries"]] == ["u1", "a1", "t1", "a2", "u2", "a3", "t2", "a4"]
+    assert [e["id"] for e in payload["branchEntries"]] == [
+        "u1", "a1", "t1", "a2", "u2", "a3", "t2", "a4"]
 
 
 # -- session_compacting -------------------------------------------------------------------------
@@ -224,7 +231,8 @@ def test_compacting_context_prompt_and_preserve_data(stack: CompactionClient, si
 
 
 def test_webhook_compacting_answer_reaches_the_model(stack: CompactionClient, sid: str, plugin: Any,
-                                                     model_server: FakeLLMServer, webhook: Webhook) -> None:
+                                                     model_server: FakeLLMServer,
+                                                     webhook: Webhook) -> None:
     webhook.answers["session_compacting"] = {"context": ["WEBHOOK-CONTEXT"],
                                              "preserveData": {"from": "webhook"}}
     entry = stack.compact(sid).wait(timeout=20)
@@ -251,7 +259,8 @@ def test_before_tree_cancel(stack: CompactionClient, sid: str, plugin: Any,
     assert stack.sessions.export_jsonl(sid) == before
     assert _model_requests(model_server) == []
     (call,) = _calls(plugin, "session_before_tree")
-    assert (call["target_id"], call["old_leaf_id"], call["entries"], call["user_wants_summary"]) == (
+    assert (call["target_id"], call["old_leaf_id"], call["entries"],
+            call["user_wants_summary"]) == (
         "a1", "a4", ["t1", "a2", "u2", "a3", "t2", "a4"], True)
     assert _calls(plugin, "session_tree") == []
 

@@ -18,7 +18,8 @@ def runner(example_plugin: Any) -> HookRunner:
     return load_hook_runner(HookSettings(entry_points=True, timeout_s=0.5))
 
 
-def test_unconfigured_plugin_answers_nothing(runner: HookRunner, example_plugin: Any, path: list[Entry],
+def test_unconfigured_plugin_answers_nothing(runner: HookRunner, example_plugin: Any,
+                                             path: list[Entry],
                                              preparation: Preparation) -> None:
     assert runner.before_compact(preparation, path, "ci", None, session_id="s") is None
     assert runner.compacting("s", [{"role": "user", "content": "x"}]) is None
@@ -35,7 +36,8 @@ def test_unconfigured_plugin_answers_nothing(runner: HookRunner, example_plugin:
     [
         ({"before_compact": "cancel"}, lambda r: r.cancel),
         ({"before_compact": {"compaction": {"summary": "mine"}}},
-         lambda r: r.compaction == {"summary": "mine", "firstKeptEntryId": "u2", "tokensBefore": 1234,
+         lambda r: r.compaction == {"summary": "mine", "firstKeptEntryId": "u2",
+                                    "tokensBefore": 1234,
                                     "fromExtension": True}),
         ({"before_compact": "raise"}, lambda r: r is None),
         ({"before_compact": {"sleep": 2}}, lambda r: r is None),
@@ -43,7 +45,8 @@ def test_unconfigured_plugin_answers_nothing(runner: HookRunner, example_plugin:
     ids=["cancel", "compaction", "raise", "slow"],
 )
 def test_before_compact_behaviours(runner: HookRunner, example_plugin: Any, path: list[Entry],
-                                   preparation: Preparation, config: dict[str, Any], check: Any) -> None:
+                                   preparation: Preparation, config: dict[str, Any],
+                                   check: Any) -> None:
     example_plugin.configure(**config)
     assert check(runner.before_compact(preparation, path, None, None))
 
@@ -58,7 +61,8 @@ def test_compacting_and_tree_behaviours(runner: HookRunner, example_plugin: Any)
     assert tree is not None and tree.cancel
 
 
-def test_notifications_are_recorded_to_a_file(runner: HookRunner, example_plugin: Any, tmp_path: Path,
+def test_notifications_are_recorded_to_a_file(runner: HookRunner, example_plugin: Any,
+                                              tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     log = tmp_path / "calls.jsonl"
     monkeypatch.setenv("COMPACTOR_EXAMPLE_PLUGIN_LOG", str(log))
@@ -76,6 +80,7 @@ def test_notifications_are_recorded_to_a_file(runner: HookRunner, example_plugin
 
 def test_configuration_from_environment(runner: HookRunner, monkeypatch: pytest.MonkeyPatch,
                                         example_plugin: Any) -> None:
-    monkeypatch.setenv("COMPACTOR_EXAMPLE_PLUGIN", json.dumps({"before_tree": {"summary": {"summary": "env"}}}))
+    monkeypatch.setenv("COMPACTOR_EXAMPLE_PLUGIN",
+                       json.dumps({"before_tree": {"summary": {"summary": "env"}}}))
     result = runner.before_tree({"targetId": "u1", "userWantsSummary": True}, None)
     assert result is not None and result.summary == {"summary": "env", "fromExtension": True}

@@ -57,7 +57,11 @@ GOOD = """
 
 @pytest.mark.parametrize(
     ("path", "prompt"),
-    [("hk_good", "from module"), ("hk_good:Plugin", "from class"), ("hk_good:instance", "from class")],
+    [
+        ("hk_good", "from module"),
+        ("hk_good:Plugin", "from class"),
+        ("hk_good:instance", "from class"),
+    ],
 )
 def test_module_object_paths(plugin_dir: Path, path: str, prompt: str) -> None:
     _module(plugin_dir, "hk_good", GOOD)
@@ -131,7 +135,8 @@ def test_bad_plugin_refuses_to_load(plugin_dir: Path, path: str, message: str) -
 
 
 def test_broken_entry_point_refuses_to_load(monkeypatch: pytest.MonkeyPatch) -> None:
-    broken = metadata.EntryPoint(name="broken", value="hk_not_installed:plugin", group=ENTRY_POINT_GROUP)
+    broken = metadata.EntryPoint(name="broken", value="hk_not_installed:plugin",
+                                 group=ENTRY_POINT_GROUP)
 
     def entry_points(**kwargs: Any) -> Any:
         assert kwargs == {"group": ENTRY_POINT_GROUP}

@@ -49,14 +49,17 @@ def server() -> Iterator[Receiver]:
 
 def _runner(url: str, secret: str = SECRET, timeout_s: float = 5.0) -> Any:
     return load_hook_runner(HookSettings(entry_points=False, webhook_url=url,
-                                         webhook_secret=SecretStr(secret), webhook_timeout_s=timeout_s))
+                                         webhook_secret=SecretStr(secret),
+                                         webhook_timeout_s=timeout_s))
 
 
-def test_before_compact_roundtrip(server: Receiver, path: list[Entry], preparation: Preparation) -> None:
+def test_before_compact_roundtrip(server: Receiver, path: list[Entry],
+                                  preparation: Preparation) -> None:
     server.answers["session_before_compact"] = {
         "compaction": {"summary": "remote", "firstKeptEntryId": "u2", "tokensBefore": 99,
                        "preserveData": {"ticket": 7}}}
-    result = _runner(server.url).before_compact(preparation, path, "be brief", None, session_id="s1")
+    result = _runner(server.url).before_compact(preparation, path, "be brief", None,
+                                                session_id="s1")
     assert result.compaction == {"summary": "remote", "firstKeptEntryId": "u2", "tokensBefore": 99,
                                  "preserveData": {"ticket": 7}, "fromExtension": True}
     (event, payload), = server.seen
@@ -66,11 +69,13 @@ def test_before_compact_roundtrip(server: Receiver, path: list[Entry], preparati
     plan = payload["preparation"]
     assert plan["firstKeptEntryId"] == "u2" and plan["tokensBefore"] == 1234
     assert plan["readFiles"] == ["a.py"] and plan["previousSummary"] is None
-    assert plan["messagesToSummarize"][0] == {"role": "user", "content": "fix the importer", "timestamp": 1}
+    assert plan["messagesToSummarize"][0] == {"role": "user", "content": "fix the importer",
+                                              "timestamp": 1}
     assert plan["settings"] == {"keepRecentTokens": 20000, "reserveTokens": 16384}
 
 
-def test_before_compact_cancel(server: Receiver, path: list[Entry], preparation: Preparation) -> None:
+def test_before_compact_cancel(server: Receiver, path: list[Entry],
+                               preparation: Preparation) -> None:
     server.answers["session_before_compact"] = {"cancel": True}
     result = _runner(server.url).before_compact(preparation, path, None, None)
     assert result is not None and result.cancel
@@ -93,7 +98,8 @@ def test_tree_roundtrip_and_notifications(server: Receiver, path: list[Entry]) -
             "entriesToSummarize": path[1:], "userWantsSummary": True}
     result = runner.before_tree(plan, None, session_id="s3")
     assert result.summary == {"summary": "remote branch summary", "fromExtension": True}
-    entry = {"type": "branch_summary", "id": "b1", "parentId": "u1", "summary": "remote branch summary"}
+    entry = {"type": "branch_summary", "id": "b1", "parentId": "u1",
+             "summary": "remote branch summary"}
     runner.tree_done("b1", "a2", entry, True, session_id="s3")
     runner.compact_done({"type": "compaction", "id": "c1"}, False, session_id="s3")
     events = [event for event, _ in server.seen]
@@ -106,7 +112,8 @@ def test_tree_roundtrip_and_notifications(server: Receiver, path: list[Entry]) -
     assert server.seen[2][1]["compactionEntry"] == {"type": "compaction", "id": "c1"}
 
 
-def test_bad_secret_is_refused_by_the_receiver(server: Receiver, caplog: pytest.LogCaptureFixture) -> None:
+def test_bad_secret_is_refused_by_the_receiver(server: Receiver,
+                                               caplog: pytest.LogCaptureFixture) -> None:
     server.answers["session_compacting"] = {"prompt": "should never be used"}
     assert _runner(server.url, secret="wrong-secret").compacting("s", []) is None
     assert server.seen == []  # refused before the handler
@@ -131,7 +138,8 @@ def test_webhook_timeout_is_a_skipped_hook(server: Receiver) -> None:
     [(lambda p: ["not", "an", "object"], "must be a JSON object"),
      (lambda p: "text", "must be a JSON object")],
 )
-def test_unusable_answers_raise(server: Receiver, answer: Callable[[Any], Any], problem: str) -> None:
+def test_unusable_answers_raise(server: Receiver, answer: Callable[[Any], Any],
+                                problem: str) -> None:
     server.answers["session_compacting"] = answer
     with pytest.raises(WebhookError, match=problem):
         WebhookPlugin(server.url, SECRET).post("session_compacting", "s", {})
@@ -160,7 +168,8 @@ def test_signature_covers_timestamp_and_body() -> None:
     ],
     ids=["secret", "body", "timestamp", "replay", "garbage"],
 )
-def test_receiver_refuses_bad_signatures(secret: str, timestamp: str, body: bytes, now: int) -> None:
+def test_receiver_refuses_bad_signatures(secret: str, timestamp: str, body: bytes,
+                                         now: int) -> None:
     header = sign(SECRET.encode(), "1700000000", b"{}")
     assert not receiver.verify(secret.encode(), timestamp, body, header, now=now)
 

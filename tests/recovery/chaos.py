@@ -245,7 +245,8 @@ class Chaos:
             # On a loaded machine the agent asks for fewer jobs in the time (appends are slower,
             # and a session with a job in flight coalesces): it goes on, quietly, up to the target.
             deadline = time.monotonic() + 90
-            while len(self.tally.jobs) < c.jobs and time.monotonic() < deadline and agent.is_alive():
+            while (len(self.tally.jobs) < c.jobs and time.monotonic() < deadline
+                   and agent.is_alive()):
                 time.sleep(0.2)
         finally:
             agent.stop.set()
@@ -311,7 +312,8 @@ class Chaos:
     def _check_session(self, client: CompactionClient, sid: str, records: list[Any]) -> list[str]:
         problems = []
         stream = client.layout.session(sid).events
-        ends = Counter(e.job_id for e in (decode_event(i, f) for i, f in client.redis.xrange(stream))
+        ends = Counter(e.job_id
+                       for e in (decode_event(i, f) for i, f in client.redis.xrange(stream))
                        if e.terminal)
         for record in records:
             if record.state.terminal and ends[record.id] != 1:

@@ -53,7 +53,8 @@ class RedisServer:
 
     def start(self) -> RedisServer:
         self.folder.mkdir(parents=True, exist_ok=True)
-        args = ["redis-server", "--port", str(self.port), "--bind", *self.bind.split(), "--save", "",
+        args = ["redis-server", "--port", str(self.port), "--bind", *self.bind.split(),
+                "--save", "",
                 "--dir", str(self.folder), "--appendonly", "yes" if self.aof else "no",
                 "--appendfsync", "always", *self.extra]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

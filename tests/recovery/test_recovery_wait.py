@@ -40,7 +40,8 @@ def test_wait_rides_out_a_redis_restart(aof_redis: RedisServer, model: ModelServ
     out: dict[str, object] = {}
     with CompactionClient(aof_redis.url) as client:
         handle = client.compact(new_session(client, demo_text), reason="manual")
-    thread = threading.Thread(target=waiter, args=(aof_redis.url, handle.id, out))  # type: ignore[arg-type]
+    thread = threading.Thread(target=waiter,  # type: ignore[arg-type]
+                              args=(aof_redis.url, handle.id, out))
     thread.start()
     time.sleep(0.5)  # the waiter blocks in XREAD now
     aof_redis.restart(down_s=1.5)

@@ -17,6 +17,7 @@ ON_COMPACTING: list[Callable[[str], None]] = []
 
 class Plugin:
     @hookimpl
-    def session_compacting(self, session_id: str | None, messages: Sequence[Mapping[str, Any]]) -> None:
+    def session_compacting(self, session_id: str | None,
+                           messages: Sequence[Mapping[str, Any]]) -> None:
         if ON_COMPACTING and session_id is not None:
             ON_COMPACTING.pop(0)(session_id)

@@ -79,7 +79,8 @@ class ModelServer:
         reply = {
             "choices": [{"index": 0, "finish_reason": "stop",
                          "message": {"role": "assistant",
-                                     "content": f"## Goal\nLoopback summary of {len(prompt)} chars."}}],
+                                     "content": "## Goal\nLoopback summary of "
+                                                f"{len(prompt)} chars."}}],
             "usage": {"prompt_tokens": len(prompt) // 4, "completion_tokens": 9},
         }
         data = json.dumps(reply).encode()

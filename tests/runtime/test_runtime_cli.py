@@ -40,7 +40,8 @@ def cli(app: CompactorCelery, module_redis: str, monkeypatch: pytest.MonkeyPatch
 
 
 def _import(cli: object, session_id: str) -> str:
-    code, out, _ = cli("session", "import", str(DEMO), "--session-id", session_id)  # type: ignore[operator]
+    code, out, _ = cli("session", "import", str(DEMO),  # type: ignore[operator]
+                       "--session-id", session_id)
     assert code == 0
     return str(out)
 
@@ -59,16 +60,19 @@ def test_compact_without_wait_prints_id_and_state(cli: object) -> None:
     code, out, _ = cli("compact", "cli-nowait", "--json")  # type: ignore[operator]
     payload = json.loads(out)
     assert code == 0 and set(payload) == {"jobId", "state", "fromDraft"}
-    assert payload["jobId"].startswith("cli-nowait:") and payload["state"] in ("queued", "running", "succeeded")
+    assert (payload["jobId"].startswith("cli-nowait:")
+            and payload["state"] in ("queued", "running", "succeeded"))
 
 
 def test_compact_wait_json_then_job_and_events(cli: object) -> None:
     _import(cli, "cli-wait")
-    code, out, _ = cli("compact", "cli-wait", "--reason", "threshold", "--wait", "--json")  # type: ignore[operator]
+    code, out, _ = cli("compact", "cli-wait", "--reason", "threshold",  # type: ignore[operator]
+                       "--wait", "--json")
     payload = json.loads(out)
     assert code == 0 and set(payload) == RECORD_KEYS
     assert payload["state"] == "succeeded" and payload["entry"]["type"] == "compaction"
-    assert payload["attempts"] == 1 and payload["model"] == "extractive" and payload["error"] is None
+    assert (payload["attempts"] == 1 and payload["model"] == "extractive"
+            and payload["error"] is None)
     assert payload["fromDraft"] is False
     assert (payload["kind"], payload["reason"]) == ("compact", "threshold")
     assert payload["enqueuedAt"] <= payload["startedAt"] <= payload["finishedAt"]
@@ -88,11 +92,13 @@ def test_compact_wait_json_then_job_and_events(cli: object) -> None:
 
 def test_speculative_then_threshold_from_the_draft(cli: object) -> None:
     _import(cli, "cli-draft")
-    code, out, _ = cli("compact", "cli-draft", "--reason", "speculative", "--wait", "--json")  # type: ignore[operator]
+    code, out, _ = cli("compact", "cli-draft", "--reason", "speculative",  # type: ignore[operator]
+                       "--wait", "--json")
     payload = json.loads(out)
     assert code == 0 and payload["state"] == "succeeded" and payload["entry"] is None
     assert payload["result"]["draft"] is True and payload["fromDraft"] is False
-    code, out, _ = cli("compact", "cli-draft", "--reason", "threshold", "--json")  # type: ignore[operator]
+    code, out, _ = cli("compact", "cli-draft", "--reason", "threshold",  # type: ignore[operator]
+                       "--json")
     payload = json.loads(out)
     assert code == 0 and payload == {"jobId": payload["jobId"], "state": "succeeded",
                                      "fromDraft": True}
@@ -103,12 +109,13 @@ def test_speculative_then_threshold_from_the_draft(cli: object) -> None:
 def test_compact_context_window_and_the_loop_guard(cli: object,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     _import(cli, "cli-guard")
-    code, out, _ = cli("compact", "cli-guard", "--reason", "threshold", "--context-window",  # type: ignore[operator]
-                       str(16_384 + 100), "--wait", "--json")
+    code, out, _ = cli("compact", "cli-guard", "--reason", "threshold",  # type: ignore[operator]
+                       "--context-window", str(16_384 + 100), "--wait", "--json")
     payload = json.loads(out)
     assert code == 0 and payload["result"]["ineffective"] is True  # a 100-token threshold
     monkeypatch.setenv("COMPACTOR_LOOP_GUARD_MAX", "1")  # this CLI's limit: already reached
-    code, out, _ = cli("compact", "cli-guard", "--reason", "overflow", "--wait", "--json")  # type: ignore[operator]
+    code, out, _ = cli("compact", "cli-guard", "--reason", "overflow",  # type: ignore[operator]
+                       "--wait", "--json")
     payload = json.loads(out)
     assert code == 2 and payload["state"] == "failed"
     assert payload["result"]["loopGuard"] == {"count": 1, "limit": 1, "windowS": 600.0}
@@ -123,7 +130,8 @@ def test_prune_and_branch_summary(cli: object) -> None:
     assert code == 0 and len(json.loads(out)["result"]["prunedEntryIds"]) == 2
     lines = [json.loads(x) for x in DEMO.read_text(encoding="utf-8").splitlines()[1:]]
     pandas_leaf = next(e["id"] for e in reversed(lines) if "importer_pandas" in json.dumps(e))
-    code, out, _ = cli("branch-summary", "cli-branch", "--to", pandas_leaf, "--wait", "--json")  # type: ignore[operator]
+    code, out, _ = cli("branch-summary", "cli-branch", "--to",  # type: ignore[operator]
+                       pandas_leaf, "--wait", "--json")
     payload = json.loads(out)
     assert code == 0 and payload["entry"]["type"] == "branch_summary"
     assert payload["entry"]["parentId"] == pandas_leaf
@@ -132,7 +140,8 @@ def test_prune_and_branch_summary(cli: object) -> None:
 def test_failed_job_exits_2_with_the_record(cli: object) -> None:
     _import(cli, "cli-fail")
     # a missing branch target is refused at enqueue, before any job exists
-    code, out, err = cli("branch-summary", "cli-fail", "--to", "nope0000", "--wait", "--json")  # type: ignore[operator]
+    code, out, err = cli("branch-summary", "cli-fail", "--to",  # type: ignore[operator]
+                         "nope0000", "--wait", "--json")
     assert (code, out) == (2, "") and err == "compactor: error: Entry nope0000 not found\n"
     # a job that fails in the worker: a second compaction right after the first
     assert cli("compact", "cli-fail", "--wait", "--json")[0] == 0  # type: ignore[operator]
@@ -156,36 +165,46 @@ def test_global_redis_url_wins_and_cancel_says_what_it_did(cli: object, redis_ur
     from worker.store.jobs import JobStore
 
     at = ("--redis-url", redis_url)
-    code, out, _ = cli(*at, "session", "import", str(DEMO), "--session-id", "cli-url")  # type: ignore[operator]
+    code, out, _ = cli(*at, "session", "import", str(DEMO),  # type: ignore[operator]
+                       "--session-id", "cli-url")
     assert (code, out) == (0, "cli-url\n")
     code, _, err = cli("session", "export", "cli-url")  # type: ignore[operator]
     assert code == 2 and "cli-url" in err  # not in the environment's Redis
-    queued = json.loads(cli(*at, "compact", "cli-url", "--json")[1])["jobId"]  # type: ignore[operator]
-    assert cli(*at, "cancel", queued)[1] == f"cancelled {queued} (was queued)\n"  # type: ignore[operator]
-    assert cli(*at, "cancel", queued)[1] == f"{queued} already cancelled: nothing to cancel\n"  # type: ignore[operator]
+    queued = json.loads(
+        cli(*at, "compact", "cli-url", "--json")[1])["jobId"]  # type: ignore[operator]
+    assert cli(*at, "cancel", queued)[1] == (  # type: ignore[operator]
+        f"cancelled {queued} (was queued)\n")
+    assert cli(*at, "cancel", queued)[1] == (  # type: ignore[operator]
+        f"{queued} already cancelled: nothing to cancel\n")
 
-    running = json.loads(cli(*at, "compact", "cli-url", "--json")[1])["jobId"]  # type: ignore[operator]
+    running = json.loads(
+        cli(*at, "compact", "cli-url", "--json")[1])["jobId"]  # type: ignore[operator]
     with CompactionClient(redis_url) as client:
         assert JobStore(client.redis, client.settings, client.layout).mark_running(running) == 1
         code, out, _ = cli(*at, "cancel", running, "--json")  # type: ignore[operator]
         assert json.loads(out) == {"jobId": running, "state": "running",
                                    "previousState": "running", "action": "requested"}
         assert client.jobs.get(running).cancel_requested
-    assert cli(*at, "cancel", running)[1] == f"cancel requested for {running} (was running)\n"  # type: ignore[operator]
+    assert cli(*at, "cancel", running)[1] == (  # type: ignore[operator]
+        f"cancel requested for {running} (was running)\n")
     code, out, _ = cli(*at, "job", running, "--json")  # type: ignore[operator]
     record = json.loads(out)
-    assert set(record) == RECORD_KEYS and (record["state"], record["kind"]) == ("running", "compact")
+    assert set(record) == RECORD_KEYS and (record["state"], record["kind"]) == (
+        "running", "compact")
     assert record["reason"] == "manual" and record["startedAt"] and record["finishedAt"] is None
 
 
-def test_global_redis_url_over_a_real_process(cli: object, redis_url: str, module_redis: str) -> None:
+def test_global_redis_url_over_a_real_process(cli: object, redis_url: str,
+                                              module_redis: str) -> None:
     import os
     import subprocess
     import sys
 
     at = ("--redis-url", redis_url)
-    assert cli(*at, "session", "import", str(DEMO), "--session-id", "cli-proc")[0] == 0  # type: ignore[operator]
-    job = json.loads(cli(*at, "compact", "cli-proc", "--json")[1])["jobId"]  # type: ignore[operator]
+    assert cli(*at, "session", "import", str(DEMO),  # type: ignore[operator]
+               "--session-id", "cli-proc")[0] == 0
+    job = json.loads(
+        cli(*at, "compact", "cli-proc", "--json")[1])["jobId"]  # type: ignore[operator]
     env = {**os.environ, "COMPACTOR_REDIS_URL": module_redis}
     done = subprocess.run([sys.executable, "-m", "worker", *at, "cancel", job], env=env,
                           capture_output=True, text=True, timeout=60)

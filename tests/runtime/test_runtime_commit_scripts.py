@@ -81,7 +81,8 @@ def _descendant(c: CompactionClient, sid: str, ids: list[str]) -> None:
     (_cancel, 3, CommitStatus.CANCELLED, False),
     (_finished, 3, CommitStatus.FINISHED, False),
 ])
-def test_append_entry_is_conditional(client: CompactionClient, setup: tuple[str, list[str], str, CommitStore],
+def test_append_entry_is_conditional(client: CompactionClient,
+                                     setup: tuple[str, list[str], str, CommitStore],
                                      mutate: Mutation, snapshot_at: int, expected: CommitStatus,
                                      parent_is_new_leaf: bool) -> None:
     sid, ids, job, commits = setup
@@ -105,8 +106,8 @@ def test_append_entry_is_conditional(client: CompactionClient, setup: tuple[str,
         assert commits.effect(job) is None
 
 
-def test_second_commit_of_a_job_returns_the_first_entry(setup: tuple[str, list[str], str, CommitStore],
-                                                        client: CompactionClient) -> None:
+def test_second_commit_of_a_job_returns_the_first_entry(
+        setup: tuple[str, list[str], str, CommitStore], client: CompactionClient) -> None:
     sid, ids, job, commits = setup
     entry = {"type": "compaction", "timestamp": "t", "summary": "S", "firstKeptEntryId": ids[1],
              "tokensBefore": 5}
@@ -139,7 +140,8 @@ def test_rewrite_is_all_or_nothing(client: CompactionClient,
                 for i, line in zip(targets, lines, strict=True)]
     if tamper is not None:  # the agent changed that entry after the plan
         key = client.layout.session(sid).entries
-        client.redis.hset(key, targets[tamper], str(lines[tamper]).replace('"text":"m', '"text":"edited m'))
+        client.redis.hset(key, targets[tamper],
+                          str(lines[tamper]).replace('"text":"m', '"text":"edited m'))
     before = client.sessions.export_jsonl(sid)
     outcome = commits.rewrite(job, rewrites, {"prunedEntryIds": targets, "tokensSaved": 1})
     after = client.sessions.export_jsonl(sid)
@@ -151,8 +153,8 @@ def test_rewrite_is_all_or_nothing(client: CompactionClient,
         assert commits.effect(job) is None
 
 
-def test_branch_commit_requires_the_snapshot_leaf(client: CompactionClient,
-                                                  setup: tuple[str, list[str], str, CommitStore]) -> None:
+def test_branch_commit_requires_the_snapshot_leaf(
+        client: CompactionClient, setup: tuple[str, list[str], str, CommitStore]) -> None:
     sid, ids, job, commits = setup
     entry = {"type": "branch_summary", "timestamp": "t", "fromId": ids[1], "summary": "B"}
     client.sessions.append(sid, msg("late"))

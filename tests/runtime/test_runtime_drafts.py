@@ -214,7 +214,8 @@ def test_observe_precomputes_in_the_band_and_compacts_above(client: CompactionCl
     first = client.observe(sid, context_tokens=170_000, context_window=window)
     assert first.action == "precompute" and first.handle is not None
     again = client.observe(sid, context_tokens=171_000, context_window=window)
-    assert again.action == "none" or (again.handle is not None and again.handle.id == first.handle.id)
+    assert again.action == "none" or (again.handle is not None
+                                      and again.handle.id == first.handle.id)
     first.handle.wait(30)
     assert client.observe(sid, context_tokens=172_000, context_window=window).draft_ready
     done = client.observe(sid, context_tokens=190_000, context_window=window)

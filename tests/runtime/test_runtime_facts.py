@@ -1,4 +1,5 @@
-"""The fact ledger end to end: a loopback model answering a fixed text, a real worker, the client."""
+"""The fact ledger end to end: a loopback model answering a fixed text, a real worker, the
+client."""
 
 from __future__ import annotations
 
@@ -46,7 +47,8 @@ def test_fixed_text_model_loses_no_fact(client: CompactionClient, demo_text: str
     prep = prepare_compaction(path, CompactionSettings(), get_tokenizer("tiktoken"))
     assert prep is not None and prep.first_kept_entry_id == entry["firstKeptEntryId"]
     facts = extract_facts([*prep.messages_to_summarize, *prep.turn_prefix_messages])
-    haystack = _norm(entry["summary"] + "\n" + serialize_conversation(convert_to_llm(prep.recent_messages)))
+    haystack = _norm(entry["summary"] + "\n"
+                     + serialize_conversation(convert_to_llm(prep.recent_messages)))
     found = [f for f in facts if _norm(f.text) in haystack]
     paths = [f for f in facts if f.kind == "paths"]
     assert len(facts) >= 10 and paths

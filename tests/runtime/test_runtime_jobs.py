@@ -86,7 +86,8 @@ def test_prune_rewrites_only_the_planned_entries(client: CompactionClient, demo_
         message = new_entry.pop("message")
         assert new_entry == {k: v for k, v in old_entry.items() if k != "message"}
         tokens = plan.token_counts[old_entry["id"]]
-        assert message["content"] == [{"type": "text", "text": f"[Output truncated - {tokens} tokens]"}]
+        assert message["content"] == [{"type": "text",
+                                       "text": f"[Output truncated - {tokens} tokens]"}]
         assert isinstance(message["prunedAt"], int)
         assert {k: v for k, v in message.items() if k not in ("content", "prunedAt")} == {
             k: v for k, v in old_entry["message"].items() if k != "content"}
@@ -103,7 +104,8 @@ def _targets(client: CompactionClient, sid: str) -> dict[str, tuple[str, str | N
     on_path = {e.id for e in path}
     other_leaf = [e for e in snap.session.entries if e.id not in on_path][-1]
     user = [e for e in path if e.raw.get("message", {}).get("role") == "user"][-2]
-    return {"other-branch": (other_leaf.id, other_leaf.id), "user-message": (user.id, user.parent_id)}
+    return {"other-branch": (other_leaf.id, other_leaf.id),
+            "user-message": (user.id, user.parent_id)}
 
 
 @pytest.mark.parametrize("kind", ["other-branch", "user-message"])
@@ -120,10 +122,12 @@ def test_branch_summary_moves_the_leaf(client: CompactionClient, demo_text: str,
     assert snap.leaf_id == entry["id"]
     assert old_leaf in {e.id for e in snap.session.entries}  # the abandoned branch stays stored
     [end] = completions(client, sid, handle.id)
-    assert (end.type.value, end.old_leaf_id, end.new_leaf_id) == ("session_tree", old_leaf, entry["id"])
+    assert (end.type.value, end.old_leaf_id, end.new_leaf_id) == (
+        "session_tree", old_leaf, entry["id"])
 
 
-def test_branch_summary_to_the_leaf_changes_nothing(client: CompactionClient, demo_text: str) -> None:
+def test_branch_summary_to_the_leaf_changes_nothing(client: CompactionClient,
+                                                    demo_text: str) -> None:
     sid = new_session(client, demo_text)
     snap = client.sessions.load(sid)
     assert client.branch_summary(sid, str(snap.leaf_id)).wait(30) is None
@@ -148,7 +152,8 @@ def _dangling(client: CompactionClient, sid: str, ids: list[str]) -> None:
 
 @pytest.mark.parametrize(("damage", "reason", "expected"), [
     (_corrupt_json, "manual", r"redis:{sid}:3: stored JSON is corrupt \("),
-    (_cycle, "threshold", r"Auto-compaction failed: redis:{sid}:\d+: parentId cycle through entry "),
+    (_cycle, "threshold",
+     r"Auto-compaction failed: redis:{sid}:\d+: parentId cycle through entry "),
     (_dangling, "overflow",
      r"Context overflow recovery failed: redis:{sid}:\d+: entry \w+ has parentId 'gone0000'"),
 ])
@@ -188,14 +193,16 @@ def test_a_second_delivery_does_nothing(app: CompactorCelery, client: Compaction
     handle = client.compact(sid, reason="manual")
     # Deliver the same job twice more at once: with two worker threads they may overlap.
     route = route_for(handle.kind)
-    extra = [app.send_task(TASK_COMPACT, args=[handle.id], queue=route.queue, task_id=f"dup-{i}-{handle.id}")
+    extra = [app.send_task(TASK_COMPACT, args=[handle.id], queue=route.queue,
+                           task_id=f"dup-{i}-{handle.id}")
              for i in range(2)]
     entry = handle.wait(30)
     ends = [DELIVERIES.wait(r.id, timeout=30) for r in extra]
     assert [state for state, _ in ends] == ["SUCCESS", "SUCCESS"]
     outcomes = [retval["state"] for _, retval in ends]
     assert set(outcomes) <= {"succeeded", "duplicate"} and outcomes.count("succeeded") <= 1
-    assert [e["id"] for e in entries_of_type(client, sid, "compaction")] == [entry["id"]]  # type: ignore[index]
+    assert [e["id"] for e in entries_of_type(client, sid, "compaction")] == [
+        entry["id"]]  # type: ignore[index]
     assert len(completions(client, sid, handle.id)) == 1
 
 
@@ -206,12 +213,15 @@ def test_redelivery_after_commit_finishes_with_the_committed_entry(
     leaf = client.sessions.load(sid).leaf_id
     job = client.jobs.enqueue(sid, "compact", reason="manual").job_id
     JobStore(client.redis, client.settings, client.layout).mark_running(job)
-    entry = {"type": "compaction", "timestamp": "2025-03-14T10:00:00.000Z", "summary": "from the dead",
+    entry = {"type": "compaction", "timestamp": "2025-03-14T10:00:00.000Z",
+             "summary": "from the dead",
              "firstKeptEntryId": str(leaf), "tokensBefore": 1, "fromExtension": False}
-    committed = CommitStore(client.redis, client.layout).append_entry(job, leaf, entry, {"tokensBefore": 1})
+    committed = CommitStore(client.redis, client.layout).append_entry(job, leaf, entry,
+                                                                      {"tokensBefore": 1})
     delivery = app.send_task(TASK_COMPACT, args=[job], queue="compactor.compact")
     celery_state, result = DELIVERIES.wait(delivery.id, timeout=30)
-    assert celery_state == "SUCCESS" and result["state"] == "succeeded" and result["entryId"] == committed.entry_id
+    assert (celery_state == "SUCCESS" and result["state"] == "succeeded"
+            and result["entryId"] == committed.entry_id)
     record = client.jobs.get(job)
     assert record.attempts == 2 and record.entry is not None
     assert record.entry["summary"] == "from the dead"
@@ -251,7 +261,8 @@ def test_automatic_compaction_with_nothing_to_do_ends_quietly(client: Compaction
     handle = client.compact(sid, reason="overflow")
     assert handle.wait(30) is None  # already compacted: no entry, no error (SPEC §12.4 step 2)
     [end] = completions(client, sid, handle.id)
-    assert (end.state.value if end.state else None, end.will_retry, end.error) == ("succeeded", False, None)
+    assert (end.state.value if end.state else None, end.will_retry, end.error) == (
+        "succeeded", False, None)
     assert client.sessions.revision(sid) == rev
 
 

@@ -31,7 +31,8 @@ PRICES = {"price_input_per_mtok": 3.0, "price_output_per_mtok": 15.0}
 def metrics_worker(redis_url: str, tmp_path: Path, **env: str) -> Iterator[int]:
     """A ``compactor worker`` process serving metrics; yields its port once /livez answers."""
     port = free_port()
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("COMPACTOR_", "PROMETHEUS"))}
+    environ = {k: v for k, v in os.environ.items()
+               if not k.startswith(("COMPACTOR_", "PROMETHEUS"))}
     environ.update({"COMPACTOR_REDIS_URL": redis_url, "COMPACTOR_HOOKS_ENTRY_POINTS": "false",
                     "COMPACTOR_CONCURRENCY": "1", "COMPACTOR_METRICS_PORT": str(port),
                     "PYTHONPATH": str(REPO / "tests"), **env})
@@ -107,7 +108,8 @@ def test_threads_worker_metrics_follow_real_jobs(own_redis: Any, model: ModelSer
             metrics_worker(own_redis.url, tmp_path, **env) as port:
         before = scrape(port)
         assert value(before, "compactor_broker_up") == 1
-        assert {q: value(before, "compactor_queue_depth", queue=q) for q in QUEUES} == dict.fromkeys(QUEUES, 0)
+        assert {q: value(before, "compactor_queue_depth", queue=q) for q in QUEUES} == (
+            dict.fromkeys(QUEUES, 0))
         assert total(before, "compactor_jobs_total") == 0
 
         done = client.compact(new_session(client, demo_text), reason="manual")
@@ -119,8 +121,10 @@ def test_threads_worker_metrics_follow_real_jobs(own_redis: Any, model: ModelSer
         model.stall_next(1)
         held = client.compact(new_session(client, demo_text), reason="threshold")
         assert model.in_flight.wait(30)
-        waiting = [client.compact(new_session(client, demo_text), reason="manual") for _ in range(2)]
-        wait_for(lambda: value(scrape(port), "compactor_queue_depth", queue="compactor.compact") == 2, 20)
+        waiting = [client.compact(new_session(client, demo_text), reason="manual")
+                   for _ in range(2)]
+        wait_for(lambda: value(scrape(port), "compactor_queue_depth",
+                               queue="compactor.compact") == 2, 20)
         assert probe(port, "/readyz")[0] == 200
         held.cancel()
         model.release()
@@ -132,15 +136,21 @@ def test_threads_worker_metrics_follow_real_jobs(own_redis: Any, model: ModelSer
         after = scrape(port)
         record = done.record()
 
-    assert value(after, "compactor_jobs_total", kind="compact", reason="manual", outcome="succeeded") == 3
-    assert value(after, "compactor_jobs_total", kind="prune", reason="none", outcome="succeeded") == 1
-    assert value(after, "compactor_jobs_total", kind="compact", reason="threshold", outcome="cancelled") == 1
-    assert value(after, "compactor_job_duration_seconds_count", kind="compact", outcome="succeeded") == 3
-    assert value(after, "compactor_job_queue_wait_seconds_count", kind="compact", reason="manual") == 3
+    assert value(after, "compactor_jobs_total", kind="compact", reason="manual",
+                 outcome="succeeded") == 3
+    assert value(after, "compactor_jobs_total", kind="prune", reason="none",
+                 outcome="succeeded") == 1
+    assert value(after, "compactor_jobs_total", kind="compact", reason="threshold",
+                 outcome="cancelled") == 1
+    assert value(after, "compactor_job_duration_seconds_count", kind="compact",
+                 outcome="succeeded") == 3
+    assert value(after, "compactor_job_queue_wait_seconds_count", kind="compact",
+                 reason="manual") == 3
     assert value(after, "compactor_job_queue_wait_seconds_count", kind="prune", reason="none") == 1
     assert value(after, "compactor_queue_depth", queue="compactor.compact") == 0
     # The dead candidate fails once per model call, the loopback one then answers it.
-    failed = value(after, "compactor_model_calls_total", candidate="openai/dead", outcome="ConnectionFailed")
+    failed = value(after, "compactor_model_calls_total", candidate="openai/dead",
+                   outcome="ConnectionFailed")
     answered = value(after, "compactor_model_calls_total", candidate="openai/loop", outcome="ok")
     assert failed >= 3 and answered >= 3
     # Every request the server got was counted; the stalled one may have been given up.
@@ -151,10 +161,12 @@ def test_threads_worker_metrics_follow_real_jobs(own_redis: Any, model: ModelSer
     assert tokens["cache_read"] == tokens["cache_write"] == 0
     cost = value(after, "compactor_model_cost_usd_total", candidate="openai/loop")
     assert cost == pytest.approx((tokens["input"] * 3 + tokens["output"] * 15) / 1e6)
-    assert value(after, "compactor_model_tokens_total", candidate="openai/dead", direction="input") == 0
+    assert value(after, "compactor_model_tokens_total", candidate="openai/dead",
+                 direction="input") == 0
     # The job record carries the cost of its own calls.
     assert record.usage is not None and record.result is not None
-    assert record.result["costUsd"] == pytest.approx((record.usage.input * 3 + record.usage.output * 15) / 1e6)
+    assert record.result["costUsd"] == pytest.approx(
+        (record.usage.input * 3 + record.usage.output * 15) / 1e6)
     assert record.result["costUsd"] > 0
 
 
@@ -186,9 +198,12 @@ def test_prefork_worker_serves_its_childrens_counts(own_redis: Any, demo_text: s
         wait_for(lambda: total(scrape(port), "compactor_jobs_total") == 4, 20)
         samples = scrape(port)
         assert probe(port, "/readyz")[0] == 200
-    assert value(samples, "compactor_jobs_total", kind="prune", reason="none", outcome="succeeded") == 3
-    assert value(samples, "compactor_jobs_total", kind="compact", reason="manual", outcome="succeeded") == 1
-    assert value(samples, "compactor_job_queue_wait_seconds_count", kind="prune", reason="none") == 3
+    assert value(samples, "compactor_jobs_total", kind="prune", reason="none",
+                 outcome="succeeded") == 3
+    assert value(samples, "compactor_jobs_total", kind="compact", reason="manual",
+                 outcome="succeeded") == 1
+    assert value(samples, "compactor_job_queue_wait_seconds_count", kind="prune",
+                 reason="none") == 3
     assert value(samples, "compactor_broker_up") == 1
 
 
@@ -247,4 +262,5 @@ def test_queue_depth_on_a_rabbitmq_broker(rabbitmq_url: str) -> None:
     families = {f.name: f for f in depth.collect()}
     assert [s.value for s in families["compactor_broker_up"].samples] == [1]
     down = QueueDepthCollector("amqp://guest:guest@127.0.0.1:1//", QUEUES, timeout_s=0.5)
-    assert [s.value for s in {f.name: f for f in down.collect()}["compactor_broker_up"].samples] == [0]
+    assert [s.value
+            for s in {f.name: f for f in down.collect()}["compactor_broker_up"].samples] == [0]

@@ -74,7 +74,8 @@ def test_requests_coalesce_into_the_running_job(client: CompactionClient, model:
     assert len(completions(client, sid, first.id)) == 1
 
 
-def test_a_queued_job_is_upgraded_by_an_overflow_request(client: CompactionClient, model: ModelServer,
+def test_a_queued_job_is_upgraded_by_an_overflow_request(client: CompactionClient,
+                                                         model: ModelServer,
                                                          demo_text: str) -> None:
     busy = [new_session(client, demo_text) for _ in range(2)]
     model.stall_next(2)  # both worker threads wait on the model
@@ -99,7 +100,8 @@ def test_agent_appends_while_the_job_runs(client: CompactionClient, demo_text: s
     sid = new_session(client, demo_text)
     appended: list[str] = []
     runtime_hooks.ON_COMPACTING.append(
-        lambda s: appended.extend(client.sessions.append(s, msg(f"meanwhile {i}")) for i in range(3)))
+        lambda s: appended.extend(client.sessions.append(s, msg(f"meanwhile {i}"))
+                                  for i in range(3)))
     handle = client.compact(sid, reason="manual")
     entry = handle.wait(30)
     assert isinstance(entry, dict) and entry["parentId"] == appended[-1]  # child of the new leaf

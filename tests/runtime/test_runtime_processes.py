@@ -1,4 +1,5 @@
-"""Worker processes: a worker killed mid-job, the start-up check, Redis down at enqueue, the demo."""
+"""Worker processes: a worker killed mid-job, the start-up check, Redis down at enqueue, the
+demo."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ def worker_env(redis_url: str, **extra: str) -> dict[str, str]:
 
 def spawn_worker(env: dict[str, str], name: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "worker", "worker", "--loglevel", "WARNING", "--hostname", f"{name}@%h",
+        [sys.executable, "-m", "worker", "worker", "--loglevel", "WARNING",
+         "--hostname", f"{name}@%h",
          "--without-mingle", "--without-gossip"],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
@@ -69,13 +71,14 @@ def test_worker_killed_mid_job_the_job_completes_once(module_redis: str, model: 
 
 
 def test_worker_refuses_a_visibility_timeout_shorter_than_the_deadline(module_redis: str) -> None:
-    env = worker_env(module_redis, COMPACTOR_JOB_DEADLINE_S="10", COMPACTOR_VISIBILITY_TIMEOUT_S="5")
+    env = worker_env(module_redis, COMPACTOR_JOB_DEADLINE_S="10",
+                     COMPACTOR_VISIBILITY_TIMEOUT_S="5")
     proc = subprocess.run([sys.executable, "-m", "worker", "worker"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "compactor: error: visibility timeout (5 s) must be longer than the job deadline (10 s): a job "
-        "still running when it expires would be delivered to a second worker. Raise "
+        "compactor: error: visibility timeout (5 s) must be longer than the job deadline (10 s): "
+        "a job still running when it expires would be delivered to a second worker. Raise "
         "COMPACTOR_VISIBILITY_TIMEOUT_S or lower COMPACTOR_JOB_DEADLINE_S."]
 
 

@@ -119,8 +119,8 @@ def test_prune_commit_needs_the_snapshot_leaf_on_the_path(redis_url: str, agent:
         if agent == "appends":
             c.sessions.append(sid, _msg("later"))
         elif agent == "compacts":
-            c.sessions.append(sid, {"type": "compaction", "summary": "x", "firstKeptEntryId": ids[2],
-                                    "tokensBefore": 1})
+            c.sessions.append(sid, {"type": "compaction", "summary": "x",
+                                    "firstKeptEntryId": ids[2], "tokensBefore": 1})
         elif agent == "rewinds":
             c.sessions.navigate(sid, ids[1])
         elif agent == "other branch":

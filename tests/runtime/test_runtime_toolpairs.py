@@ -26,7 +26,8 @@ def client(app: CompactorCelery, module_redis: str,
 
 
 def _call() -> dict[str, object]:
-    return {"role": "assistant", "provider": "p", "model": "m", "stopReason": "toolUse", "timestamp": 2,
+    return {"role": "assistant", "provider": "p", "model": "m", "stopReason": "toolUse",
+            "timestamp": 2,
             "content": [{"type": "toolCall", "id": "call-1", "name": "bash",
                          "arguments": {"command": "pytest -q tests/"}}]}
 
@@ -38,7 +39,8 @@ def _result() -> dict[str, object]:
 
 
 @pytest.mark.parametrize("reason", ["manual", "threshold", "overflow"])
-def test_result_arriving_after_a_commit_keeps_its_call(client: CompactionClient, reason: str) -> None:
+def test_result_arriving_after_a_commit_keeps_its_call(client: CompactionClient,
+                                                       reason: str) -> None:
     sid = client.sessions.create(cwd="/repo")
     client.sessions.append_many(sid, [
         {"role": "user", "content": "Run the whole test suite, please.", "timestamp": 1}, _call()])

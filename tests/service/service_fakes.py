@@ -32,7 +32,8 @@ JOB_ID = f"{SESSION_ID}:00000000000000aa"
 
 def conversation(turns: int = 4) -> list[Entry]:
     """``turns`` user/assistant pairs of 100 estimate tokens per message: e0 … e<2·turns-1>."""
-    items = [m for i in range(turns) for m in (user(f"q{i} " + chars(396)), assistant(f"a{i} " + chars(396)))]
+    items = [m for i in range(turns)
+             for m in (user(f"q{i} " + chars(396)), assistant(f"a{i} " + chars(396)))]
     return chain(*items)
 
 
@@ -244,10 +245,12 @@ class FakeSummarizer:
         self.requests: list[SummaryRequest] = []
         self._lock = threading.Lock()
 
-    def summarize(self, request: SummaryRequest, cancel: CancelToken | None = None) -> SummaryResult:
+    def summarize(self, request: SummaryRequest,
+                  cancel: CancelToken | None = None) -> SummaryResult:
         with self._lock:
             self.requests.append(request)
-        text = self.behaviour(request, cancel) if self.behaviour else f"summary of {request.purpose}"
+        text = (self.behaviour(request, cancel) if self.behaviour
+                else f"summary of {request.purpose}")
         return SummaryResult(text, "model-a", "openai", Usage(10, 2), 1)
 
 
@@ -264,7 +267,8 @@ class World:
     rt: Runtime
 
 
-def world(*, kind: JobKind = JobKind.COMPACT, reason: CompactReason | None = CompactReason.THRESHOLD,
+def world(*, kind: JobKind = JobKind.COMPACT,
+          reason: CompactReason | None = CompactReason.THRESHOLD,
           entries: list[Entry] | None = None, script: Sequence[CommitStatus] = (),
           behaviour: Behaviour | None = None, target_id: str | None = None,
           **settings: Any) -> World:

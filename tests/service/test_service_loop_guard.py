@@ -1,6 +1,7 @@
 """The loop guard on in-memory ports: ``ineffective`` flag, N automatic compactions per window.
 
-The Redis counter (worker.store.loop_guard) and a real worker: tests/runtime/test_runtime_loop_guard.py.
+The Redis counter (worker.store.loop_guard) and a real worker:
+tests/runtime/test_runtime_loop_guard.py.
 """
 
 from __future__ import annotations

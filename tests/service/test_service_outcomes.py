@@ -142,8 +142,8 @@ CASES = {
                       events=(START, COMPACTED), entry_type="compaction"),
     "duplicate delivery: effect already recorded": Case(
         _already_committed, "succeeded", model_calls=0, commits=(), events=()),
-    "duplicate delivery: the job had ended (lease)": Case(_lease_finished, "duplicate", model_calls=0,
-                                                         commits=(), events=()),
+    "duplicate delivery: the job had ended (lease)": Case(
+        _lease_finished, "duplicate", model_calls=0, commits=(), events=()),
     "duplicate delivery: the job had ended (record)": Case(_record_finished, "duplicate",
                                                           model_calls=0, commits=(), events=()),
     "duplicate commit: another delivery committed meanwhile": Case(
@@ -164,12 +164,13 @@ CASES = {
               "gave up after 2 snapshots"),
     "cancelled before the model call": Case(_cancel_before, "cancelled", "Compaction cancelled",
                                             model_calls=0, commits=(), events=(START,)),
-    "cancelled during the model call": Case(_cancel_during_call, "cancelled", "Compaction cancelled",
-                                            commits=(), events=(START,)),
+    "cancelled during the model call": Case(_cancel_during_call, "cancelled",
+                                            "Compaction cancelled", commits=(), events=(START,)),
     "cancelled during the call, answered anyway": Case(
         _cancel_during_call_answered, "cancelled", "Compaction cancelled", commits=()),
     "cancelled as the commit ran": Case(_nothing, "cancelled", "Compaction cancelled",
-                                        script=(CommitStatus.CANCELLED,), commits=("append_entry",)),
+                                        script=(CommitStatus.CANCELLED,),
+                                        commits=("append_entry",)),
     "lease lost: the job finished elsewhere at commit": Case(
         _nothing, "abandoned", script=(CommitStatus.FINISHED,), commits=("append_entry",)),
     "lease lost during the model call": Case(_lease_lost_during_call, "abandoned", commits=(),
@@ -184,9 +185,9 @@ CASES = {
     "model fails, threshold": Case(_fails("model down"), "failed",
                                    "Auto-compaction failed: Summarization failed: model down",
                                    commits=()),
-    "model fails, overflow": Case(_fails("model down"), "failed",
-                                  "Context overflow recovery failed: Summarization failed: model down",
-                                  reason=OVERFLOW),
+    "model fails, overflow": Case(
+        _fails("model down"), "failed",
+        "Context overflow recovery failed: Summarization failed: model down", reason=OVERFLOW),
     "unexpected error: only its type is reported": Case(
         _crashes, "failed", f"Auto-compaction failed: {INTERNAL}", commits=()),
     "unexpected error, manual": Case(_crashes, "failed", INTERNAL, reason=MANUAL),
@@ -197,7 +198,8 @@ CASES = {
                                                     "Branch summary cancelled", **BRANCH,
                                                     model_calls=0, commits=()),
     "branch: cancelled during the model call": Case(_cancel_during_call, "cancelled",
-                                                    "Branch summary cancelled", **BRANCH, commits=()),
+                                                    "Branch summary cancelled", **BRANCH,
+                                                    commits=()),
     "branch: hook cancels": Case(_hook_cancels_navigation, "cancelled", "Branch summary cancelled",
                                  **BRANCH, model_calls=0, commits=()),
     "branch: model fails (no auto prefix)": Case(_fails("model down"), "failed",
@@ -273,8 +275,8 @@ def test_a_committed_compaction_reports_tokens_and_the_model() -> None:
     ],
 )
 def test_nothing_to_compact(reason: CompactReason, state: str, error: str | None) -> None:
-    compacted = {"type": "compaction", "id": "e8", "parentId": "e7", "timestamp": TS, "summary": "s",
-                 "firstKeptEntryId": "e6", "tokensBefore": 800}
+    compacted = {"type": "compaction", "id": "e8", "parentId": "e7", "timestamp": TS,
+                 "summary": "s", "firstKeptEntryId": "e6", "tokensBefore": 800}
     w = world(reason=reason, entries=[*conversation(), *chain(compacted)])
     outcome = run_job(w.rt, JOB_ID)
     assert (outcome.state, outcome.error) == (state, error)

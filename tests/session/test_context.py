@@ -5,11 +5,13 @@ from helpers.sessions import assistant, chain, tree, user
 
 
 def comp(first_kept: str, summary: str = "S") -> dict:
-    return {"type": "compaction", "summary": summary, "firstKeptEntryId": first_kept, "tokensBefore": 5}
+    return {"type": "compaction", "summary": summary, "firstKeptEntryId": first_kept,
+            "tokensBefore": 5}
 
 
 def ids(entries: list, leaf: object = ...) -> list[tuple[str, str]]:
-    ctx = build_session_context(tree(entries)) if leaf is ... else build_session_context(tree(entries), leaf)  # type: ignore[arg-type]
+    ctx = (build_session_context(tree(entries)) if leaf is ...
+           else build_session_context(tree(entries), leaf))  # type: ignore[arg-type]
     return [(m.message["role"], m.entry_id) for m in ctx.messages]
 
 
@@ -17,11 +19,16 @@ def ids(entries: list, leaf: object = ...) -> list[tuple[str, str]]:
     ("items", "expected"),
     [
         ([user("a"), assistant("b")], [("user", "e0"), ("assistant", "e1")]),
-        ([user("a"), {"type": "branch_summary", "fromId": "e0", "summary": ""}, user("c")], [("user", "e0"), ("user", "e2")]),
-        ([user("a"), {"type": "branch_summary", "fromId": "e0", "summary": "s"}], [("user", "e0"), ("branchSummary", "e1")]),
-        ([{"type": "custom_message", "customType": "x", "content": "c", "display": False}], [("custom", "e0")]),
-        ([user("a"), {"type": "label", "targetId": "e0", "label": "l"}, {"type": "custom", "customType": "x"},
-          {"type": "session_init", "systemPrompt": "", "task": "", "tools": []}, {"type": "weird"}], [("user", "e0")]),
+        ([user("a"), {"type": "branch_summary", "fromId": "e0", "summary": ""}, user("c")],
+         [("user", "e0"), ("user", "e2")]),
+        ([user("a"), {"type": "branch_summary", "fromId": "e0", "summary": "s"}],
+         [("user", "e0"), ("branchSummary", "e1")]),
+        ([{"type": "custom_message", "customType": "x", "content": "c", "display": False}],
+         [("custom", "e0")]),
+        ([user("a"), {"type": "label", "targetId": "e0", "label": "l"},
+          {"type": "custom", "customType": "x"},
+          {"type": "session_init", "systemPrompt": "", "task": "", "tools": []}, {"type": "weird"}],
+         [("user", "e0")]),
         # compaction keeps from firstKeptEntryId up to itself, then what follows
         ([user("a"), user("b"), user("c"), comp("e1"), user("d")],
          [("compactionSummary", "e3"), ("user", "e1"), ("user", "e2"), ("user", "e4")]),
@@ -31,7 +38,8 @@ def ids(entries: list, leaf: object = ...) -> list[tuple[str, str]]:
         ([user("a"), comp("e0", "old"), user("b"), comp("e0", "new"), user("c")],
          [("compactionSummary", "e3"), ("user", "e0"), ("user", "e2"), ("user", "e4")]),
         # firstKeptEntryId may name a non-message entry: only ids are compared
-        ([user("a"), {"type": "thinking_level_change", "thinkingLevel": "high"}, user("b"), comp("e1")],
+        ([user("a"), {"type": "thinking_level_change", "thinkingLevel": "high"}, user("b"),
+          comp("e1")],
          [("compactionSummary", "e3"), ("user", "e2")]),
     ],
 )

@@ -12,7 +12,8 @@ from api_client.errors import (
 from api_client.session import CompactionEntry, MessageEntry, UnknownEntry, load_session
 from helpers.sessions import chain, tree, user
 
-HEADER_V1 = {"type": "session", "id": "s", "timestamp": "2026-01-01T00:00:00.000Z", "cwd": "/", "provider": "x"}
+HEADER_V1 = {"type": "session", "id": "s", "timestamp": "2026-01-01T00:00:00.000Z", "cwd": "/",
+             "provider": "x"}
 
 
 def jsonl(*records: dict) -> str:
@@ -29,21 +30,31 @@ def msg(text: str) -> dict:
 
 
 def test_v1_becomes_a_linear_v3_chain_with_tracked_ids() -> None:
-    s = load_session(jsonl(HEADER_V1, msg("a"), msg("b"), msg("c")), new_id=counter())  # type: ignore[arg-type]
+    s = load_session(jsonl(HEADER_V1, msg("a"), msg("b"), msg("c")),
+                     new_id=counter())  # type: ignore[arg-type]
     assert s.original_version == 1 and s.header["version"] == 3
-    assert [(e.id, e.parent_id) for e in s.entries] == [("id0", None), ("id1", "id0"), ("id2", "id1")]
+    assert [(e.id, e.parent_id) for e in s.entries] == [
+        ("id0", None), ("id1", "id0"), ("id2", "id1")]
     assert s.header["provider"] == "x"  # legacy header fields kept
 
 
 @pytest.mark.parametrize(
     ("index", "expected"),
-    [(1, "id0"), (3, "id2"), (0, None), (9, None)],  # header index and out of range resolve to nothing
+    [
+        (1, "id0"),
+        (3, "id2"),
+        # header index and out of range resolve to nothing
+        (0, None),
+        (9, None),
+    ],
 )
-def test_v1_first_kept_entry_index_resolves_after_all_ids_exist(index: int, expected: str | None) -> None:
-    compaction = {"type": "compaction", "summary": "s", "firstKeptEntryIndex": index, "tokensBefore": 1,
-                  "timestamp": "2026-01-01T00:00:00.000Z"}
+def test_v1_first_kept_entry_index_resolves_after_all_ids_exist(index: int,
+                                                                expected: str | None) -> None:
+    compaction = {"type": "compaction", "summary": "s", "firstKeptEntryIndex": index,
+                  "tokensBefore": 1, "timestamp": "2026-01-01T00:00:00.000Z"}
     # The compaction sits on line 2 and index 3 points *forward*: Q13 resolves it anyway.
-    s = load_session(jsonl(HEADER_V1, msg("a"), compaction, msg("b")), new_id=counter())  # type: ignore[arg-type]
+    s = load_session(jsonl(HEADER_V1, msg("a"), compaction, msg("b")),
+                     new_id=counter())  # type: ignore[arg-type]
     entry = s.entries[1]
     assert isinstance(entry, CompactionEntry)
     assert "firstKeptEntryIndex" not in entry.raw
@@ -55,24 +66,29 @@ def test_v2_keeps_ids_and_renames_hook_messages() -> None:
     hook = {"type": "message", "id": "h", "parentId": None, "timestamp": "t",
             "message": {"role": "hookMessage", "customType": "x", "content": "c", "display": True}}
     s = load_session(jsonl(header, hook))
-    assert s.entries[0].id == "h" and isinstance(s.entries[0], MessageEntry) and s.entries[0].role == "custom"
+    assert (s.entries[0].id == "h" and isinstance(s.entries[0], MessageEntry)
+            and s.entries[0].role == "custom")
 
 
 def test_v3_round_trip_keeps_unknown_types_and_fields() -> None:
     header = {**HEADER_V1, "version": 3, "future": {"x": 1}}
     odd = {"type": "hologram", "id": "z", "parentId": None, "timestamp": "t", "beam": [1, 2]}
-    extra = {"type": "message", "id": "m", "parentId": "z", "timestamp": "t", "message": user("é"), "later": True}
+    extra = {"type": "message", "id": "m", "parentId": "z", "timestamp": "t", "message": user("é"),
+             "later": True}
     text = jsonl(header, odd, extra)
     s = load_session(text)
     assert isinstance(s.entries[0], UnknownEntry)
-    assert [json.loads(line) for line in s.to_jsonl().splitlines()] == [json.loads(line) for line in text.splitlines()]
+    assert [json.loads(line) for line in s.to_jsonl().splitlines()] == [
+        json.loads(line) for line in text.splitlines()]
 
 
 def test_broken_lines_are_skipped_with_a_warning() -> None:
-    text = jsonl({**HEADER_V1, "version": 3}) + "{not json\n\n" + jsonl(msg("a") | {"id": "a", "parentId": None})
+    text = (jsonl({**HEADER_V1, "version": 3}) + "{not json\n\n"
+            + jsonl(msg("a") | {"id": "a", "parentId": None}))
     s = load_session(text, source="f.jsonl")
     assert len(s.entries) == 1 and s.entries[0].line == 4
-    assert s.warnings == ["f.jsonl:2: skipped a line that is not JSON (Expecting property name enclosed in double quotes)"]
+    assert s.warnings == ["f.jsonl:2: skipped a line that is not JSON "
+                          "(Expecting property name enclosed in double quotes)"]
 
 
 @pytest.mark.parametrize(
@@ -81,10 +97,15 @@ def test_broken_lines_are_skipped_with_a_warning() -> None:
         ("", "f:"),
         (jsonl(msg("a")), "f:1: first line is not a session header"),
         (jsonl({"type": "session", "id": 5}), "f:1: first line is not a session header"),
-        (jsonl({**HEADER_V1, "version": 3}, {"type": "message", "id": 7, "message": user("a")}), "f:2: entry 'id' must be a string"),
-        (jsonl({**HEADER_V1, "version": 3}, {"type": "message", "id": "a", "message": "hi"}), "f:2: 'message' must be an object"),
-        (jsonl({**HEADER_V1, "version": 3}, {"type": "message", "id": "a", "parentId": 3, "message": user("a")}), "f:2: 'parentId' must be"),
-        (jsonl({**HEADER_V1, "version": 3}, {"type": "compaction", "id": "a", "summary": 1}), "f:2: compaction field 'summary'"),
+        (jsonl({**HEADER_V1, "version": 3}, {"type": "message", "id": 7, "message": user("a")}),
+         "f:2: entry 'id' must be a string"),
+        (jsonl({**HEADER_V1, "version": 3}, {"type": "message", "id": "a", "message": "hi"}),
+         "f:2: 'message' must be an object"),
+        (jsonl({**HEADER_V1, "version": 3},
+               {"type": "message", "id": "a", "parentId": 3, "message": user("a")}),
+         "f:2: 'parentId' must be"),
+        (jsonl({**HEADER_V1, "version": 3}, {"type": "compaction", "id": "a", "summary": 1}),
+         "f:2: compaction field 'summary'"),
     ],
 )
 def test_bad_input_names_file_line_and_problem(text: str, message: str) -> None:
@@ -120,6 +141,7 @@ def test_cycle_and_dangling_parent_raise_typed_errors() -> None:
 
 def test_labels_are_rebuilt_from_every_label_entry() -> None:
     entries = chain(user("a"), {"type": "label", "targetId": "e0", "label": "x"},
-                    {"type": "label", "targetId": "e0", "label": "y"}, {"type": "label", "targetId": "e1", "label": "z"},
+                    {"type": "label", "targetId": "e0", "label": "y"},
+                    {"type": "label", "targetId": "e1", "label": "z"},
                     {"type": "label", "targetId": "e1"})
     assert tree(entries).labels() == {"e0": "y"}

@@ -10,16 +10,19 @@ import pytest
 from api_client.errors import SessionCycleError, SessionFormatError
 from api_client.session import dump_record, jsonl_lines, load_session
 
-HEADER = {"type": "session", "version": 3, "id": "s1", "timestamp": "2026-01-01T00:00:00.000Z", "cwd": "/"}
+HEADER = {"type": "session", "version": 3, "id": "s1", "timestamp": "2026-01-01T00:00:00.000Z",
+          "cwd": "/"}
 
 
 def entry(entry_id: str, parent: str | None, text: str) -> dict[str, Any]:
-    return {"type": "message", "id": entry_id, "parentId": parent, "timestamp": "2026-01-01T00:00:00.000Z",
+    return {"type": "message", "id": entry_id, "parentId": parent,
+            "timestamp": "2026-01-01T00:00:00.000Z",
             "message": {"role": "user", "content": text, "timestamp": 1}}
 
 
 def jsonl(*records: dict[str, Any], newline: str = "\n") -> str:
-    return newline.join(dump_record(r) for r in records) + newline  # raw non-ASCII, like JSON.stringify
+    # raw non-ASCII, like JSON.stringify
+    return newline.join(dump_record(r) for r in records) + newline
 
 
 # Raw in JSON strings (JSON.stringify and dump_record do not escape them); \x1c-\x1e, \x0b
@@ -51,8 +54,10 @@ def test_jsonl_lines(text: str, expected: list[tuple[int, str]]) -> None:
 
 
 def test_self_parent_is_a_cycle() -> None:
-    session = load_session(jsonl(HEADER, entry("a", None, "x"), entry("b", "b", "y")), source="f.jsonl")
-    with pytest.raises(SessionCycleError, match=r"f.jsonl:3: parentId cycle: entry b is its own parent"):
+    session = load_session(jsonl(HEADER, entry("a", None, "x"), entry("b", "b", "y")),
+                           source="f.jsonl")
+    with pytest.raises(SessionCycleError,
+                       match=r"f.jsonl:3: parentId cycle: entry b is its own parent"):
         session.tree().path_to("b")
 
 
@@ -63,7 +68,8 @@ def test_self_parent_is_a_cycle() -> None:
          "f.jsonl:1: first line is not a session header: it is not JSON (Unterminated string"),
         ("\n\n[1, 2]\n" + dump_record(entry("a", None, "x")) + "\n",
          "f.jsonl:3: first line is not a session header: it is not a JSON object"),
-        (dump_record(entry("a", None, "x")) + "\n", "f.jsonl:1: first line is not a session header"),
+        (dump_record(entry("a", None, "x")) + "\n",
+         "f.jsonl:1: first line is not a session header"),
         ("\n \n", "f.jsonl: empty session: no JSON lines"),
     ],
 )
