@@ -40,6 +40,8 @@ class AsyncCompactionClient(_ClientCore):
         if self.broker_mode == "redis":
             self._broker = make_async_redis(self.settings, url=self.settings.resolved_broker_url)
             self.broker_io = AsyncShell(self._broker)
+        self.io.register_scripts(_script_names())  # as CompactionClient: no I/O
+        self._prepare()
 
     @classmethod
     def from_env(cls, **overrides: Any) -> AsyncCompactionClient:
@@ -97,7 +99,6 @@ class AsyncCompactionClient(_ClientCore):
 
     async def warm(self) -> None:
         """As :meth:`CompactionClient.warm`."""
-        self.io.register_scripts(_script_names())
         await self.io.run(self._warm())
         if self.broker_mode == "kombu":
             self.producer.app()

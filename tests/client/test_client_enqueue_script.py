@@ -110,27 +110,45 @@ def test_one_round_trip_for_a_new_job(client: CompactionClient, raw: redis.Redis
     assert monitor.until_marker() == ["EVALSHA"]
 
 
-def test_warm_writes_nothing_and_renders_the_request_path_templates(
-        client: CompactionClient, raw: redis.Redis[str]) -> None:
-    # warm() runs read-only draft checks of a session that does not exist, down the path an
-    # automatic compaction takes, and renders the draft and envelope templates.
+def test_construction_renders_the_request_path_templates_without_io(
+        settings: ClientSettings, raw: redis.Redis[str]) -> None:
+    # The draft and envelope templates and the scripts' objects are built by the constructor
+    # (no I/O: nothing is connected yet), so a first compact() does not render them.
     from api_client import drafts, redis_broker
 
     drafts._draft_texts.cache_clear()
     redis_broker._envelopes.cache_clear()
+    clients_before = _connected_clients(raw)
+    built = CompactionClient(settings)
+    try:
+        assert drafts._draft_texts.cache_info().currsize == 2  # threshold, overflow
+        assert redis_broker._envelopes.cache_info().currsize >= 3
+        assert _connected_clients(raw) == clients_before
+    finally:
+        built.close()
+
+
+def _connected_clients(raw: redis.Redis[str]) -> int:
+    return int(raw.info("clients")["connected_clients"])
+
+
+def test_warm_writes_nothing(client: CompactionClient, raw: redis.Redis[str]) -> None:
+    # warm() runs read-only draft checks of a session that does not exist, down the path an
+    # automatic compaction takes.
     before = raw.dbsize()
     client.warm()
     assert raw.dbsize() == before
     assert not list(raw.scan_iter("*warm-probe*"))
-    assert drafts._draft_texts.cache_info().currsize == 2  # threshold, overflow
-    assert redis_broker._envelopes.cache_info().currsize >= 3
 
 
-def test_after_warm_the_first_call_builds_no_script_object(
-        client: CompactionClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    # register_script hashes the script text (~0.1 ms): warm() pays it for every script.
+@pytest.mark.parametrize("warm", [False, True])
+def test_the_first_call_builds_no_script_object(
+        client: CompactionClient, monkeypatch: pytest.MonkeyPatch, warm: bool) -> None:
+    # register_script hashes the script text (~0.1 ms): the constructor pays it for every
+    # script, warm() or not.
     seed_sessions(client.settings.redis_url, "s1")
-    client.warm()
+    if warm:
+        client.warm()
     built: list[str] = []
     real = client.redis.register_script
     monkeypatch.setattr(client.redis, "register_script",

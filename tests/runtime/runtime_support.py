@@ -84,5 +84,16 @@ class Deliveries:
                 raise AssertionError(f"no delivery of {task_id} ended within {timeout:g} s")
             return self._seen[task_id][0]
 
+    def final(self, task_id: str, timeout: float = 20.0) -> tuple[str, Any]:
+        """The first end of ``task_id`` that is not a RETRY (a delivery that met another
+        delivery's lease retries after ``lease_ttl_s``, then ends as a duplicate)."""
+        def ended() -> bool:
+            return any(state != "RETRY" for state, _ in self._seen.get(task_id, []))
+
+        with self._changed:
+            if not self._changed.wait_for(ended, timeout):
+                raise AssertionError(f"no delivery of {task_id} finished within {timeout:g} s")
+            return next(end for end in self._seen[task_id] if end[0] != "RETRY")
+
 
 DELIVERIES = Deliveries()
