@@ -75,7 +75,7 @@ def run_task(task: Any, job_id: object) -> dict[str, Any]:
 def _retry_later(task: Any, err: LeaseHeldError, countdown: float) -> None:
     """A Celery retry in ``countdown`` s; when publishing it fails, wait here and look again."""
     try:
-        raise task.retry(exc=err, countdown=countdown, max_retries=None)
+        raise task.retry(exc=err, countdown=countdown)  # unbounded: see register_tasks
     except Reject:
         log.warning("job %s: could not publish a retry; looking again in %.1f s",
                     err.job_id, countdown)
@@ -122,7 +122,10 @@ def _report(task: Any, app: CompactorCelery, outcome: JobOutcome) -> dict[str, A
 def register_tasks(app: CompactorCelery) -> None:
     """One task per job kind, under the client's task names (the record says what to do)."""
     for name in TASK_NAMES.values():
-        app.task(name=name, bind=True, shared=False, acks_late=True,
+        # max_retries=None: a delivery that meets another worker's lease retries until that
+        # worker finishes or dies (Celery's default of 3 turned a long model call into a
+        # FAILURE of the waiting duplicate; retry(max_retries=None) means "the default").
+        app.task(name=name, bind=True, shared=False, acks_late=True, max_retries=None,
                  reject_on_worker_lost=True, throws=EXPECTED_FAILURES)(_task_body(name))
     app.task(name=TASK_DRAFT_APPLIED, bind=True, shared=False)(_draft_applied)
 

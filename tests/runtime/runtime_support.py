@@ -84,6 +84,11 @@ class Deliveries:
                 raise AssertionError(f"no delivery of {task_id} ended within {timeout:g} s")
             return self._seen[task_id][0]
 
+    def count(self, task_id: str, state: str) -> int:
+        """How many deliveries of ``task_id`` ended in ``state`` so far."""
+        with self._changed:
+            return sum(1 for ended, _ in self._seen.get(task_id, []) if ended == state)
+
     def final(self, task_id: str, timeout: float = 20.0) -> tuple[str, Any]:
         """The first end of ``task_id`` that is not a RETRY (a delivery that met another
         delivery's lease retries after ``lease_ttl_s``, then ends as a duplicate)."""

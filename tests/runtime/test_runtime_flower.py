@@ -188,6 +188,10 @@ def test_a_job_waiting_for_another_workers_lease_is_retry_then_success(
     client.redis.set(lease, "other-worker", px=60_000)
     app.send_task(TASK_COMPACT, args=[job], queue="compactor.compact", task_id=job)
     final_state(flower, job, {"RETRY"})
+    # Longer than Celery's default of 3 retries (lease_ttl_s = 1 s here): the delivery keeps
+    # waiting for the lease, it does not give up as a FAILURE while the other worker runs.
+    eventually(lambda: DELIVERIES.count(job, "RETRY") >= 5, 30, "five retries")
+    assert DELIVERIES.count(job, "FAILURE") == 0
     client.redis.delete(lease)
     task = final_state(flower, job, {"SUCCESS", "FAILURE"})
     assert task["state"] == "SUCCESS"
