@@ -69,7 +69,12 @@ def run_task(task: Any, job_id: object) -> dict[str, Any]:
             delay = settings.task_retry_backoff_s * 2 ** attempt
             log.warning("job %s: Redis unavailable (%s); again in %.1f s", job_id, err, delay)
             time.sleep(delay)
-    raise AssertionError("unreachable")  # the last attempt returns or gives up
+    # Only the lease path gets here: every attempt met another worker's lease and could not
+    # publish its retry (the broker is down). The lease holder reports the job's end; if it
+    # dies, the lease sweep re-sends the job. Ignore acks this message without an end event.
+    log.warning("job %s: still held by another worker and no retry could be published; "
+                "leaving it to the lease holder", job_id)
+    raise Ignore()
 
 
 def _retry_later(task: Any, err: LeaseHeldError, countdown: float) -> None:
