@@ -10,7 +10,7 @@ import redis.asyncio
 
 from api_client import _instant
 from api_client._calls import AsyncShell
-from api_client._client import _ClientCore, _script_names, broker_down, stream_start
+from api_client._client import _ClientCore, broker_down, stream_start
 from api_client._handle import AsyncJobHandle
 from api_client.errors import BrokerUnavailableError
 from api_client.events import AsyncEventReader
@@ -40,8 +40,7 @@ class AsyncCompactionClient(_ClientCore):
         if self.broker_mode == "redis":
             self._broker = make_async_redis(self.settings, url=self.settings.resolved_broker_url)
             self.broker_io = AsyncShell(self._broker)
-        self.io.register_scripts(_script_names())  # as CompactionClient: no I/O
-        self._prepare()
+        self._prepare(self.io)
 
     @classmethod
     def from_env(cls, **overrides: Any) -> AsyncCompactionClient:

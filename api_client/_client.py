@@ -21,7 +21,7 @@ import redis
 import redis.asyncio
 
 from api_client import _instant
-from api_client._calls import Flow, Pipeline, SyncShell, cmd
+from api_client._calls import AsyncShell, Flow, Pipeline, SyncShell, cmd
 from api_client._handle import JobHandle
 from api_client._producer import TaskProducer
 from api_client.drafts import check_draft, discard_note, prepare_templates
@@ -164,8 +164,11 @@ class _ClientCore:
         snapshot = yield from sessions._load(session_id)
         return llm_context(snapshot.session.tree(), snapshot.leaf_id, revision=snapshot.revision)
 
-    def _prepare(self) -> None:
-        """The request path's templates (draft record and events, task envelopes)."""
+    def _prepare(self, io: SyncShell | AsyncShell) -> None:
+        """What the first call would otherwise build, without I/O (~1 ms; the constructors
+        call it): the scripts' texts and redis-py objects, the request path's templates
+        (draft record and events, task envelopes)."""
+        io.register_scripts(_script_names())
         prepare_templates()
         if self.broker_mode != "kombu":
             prepare_envelopes((r.task, r.queue, r.priority) for r in all_routes())
@@ -210,10 +213,7 @@ class CompactionClient(_ClientCore):
         if self.broker_mode == "redis":
             self._broker = make_redis(self.settings, url=self.settings.resolved_broker_url)
             self.broker_io = SyncShell(self._broker)
-        # What the first call would otherwise build, without I/O (~1 ms): the scripts' texts
-        # and redis-py objects, the draft and envelope templates.
-        self.io.register_scripts(_script_names())
-        self._prepare()
+        self._prepare(self.io)
 
     @classmethod
     def from_env(cls, **overrides: Any) -> CompactionClient:
