@@ -133,6 +133,7 @@ def test_a_worker_loads_the_configured_counter_at_start_up(
         build_runtime(settings).close()
     assert bpe.cl100k_counter().name == "tiktoken"
     assert "cl100k counts by tiktoken" in caplog.text
+    assert "fact ledger looks facts up by aho-corasick" in caplog.text  # make install: fast
 
 
 def test_rs_bpe_counts_from_many_threads(rs: bpe.Cl100kCounter) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from api_client.session import Message
 from api_client.session.convert import text_of_blocks
+from worker.compaction.substrings import default_search
 from worker.jsjson import js_len
 from worker.memo import IdentityMemo
 
@@ -261,7 +262,7 @@ def extract_facts(messages: Iterable[Message],
 def _without_contained_paths(facts: list[Fact]) -> list[Fact]:
     """A path inside a longer one is found wherever the longer one is: keep the longer only."""
     paths = [f for f in facts if f.kind == "paths"]
-    inner = {id(f) for f in paths for g in paths if f is not g and f.text in g.text}
+    inner = {id(paths[i]) for i in SEARCH.containment([f.text for f in paths]).nested()}
     return [f for f in facts if id(f) not in inner]
 
 
@@ -318,6 +319,8 @@ def _render(chosen: Sequence[Fact], left_out: Sequence[Fact]) -> str:
     return "\n\n" + "\n".join([OPEN, *lines, CLOSE]) if lines else ""
 
 
+# The ledger's lookups: one pass over the text when the fast extra is installed.
+SEARCH = default_search()
 _NOTE_ROOM = 140  # characters kept free for the "not kept" note
 _HEADERS = sum(len(kind) + 2 for kind in FACT_KINDS)
 
@@ -329,42 +332,38 @@ def _choose(lost: Sequence[Fact], budget: int) -> tuple[list[Fact], list[Fact], 
     """
     # estimate: 4 chars a token; a header line per kind, "- " and a newline per fact
     room = 4 * budget - len(OPEN) - len(CLOSE) - 4 - _NOTE_ROOM - _HEADERS
-    norm = {id(f): _norm(f.text) for f in lost}
-    chosen: list[Fact] = []
-    chosen_texts: list[str] = []  # their normalized texts, in step (the inner loop's lookups)
+    texts = [_norm(f.text) for f in lost]
+    within = SEARCH.containment(texts)  # which texts lie inside which, found in one pass
+    chosen: list[int] = []  # indexes into lost, in the order given a line
     covered: list[Fact] = []
-    left_out: list[Fact] = []
+    left_out: list[int] = []
     used = 0
     joined = ""  # the chosen lines: normalized texts hold no newline, so none matches across two
-    for fact in sorted(lost, key=_priority):
-        text = norm[id(fact)]
-        if text in joined:
-            covered.append(fact)
+    for i in sorted(range(len(lost)), key=lambda i: _priority(lost[i])):
+        if texts[i] in joined:
+            covered.append(lost[i])
             continue
-        cost = js_len(fact.text) + 3
+        cost = js_len(lost[i].text) + 3
         if used + cost > room:
-            left_out.append(fact)
+            left_out.append(i)
             continue
-        inside = [i for i, chosen_text in enumerate(chosen_texts) if chosen_text in text]
+        inside = within.inside(i, chosen)
         if inside:
-            inner = [chosen[i] for i in inside]
             dropped = set(inside)
-            keep = [i for i in range(len(chosen)) if i not in dropped]
-            chosen = [chosen[i] for i in keep]
-            chosen_texts = [chosen_texts[i] for i in keep]
-            covered += inner
-            used -= sum(js_len(c.text) + 3 for c in inner)
-            joined = "\n".join(chosen_texts)
-        chosen.append(fact)
-        chosen_texts.append(text)
-        joined += "\n" + text
+            chosen = [j for j in chosen if j not in dropped]
+            covered += [lost[j] for j in inside]
+            used -= sum(js_len(lost[j].text) + 3 for j in inside)
+            joined = "\n".join(texts[j] for j in chosen)
+        chosen.append(i)
+        joined += "\n" + texts[i]
         used += cost
-    while chosen and estimate_tokens(_render(chosen, left_out)) > budget:
+    while chosen and estimate_tokens(_render([lost[j] for j in chosen],
+                                             [lost[j] for j in left_out])) > budget:
         left_out.append(chosen.pop())
-    lines = "\n".join(norm[id(f)] for f in chosen)
-    covered += [f for f in left_out if norm[id(f)] in lines]
-    left_out = [f for f in left_out if norm[id(f)] not in lines]
-    return chosen, covered, left_out
+    lines = "\n".join(texts[j] for j in chosen)
+    covered += [lost[j] for j in left_out if texts[j] in lines]
+    return ([lost[j] for j in chosen], covered,
+            [lost[j] for j in left_out if texts[j] not in lines])
 
 
 @dataclass(frozen=True)
@@ -382,7 +381,8 @@ def apply_ledger(facts: Sequence[Fact], found_in: str, budget: int, *,
     findable in the block: those given a line and those inside another fact's line.
     """
     haystack = f"{_norm(found_in)} {found_in_normalized}"
-    lost = [f for f in facts if _norm(f.text) not in haystack]
+    found = SEARCH.occurring([_norm(f.text) for f in facts], haystack)
+    lost = [f for i, f in enumerate(facts) if i not in found]
     writing = append and budget > 0
     chosen, covered, left_out = _choose(lost, budget) if writing else ([], [], list(lost))
     stats = {}

@@ -16,6 +16,7 @@ from redis.retry import Retry
 from api_client.entry_cache import EntryCache
 from api_client.keys import KeyLayout
 from api_client.session_store import SessionStore
+from worker.compaction.facts import SEARCH as FACT_SEARCH
 from worker.hooks import load_hook_runner
 from worker.llm import Summarizer, build_summarizer
 from worker.service._control import CancelWatch
@@ -56,6 +57,7 @@ def build_runtime(settings: WorkerSettings, *,
     tokenizer = get_tokenizer(settings.tokenizer)
     if settings.tokenizer == "tiktoken":  # load the counter now, not in the first job
         log.info("cl100k counts by %s", choose_counter(settings.cl100k_counter).name)
+    log.info("fact ledger looks facts up by %s", FACT_SEARCH.name)  # the fast extra or not
     TOKEN_CACHE.resize(settings.token_cache_entries)
     on_close: list[Callable[[], Any]] = []
     if summarizer is None:

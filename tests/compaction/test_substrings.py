@@ -1,0 +1,156 @@
+"""The ledger's lookups: Aho-Corasick and ``in`` per text give ``in``'s answers, and the ledger
+gives the same block and counts with either."""
+
+from __future__ import annotations
+
+import random
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from api_client.session import load_session
+from worker.compaction import facts
+from worker.compaction.facts import Fact, apply_ledger
+from worker.compaction.ledger import compaction_ledger
+from worker.compaction.prepare import CompactionSettings, prepare_compaction
+from worker.compaction.substrings import (
+    AhoCorasickSearch,
+    PlainSearch,
+    SubstringSearch,
+    default_search,
+)
+from worker.tokens import EstimateTokenizer
+
+pytest.importorskip("ahocorasick_rs")  # the fast extra (make install installs it)
+
+SEARCHES: list[SubstringSearch] = [PlainSearch(), AhoCorasickSearch()]
+
+
+def naive_occurring(needles: Sequence[str], haystack: str) -> set[int]:
+    return {i for i, n in enumerate(needles) if n in haystack}
+
+
+def naive_inside(texts: Sequence[str], index: int, candidates: Sequence[int]) -> list[int]:
+    return [j for j in candidates if j != index and texts[j] in texts[index]]
+
+
+def naive_nested(texts: Sequence[str]) -> set[int]:
+    return {j for j in range(len(texts)) for i in range(len(texts))
+            if i != j and texts[j] in texts[i]}
+
+
+@pytest.mark.parametrize("search", SEARCHES, ids=lambda s: s.name)
+@pytest.mark.parametrize(
+    ("needles", "haystack", "found"),
+    [
+        (["ls", "ls -la", "cat"], "ran ls -la twice", {0, 1}),
+        (["a.py", "a.py", "b.py"], "src/a.py", {0, 1}),  # duplicates each answered
+        (["", "x"], "abc", {0}),  # an empty needle is in every text
+        (["é", "😀 x", "ü"], "café 😀 x", {0, 1}),  # characters, not bytes
+        (["ab", "b", "abc"], "xabcx", {0, 1, 2}),  # overlapping matches all count
+        (["a\ud800"], "za\ud800", {0}),  # a lone surrogate: answered by ``in``
+        (["q"], "a\udfffq", {0}),
+        ([], "anything", set()),
+        (["x"], "", set()),
+    ],
+)
+def test_occurring(search: SubstringSearch, needles: list[str], haystack: str,
+                   found: set[int]) -> None:
+    assert search.occurring(needles, haystack) == found == naive_occurring(needles, haystack)
+
+
+@pytest.mark.parametrize("search", SEARCHES, ids=lambda s: s.name)
+@pytest.mark.parametrize(
+    "texts",
+    [
+        ["ls", "ls -la", "git status", "status"],
+        ["src/a.py", "a.py", "src", "src/a.py"],  # duplicates lie inside each other
+        ["multi\nline", "line", "multi"],  # a newline: answered by ``in``
+        ["caf\ud800", "caf"],
+        ["", "x"],
+        ["only"],
+        [],
+    ],
+)
+def test_containment(search: SubstringSearch, texts: list[str]) -> None:
+    within = search.containment(texts)
+    assert within.nested() == naive_nested(texts)
+    every = list(range(len(texts)))
+    for index in every:
+        assert within.inside(index, every) == naive_inside(texts, index, every)
+        assert within.inside(index, every[::-1]) == naive_inside(texts, index, every[::-1])
+
+
+def _word(rng: random.Random) -> str:
+    return "".join(rng.choice("ab é/.-") for _ in range(rng.randint(1, 5)))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_generated_texts(seed: int) -> None:
+    rng = random.Random(seed)
+    texts = [_word(rng) for _ in range(rng.randint(1, 40))]
+    haystack = " ".join(_word(rng) for _ in range(rng.randint(0, 200)))
+    aho = AhoCorasickSearch()
+    assert aho.occurring(texts, haystack) == naive_occurring(texts, haystack)
+    within = aho.containment(texts)
+    assert within.nested() == naive_nested(texts)
+    order = rng.sample(range(len(texts)), len(texts))
+    for index in range(len(texts)):
+        assert within.inside(index, order) == naive_inside(texts, index, order)
+
+
+def test_without_the_wheel_the_plain_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ahocorasick_rs", None)  # import raises ImportError
+    assert isinstance(default_search(), PlainSearch)
+    monkeypatch.undo()
+    assert isinstance(default_search(), AhoCorasickSearch)
+
+
+def _facts(rng: random.Random) -> list[Fact]:
+    kinds = ("paths", "commands", "errors", "requests", "identifiers")
+    texts = {" ".join(_word(rng) for _ in range(rng.randint(1, 6))) for _ in range(150)}
+    return [Fact(rng.choice(kinds), text, rng.randint(1, 4), rng.randint(0, 99))
+            for text in sorted(texts)]
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("budget", [0, 40, 300, 5000])
+def test_the_ledger_is_the_same_with_either_search(monkeypatch: pytest.MonkeyPatch, seed: int,
+                                                   budget: int) -> None:
+    rng = random.Random(seed)
+    found = _facts(rng)
+    summary = " ".join(f.text for f in found if rng.random() < 0.3)
+    kept = " ".join(_word(rng) for _ in range(300))
+    results = []
+    for search in SEARCHES:
+        monkeypatch.setattr(facts, "SEARCH", search)
+        results.append(apply_ledger(found, summary, budget, found_in_normalized=kept))
+    assert results[0] == results[1]
+    stats = results[0].stats
+    assert sum(s["total"] for s in stats.values()) == len(found)
+    if budget >= 300:  # room for lines: some lost facts are given one
+        assert sum(s["appended"] for s in stats.values()) > 0
+
+
+def test_the_reference_sessions_ledgers_are_the_same_with_either_search(
+        monkeypatch: pytest.MonkeyPatch, pi_file: Path) -> None:
+    """Plans cut at a dozen points of each session; summaries holding a third of the facts."""
+    tree = load_session(pi_file.read_text(encoding="utf-8")).tree()
+    path = list(tree.path_to(tree.leaf_id))
+    checked = 0
+    for end in range(len(path) // 3, len(path), len(path) // 12):
+        prep = prepare_compaction(path[:end], CompactionSettings(), EstimateTokenizer())
+        if prep is None:
+            continue
+        rng = random.Random(end)
+        messages = [*prep.messages_to_summarize, *prep.turn_prefix_messages]
+        summary = " ".join(f.text for f in facts.extract_facts(messages) if rng.random() < 0.3)
+        results = []
+        for search in SEARCHES:
+            monkeypatch.setattr(facts, "SEARCH", search)
+            results.append([compaction_ledger(prep, summary, budget) for budget in (40, 2000)])
+        assert results[0] == results[1]
+        checked += 1
+    assert checked >= 8
