@@ -172,11 +172,11 @@ def _entry(session_id: str, entry_id: str, text: str, line: int,
     source = f"redis:{session_id}"
     if cache is None:
         return parse_entry(_json_object(text, source, line), source=source, line=line), True
-    digest, known = cache.get(session_id, entry_id, text, line)
+    known = cache.get(session_id, entry_id, text, line)
     if known is not None:
         return known, False
     entry = parse_entry(_json_object(text, source, line), source=source, line=line)
-    cache.put(session_id, digest, entry)
+    cache.put(session_id, text, entry)
     return entry, True
 
 

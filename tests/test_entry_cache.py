@@ -54,3 +54,23 @@ def test_a_snapshot_says_how_much_stored_json_it_parsed_anew() -> None:
     assert grown.stored_chars == sum(map(len, stored.values()))  # of all it holds
     assert build_snapshot("s1", _replies(stored), cache).parsed_chars == 0
     assert build_snapshot("s1", _replies(stored)).parsed_chars == sum(map(len, stored.values()))
+
+
+def test_an_entry_stored_again_with_other_text_of_the_same_length_is_parsed_again() -> None:
+    # The texts themselves are compared, not their lengths or a prefix.
+    cache = EntryCache()
+    stored = {"a": _message("a", None, "one 😀"), "b": _message("b", "a", "two")}
+    first = build_snapshot("s1", _replies(stored), cache).session.entries
+    stored["b"] = _message("b", "a", "tw0")
+    stored["a"] = _message("a", None, "one 😀")  # equal again: kept
+    second = build_snapshot("s1", _replies(stored), cache).session.entries
+    assert second[0] is first[0]
+    assert second[1] is not first[1] and second[1].raw["message"]["content"] == "tw0"
+
+
+def test_an_entry_moved_to_another_line_is_parsed_again() -> None:
+    cache = EntryCache()
+    stored = {"a": _message("a", None, "one"), "b": _message("b", None, "two")}
+    first = build_snapshot("s1", _replies(stored), cache).session.entries
+    moved = build_snapshot("s1", _replies({"b": stored["b"], "a": stored["a"]}), cache)
+    assert moved.session.entries[0] is not first[1] and moved.session.entries[0].line == 2
