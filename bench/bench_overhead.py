@@ -15,9 +15,12 @@ and counting the context after the commit. Measured:
 * ``grow10``: the session grown by 10 % (copies of its last messages, their words changed
   throughout) planned in the warm process, median of 5 growths with different words: only
   the new entries should be parsed, tokenized and serialized;
+* ``cold_grown``: the first of those grown sessions planned by a fresh process (median over
+  ``--runs`` processes): what the warm process's re-plan saves;
 * ``redis``: snapshot load and the compaction commit against a private redis-server.
 
-Ratios: warm/cold, grow10/cold, and cold and warm as a share of a 2 s model call (the baseline).
+Ratios: warm/cold, grow10/cold (the cold plan of the session before it grew), grow10/cold_grown
+(of the same grown session), and cold and warm as a share of a 2 s model call (the baseline).
 Targets (issue 13): warm ≤ 5 %, cold ≤ 10 % of 2 s; grow10 ≤ 15 % of cold. Results JSON goes to
 ``bench/results/overhead.json``.
 """
@@ -187,6 +190,24 @@ def _ms(fn: Any) -> float:
     return (time.perf_counter() - start) * 1000
 
 
+def child_grown(name: str, tokenizer_name: str) -> dict[str, Any]:
+    """A fresh process's cold plan of the first grown session (the one ``child`` re-plans)."""
+    from api_client.entry_cache import EntryCache
+    from api_client.session import load_session
+    from worker.compaction import get_tokenizer
+
+    text = load_session((FIXTURES / f"{name}.jsonl").read_text(encoding="utf-8")).to_jsonl()
+    grown = _stored(_grown(text, salt=0))
+    tokenizer = get_tokenizer(tokenizer_name)
+    if tokenizer_name == "tiktoken":
+        from worker.tokens import cl100k_counter
+
+        cl100k_counter()
+    router = _router(tokenizer_name)
+    _import_job_modules()
+    return {"cold_grown_ms": _ms(lambda: _job(grown, tokenizer, router, EntryCache(), []))}
+
+
 def child(name: str, tokenizer_name: str) -> dict[str, Any]:
     from api_client.entry_cache import EntryCache
     from api_client.session import load_session
@@ -298,10 +319,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--no-redis", action="store_true")
     parser.add_argument("--child", nargs=2, metavar=("SESSION", "TOKENIZER"))
+    parser.add_argument("--grown", action="store_true", help="the child plans the grown session")
     parser.add_argument("--out", default=str(RESULTS / "overhead.json"))
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(*args.child)))
+        print(json.dumps(child_grown(*args.child) if args.grown else child(*args.child)))
         return
     report: dict[str, Any] = {"baseline": f"one model call of {MODEL_CALL_MS:.0f} ms",
                               "sessions": {}}
@@ -310,11 +332,11 @@ def main() -> None:
             print(f"{name}: fixture missing, skipped")
             continue
         for tok in ("tiktoken", "estimate"):
-            samples = [json.loads(subprocess.run(
-                [sys.executable, __file__, "--child", name, tok], capture_output=True, check=True,
-                text=True, cwd=REPO).stdout) for _ in range(args.runs)]
+            samples = [_child(name, tok) for _ in range(args.runs)]
+            grown = [_child(name, tok, "--grown") for _ in range(args.runs)]
             row: dict[str, Any] = {k: statistics.median(s[k] for s in samples)
                                    for k in samples[0] if k != "counter"}
+            row["cold_grown_ms"] = statistics.median(g["cold_grown_ms"] for g in grown)
             row["counter"] = samples[0]["counter"]
             row.update(_ratios(row))
             if tok == "tiktoken" and not args.no_redis:
@@ -333,9 +355,16 @@ def main() -> None:
     print(f"wrote {args.out}")
 
 
+def _child(name: str, tokenizer: str, *flags: str) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, __file__, "--child", name, tokenizer, *flags],
+                         capture_output=True, check=True, text=True, cwd=REPO).stdout
+    return dict(json.loads(out))
+
+
 def _ratios(row: dict[str, Any]) -> dict[str, float]:
     return {"warm_of_cold": row["warm_ms"] / row["cold_ms"],
             "grow10_of_cold": row["grow10_ms"] / row["cold_ms"],
+            "grow10_of_cold_grown": row["grow10_ms"] / row["cold_grown_ms"],
             "cold_of_model_call": row["cold_ms"] / MODEL_CALL_MS,
             "cold_shared_of_model_call": row["cold_shared_ms"] / MODEL_CALL_MS,
             "warm_of_model_call": row["warm_ms"] / MODEL_CALL_MS}
@@ -346,7 +375,8 @@ def _print(label: str, row: dict[str, Any]) -> None:
     line = (f"{label:38s} cold {row['cold_ms']:7.1f} ms ({row['cold_of_model_call']:6.1%} of 2 s)  "
             f"warm {row['warm_ms']:6.1f} ms ({row['warm_of_model_call']:6.1%}; "
             f"{row['warm_of_cold']:5.1%} of cold)  +10 % {row['grow10_ms']:6.1f} ms "
-            f"({row['grow10_of_cold']:5.1%} of cold)")
+            f"({row['grow10_of_cold']:5.1%} of cold; {row['grow10_of_cold_grown']:5.1%} of the "
+            f"grown session's cold plan, {row['cold_grown_ms']:.1f} ms)")
     if row["shared_counts"]:
         line += (f"\n{'':38s} cold, the session's counts stored by another worker "
                  f"({row['shared_counts']:.0f}): {row['cold_shared_ms']:.1f} ms "

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from api_client.session import Message
 from api_client.session.convert import text_of_blocks
-from worker.compaction.substrings import default_search
+from worker.compaction.substrings import Containment, default_search
 from worker.jsjson import js_len
 from worker.memo import IdentityMemo
 
@@ -91,22 +91,12 @@ class Fact:
     last: int = 0  # position of the newest message that mentions it (recency)
 
 
-class _Ledger:
-    def __init__(self) -> None:
-        self.facts: dict[tuple[str, str], Fact] = {}
-
-    def add(self, kind: str, text: str, position: int) -> None:
-        text = text.strip()
-        if kind in ("paths", "identifiers"):  # quoting and sentence punctuation are not part of it
-            text = text.strip("'\"`.,;:()[]{}<>")
-        if not text:
-            return
-        fact = self.facts.get((kind, text))
-        if fact is None:
-            self.facts[(kind, text)] = Fact(kind, text, 1, position)
-        else:
-            fact.count += 1
-            fact.last = position
+def _cleaned(kind: str, text: str) -> str:
+    """A fact's text as the ledger keeps it ("" drops it)."""
+    text = text.strip()
+    if kind in ("paths", "identifiers"):  # quoting and sentence punctuation are not part of it
+        text = text.strip("'\"`.,;:()[]{}<>")
+    return text
 
 
 class _Recorder:
@@ -123,9 +113,10 @@ class _Recorder:
 
 
 def _message_facts(message: Message) -> tuple[tuple[str, str], ...]:
+    """The (kind, cleaned text) facts ``message`` names, in order (kept for the next job)."""
     recorder = _Recorder()
     _one(recorder, message)
-    return tuple(recorder.found)
+    return tuple((kind, text) for kind, raw in recorder.found if (text := _cleaned(kind, raw)))
 
 
 # A message's facts, kept for the next job: unchanged entries are the same objects there.
@@ -250,19 +241,29 @@ def _one(found: _Recorder, message: Message) -> None:
 def extract_facts(messages: Iterable[Message],
                   carried: Sequence[tuple[str, str]] = ()) -> list[Fact]:
     """The distinct facts of ``messages`` (oldest first); ``carried`` ones count as oldest."""
-    ledger = _Ledger()
-    for kind, text in carried:
-        ledger.add(kind, text, -1)
+    facts: dict[tuple[str, str], Fact] = {}
+    _count(facts, [(kind, text) for kind, raw in carried if (text := _cleaned(kind, raw))], -1)
     for position, message in enumerate(messages):
-        for kind, text in _FACTS.get(message, _message_facts):
-            ledger.add(kind, text, position)
-    return _without_contained_paths(list(ledger.facts.values()))
+        _count(facts, _FACTS.get(message, _message_facts), position)
+    return _without_contained_paths(list(facts.values()))
+
+
+def _count(facts: dict[tuple[str, str], Fact], named: Iterable[tuple[str, str]],
+           position: int) -> None:
+    for key in named:
+        fact = facts.get(key)
+        if fact is None:
+            facts[key] = Fact(key[0], key[1], 1, position)
+        else:
+            fact.count += 1
+            fact.last = position
 
 
 def _without_contained_paths(facts: list[Fact]) -> list[Fact]:
     """A path inside a longer one is found wherever the longer one is: keep the longer only."""
     paths = [f for f in facts if f.kind == "paths"]
-    inner = {id(paths[i]) for i in SEARCH.containment([f.text for f in paths]).nested()}
+    texts = [f.text for f in paths]
+    inner = {id(paths[i]) for i in SEARCH.patterns(texts).containment(range(len(paths))).nested()}
     return [f for f in facts if id(f) not in inner]
 
 
@@ -325,25 +326,25 @@ _NOTE_ROOM = 140  # characters kept free for the "not kept" note
 _HEADERS = sum(len(kind) + 2 for kind in FACT_KINDS)
 
 
-def _choose(lost: Sequence[Fact], budget: int) -> tuple[list[Fact], list[Fact], list[Fact]]:
-    """(facts given a line, facts found inside those lines, facts left out).
-
-    "ls" is found in the line "ls -la": a fact inside a chosen one needs no line of its own.
+def _choose(facts: Sequence[Fact], texts: Sequence[str], lost: Sequence[int],
+            within: Containment, budget: int) -> tuple[list[Fact], list[Fact], list[Fact]]:
+    """(facts given a line, facts found inside those lines, facts left out), of the ``lost``
+    ones (indexes into ``facts``, their normalized ``texts``; ``within``: what lies inside
+    what among them). "ls" is found in the line "ls -la": a fact inside a chosen one needs no
+    line of its own.
     """
     # estimate: 4 chars a token; a header line per kind, "- " and a newline per fact
     room = 4 * budget - len(OPEN) - len(CLOSE) - 4 - _NOTE_ROOM - _HEADERS
-    texts = [_norm(f.text) for f in lost]
-    within = SEARCH.containment(texts)  # which texts lie inside which, found in one pass
-    chosen: list[int] = []  # indexes into lost, in the order given a line
+    chosen: list[int] = []  # in the order given a line
     covered: list[Fact] = []
     left_out: list[int] = []
     used = 0
     joined = ""  # the chosen lines: normalized texts hold no newline, so none matches across two
-    for i in sorted(range(len(lost)), key=lambda i: _priority(lost[i])):
+    for i in sorted(lost, key=lambda i: _priority(facts[i])):
         if texts[i] in joined:
-            covered.append(lost[i])
+            covered.append(facts[i])
             continue
-        cost = js_len(lost[i].text) + 3
+        cost = js_len(facts[i].text) + 3
         if used + cost > room:
             left_out.append(i)
             continue
@@ -351,19 +352,19 @@ def _choose(lost: Sequence[Fact], budget: int) -> tuple[list[Fact], list[Fact], 
         if inside:
             dropped = set(inside)
             chosen = [j for j in chosen if j not in dropped]
-            covered += [lost[j] for j in inside]
-            used -= sum(js_len(lost[j].text) + 3 for j in inside)
+            covered += [facts[j] for j in inside]
+            used -= sum(js_len(facts[j].text) + 3 for j in inside)
             joined = "\n".join(texts[j] for j in chosen)
         chosen.append(i)
         joined += "\n" + texts[i]
         used += cost
-    while chosen and estimate_tokens(_render([lost[j] for j in chosen],
-                                             [lost[j] for j in left_out])) > budget:
+    while chosen and estimate_tokens(_render([facts[j] for j in chosen],
+                                             [facts[j] for j in left_out])) > budget:
         left_out.append(chosen.pop())
     lines = "\n".join(texts[j] for j in chosen)
-    covered += [lost[j] for j in left_out if texts[j] in lines]
-    return ([lost[j] for j in chosen], covered,
-            [lost[j] for j in left_out if texts[j] not in lines])
+    covered += [facts[j] for j in left_out if texts[j] in lines]
+    return ([facts[j] for j in chosen], covered,
+            [facts[j] for j in left_out if texts[j] not in lines])
 
 
 @dataclass(frozen=True)
@@ -380,11 +381,14 @@ def apply_ledger(facts: Sequence[Fact], found_in: str, budget: int, *,
     messages: normalized once per message, not once per job). ``appended`` counts the facts
     findable in the block: those given a line and those inside another fact's line.
     """
-    haystack = f"{_norm(found_in)} {found_in_normalized}"
-    found = SEARCH.occurring([_norm(f.text) for f in facts], haystack)
-    lost = [f for i, f in enumerate(facts) if i not in found]
+    texts = [_norm(f.text) for f in facts]
+    patterns = SEARCH.patterns(texts)  # one automaton for both lookups
+    found = patterns.occurring(f"{_norm(found_in)} {found_in_normalized}")
+    lost = [i for i in range(len(facts)) if i not in found]
     writing = append and budget > 0
-    chosen, covered, left_out = _choose(lost, budget) if writing else ([], [], list(lost))
+    chosen, covered, left_out = (
+        _choose(facts, texts, lost, patterns.containment(lost), budget) if writing
+        else ([], [], [facts[i] for i in lost]))
     stats = {}
     for kind in FACT_KINDS:
         total = sum(1 for f in facts if f.kind == kind)
