@@ -142,12 +142,12 @@ def _job(replies: list[Any], tokenizer: Any, router: Any, entries: Any,
     the snapshot (through the worker's entry cache), the prune pass, the plan, the requests,
     the context after the commit. ``shared``: the session's counts as another worker stored
     them (loaded first; what this job tokenizes is added, as ``_compact._prime`` does)."""
-    from api_client.session import SessionTree, parse_entry
+    from api_client.session import parse_entry
     from api_client.session_store import build_snapshot
     from worker.compaction import (
         CompactionSettings,
-        build_session_context,
         compact,
+        context_messages,
         plan_prune,
         prepare_compaction,
         prime_counts,
@@ -172,9 +172,8 @@ def _job(replies: list[Any], tokenizer: Any, router: Any, entries: Any,
     entry = {"type": "compaction", "id": "benchcmp", "parentId": path[-1].id,
              "timestamp": "2025-01-01T00:00:00.000Z", "summary": outcome.summary,
              "firstKeptEntryId": outcome.first_kept_entry_id, "tokensBefore": outcome.tokens_before}
-    tree = SessionTree([*path, parse_entry(entry)])
-    context = build_session_context(tree, "benchcmp", strict=False)
-    sum(tokenizer.count(m.message) for m in context.messages)
+    # The context after the commit, as the worker counts it (``_compact._tokens_after``).
+    sum(tokenizer.count(m.message) for m in context_messages([*path, parse_entry(entry)]))
 
 
 def _import_job_modules() -> None:

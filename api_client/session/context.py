@@ -21,7 +21,7 @@ from api_client.session._tree import SessionTree
 from api_client.session.convert import compaction_summary_message, convert_to_llm, for_context
 
 __all__ = ["ContextMessage", "LlmContext", "SessionContext", "build_session_context",
-           "llm_context"]
+           "context_messages", "llm_context"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +60,9 @@ def _settings_of(path: Sequence[Entry]) -> tuple[str, dict[str, str], tuple[str,
     return thinking, models, tuple(rules), mode, mode_data
 
 
-def _messages_of(path: Sequence[Entry]) -> list[ContextMessage]:
+def context_messages(path: Sequence[Entry]) -> list[ContextMessage]:
+    """The context's messages of a root→leaf ``path`` in hand (:func:`build_session_context`'s
+    ``messages``, without a tree to build or the settings to collect)."""
     last = max((i for i, e in enumerate(path) if isinstance(e, CompactionEntry)), default=-1)
     if last < 0:
         return [ContextMessage(m, e.id) for e in path if (m := for_context(e)) is not None]
@@ -87,7 +89,7 @@ def build_session_context(tree: SessionTree, leaf_id: str | None = _UNSET, *,
         leaf_id = tree.entries[-1].id
     path = tree.path_to(leaf_id, strict=strict)
     thinking, models, rules, mode, mode_data = _settings_of(path)
-    return SessionContext(tuple(_messages_of(path)), thinking, models, rules, mode, mode_data)
+    return SessionContext(tuple(context_messages(path)), thinking, models, rules, mode, mode_data)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import pytest
 import redis
 from service.service_fakes import JOB_ID, World, conversation, world
 
+from api_client.session.context import build_session_context
 from api_client.wire import CompactReason, EventType, JobKind
 from helpers.sessions import TS, chain
 from worker.hooks import BeforeCompactResult, BeforeTreeResult
@@ -263,6 +264,10 @@ def test_a_committed_compaction_reports_tokens_and_the_model() -> None:
     assert fields["result"]["tokensBefore"] == entry["tokensBefore"]
     assert event is not None and event.tokens_before == entry["tokensBefore"]
     assert event.tokens_after is not None and event.tokens_after > 0
+    # What the session's context now holds: the summary and the kept messages, counted.
+    context = build_session_context(w.sessions.session.tree(), str(outcome.entry_id))
+    assert event.tokens_after == sum(w.rt.tokenizer.count(m.message) for m in context.messages)
+    assert context.messages[0].message["role"] == "compactionSummary"
     assert w.hooks.notified == ["compact_done"]
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from api_client.session.context import build_session_context
+from api_client.session.context import build_session_context, context_messages
 from helpers.sessions import assistant, chain, tree, user
 
 
@@ -45,6 +45,10 @@ def ids(entries: list, leaf: object = ...) -> list[tuple[str, str]]:
 )
 def test_messages(items: list, expected: list) -> None:
     assert ids(chain(*items)) == expected
+    # A path in hand gives the same messages without a tree (a worker's tokens after).
+    built = tree(chain(*items))
+    path = built.path_to(built.entries[-1].id)
+    assert [(m.message["role"], m.entry_id) for m in context_messages(path)] == expected
 
 
 def test_settings_follow_the_path() -> None:

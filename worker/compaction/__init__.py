@@ -5,7 +5,12 @@ Everything here works on the session model of :mod:`api_client.session` and is d
 
 from typing import Any
 
-from api_client.session.context import ContextMessage, SessionContext, build_session_context
+from api_client.session.context import (
+    ContextMessage,
+    SessionContext,
+    build_session_context,
+    context_messages,
+)
 from api_client.session.convert import convert_to_llm, for_branch, for_compaction, for_context
 from worker.compaction.branch import (
     DEFAULT_CONTEXT_WINDOW,
@@ -58,6 +63,7 @@ __all__ = [
     "build_session_context",
     "collect_entries_for_branch_summary",
     "compact",
+    "context_messages",
     "context_tokens",
     "convert_to_llm",
     "find_cut_point",

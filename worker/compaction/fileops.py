@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from worker.jsjson import js_sort_key
+from worker.memo import IdentityMemo
 
 __all__ = [
     "FileOps",
@@ -39,11 +40,17 @@ class FileOps:
 
 def extract_file_ops(message: Mapping[str, Any], ops: FileOps) -> None:
     """Record the paths of ``read``/``write``/``edit`` tool calls of an assistant message."""
+    for kind, path in _OPS.get(message, _file_ops_of):
+        ops.add(kind, path)
+
+
+def _file_ops_of(message: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     if message.get("role") != "assistant":
-        return
+        return ()
     content = message.get("content")
     if not isinstance(content, list):
-        return
+        return ()
+    found: list[tuple[str, str]] = []
     for block in content:
         if not isinstance(block, Mapping) or block.get("type") != "toolCall":
             continue
@@ -54,7 +61,13 @@ def extract_file_ops(message: Mapping[str, Any], ops: FileOps) -> None:
             continue
         path = arguments.get("path")
         if isinstance(path, str) and path:
-            ops.add(kind, path)
+            found.append((kind, path))
+    return tuple(found)
+
+
+# A message's (kind, path) operations, kept for the next job: unchanged entries are the same
+# objects there (api_client.entry_cache), so a plan walks only the messages new to the process.
+_OPS: IdentityMemo[Mapping[str, Any], tuple[tuple[str, str], ...]] = IdentityMemo()
 
 
 def add_details_file_ops(details: Any, ops: FileOps) -> None:

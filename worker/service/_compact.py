@@ -15,6 +15,7 @@ from worker.compaction import (
     Preparation,
     build_session_context,
     compact,
+    context_messages,
     no_plan_reason,
     prepare_compaction,
     prime_counts,
@@ -104,9 +105,13 @@ def _draft(ctx: JobContext, prep: Preparation, path: Sequence[Entry]) -> Draft:
 
 def _tokens_after(ctx: JobContext, path: Sequence[Entry], entry: JsonObject) -> int:
     """Tokens of the context the compacted path sends to the model (before later appends)."""
-    tree = SessionTree([*path, parse_entry(dict(entry))])
-    context = build_session_context(tree, str(entry["id"]), strict=False)
-    return sum(ctx.tokenizer.count(m.message) for m in context.messages)
+    compaction = parse_entry(dict(entry))
+    if path and compaction.parent_id == path[-1].id:  # appended at the planned leaf: no tree
+        messages = context_messages([*path, compaction])
+    else:
+        tree = SessionTree([*path, compaction])
+        messages = list(build_session_context(tree, compaction.id, strict=False).messages)
+    return sum(ctx.tokenizer.count(m.message) for m in messages)
 
 
 def _result(ctx: JobContext, progress: Progress, draft: Draft) -> dict[str, Any]:
