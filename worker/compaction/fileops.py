@@ -40,13 +40,13 @@ class FileOps:
 
 def extract_file_ops(message: Mapping[str, Any], ops: FileOps) -> None:
     """Record the paths of ``read``/``write``/``edit`` tool calls of an assistant message."""
+    if message.get("role") != "assistant":  # the memo holds only messages that may call tools
+        return
     for kind, path in _OPS.get(message, _file_ops_of):
         ops.add(kind, path)
 
 
 def _file_ops_of(message: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-    if message.get("role") != "assistant":
-        return ()
     content = message.get("content")
     if not isinstance(content, list):
         return ()
