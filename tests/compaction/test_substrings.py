@@ -163,3 +163,25 @@ def test_the_reference_sessions_ledgers_are_the_same_with_either_search(
         assert results[0] == results[1]
         checked += 1
     assert checked >= 8
+
+
+def test_threads_share_the_search() -> None:
+    # A worker's jobs run on threads (COMPACTOR_POOL=threads): one search serves them all.
+    from concurrent.futures import ThreadPoolExecutor
+
+    cases = []
+    for seed in range(16):
+        rng = random.Random(seed)
+        texts = [_word(rng) for _ in range(60)]
+        cases.append((texts, " ".join(_word(rng) for _ in range(2000))))
+    search = AhoCorasickSearch()
+
+    def answer(case: tuple[list[str], str]) -> tuple[set[int], set[int]]:
+        texts, haystack = case
+        patterns = search.patterns(texts)
+        return patterns.occurring(haystack), patterns.containment(range(len(texts))).nested()
+
+    expected = [(naive_occurring(t, h), naive_nested(t)) for t, h in cases]
+    with ThreadPoolExecutor(8) as pool:
+        for _ in range(5):
+            assert list(pool.map(answer, cases)) == expected
