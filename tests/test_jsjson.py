@@ -36,6 +36,7 @@ def test_js_json_matches_json_stringify(value: object, expected: str) -> None:
         ("é", 1),
         ("😀", 2),
         ("a😀b", 4),
+        ("a\ud800", 2),  # a lone surrogate is one unit, as in JavaScript
     ],
 )
 def test_js_len_counts_utf16_units(text: str, length: int) -> None:
