@@ -83,11 +83,10 @@ class RequestCounter:
         at least one byte: a prompt of more characters than ``budget`` is counted without
         encoding it first (0.5 ms for a 500 kB prompt with one character beyond ASCII).
         """
-        chars = len(request.system_prompt) + len(request.prompt)
-        if chars <= budget:
-            size = len(request.system_prompt.encode()) + len(request.prompt.encode())
-            if size <= budget:
-                return True
+        system, prompt = request.system_prompt, request.prompt
+        if len(system) + len(prompt) <= budget and (
+                len(system.encode()) + len(prompt.encode()) <= budget):
+            return True
         return self.request(request) <= budget
 
     def message(self, message: Message) -> int:
