@@ -12,9 +12,11 @@ and counting the context after the commit. Measured:
   tiktoken: that is worker start-up, reported apart as ``encoding_load_ms``), median over
   ``--runs`` processes;
 * ``warm``: the same session planned again in that process (median of 5);
-* ``grow10``: the session grown by 10 % (copies of its last messages, their words changed
-  throughout) planned in the warm process, median of 5 growths with different words: only
-  the new entries should be parsed, tokenized and serialized;
+* ``grow10``: the session grown by 10 % of its context's tokens (copies of its last messages,
+  their words changed throughout) planned in the warm process, median of 5 growths with
+  different words: only the new entries should be parsed, tokenized and serialized;
+* ``grow10_file``: the same with 10 % of the stored file's characters (see ``_grown``: on
+  before-compaction that is 25 % of its context);
 * ``cold_grown``: the first of those grown sessions planned by a fresh process (median over
   ``--runs`` processes): what the warm process's re-plan saves;
 * ``redis``: snapshot load and the compaction commit against a private redis-server.
@@ -34,6 +36,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -51,17 +54,35 @@ GROWTHS = 5  # sessions grown by 10 %, each with its own new words
 
 
 # --- the child: one fresh process, one session ----------------------------------------------
-def _grown(text: str, share: float = 0.10, salt: int = 0) -> str:
+def _grown(text: str, share: float = 0.10, salt: int = 0, of: str = "context") -> str:
     """``text`` continued by copies of its trailing message entries, in their order, texts and
     tool-call ids changed, until the session is ``share`` larger: a session that goes on as
-    it did (calls before their results), with content no cache has seen."""
+    it did (calls before their results), with content no cache has seen.
+
+    Larger by what ``of`` says. ``context`` (the figure): the tokens of the session's context,
+    what the agent sends and the plan works on (chars/4 of the messages, as the reference
+    estimates; a 200k-token session grown by 10 % has 20k tokens more). ``file``: the
+    characters of its stored JSON. The two agree on large-session (no compaction in it); on
+    before-compaction 60 % of the file is history its two compactions summarized: 10 % of the
+    file is 25 % of its context, enough new text to cross a 200k window."""
+    from api_client.session import load_session
+    from api_client.session.context import context_messages
+    from worker.tokens import EstimateTokenizer
+
     lines = [json.loads(line) for line in text.splitlines() if line.strip()]
     messages = [e for e in lines if e.get("type") == "message"]
-    target = len(text) * share
+    estimate = EstimateTokenizer()
+    if of == "context":
+        tree = load_session(text).tree()
+        context = context_messages(list(tree.path_to(tree.leaf_id)))
+        target = share * sum(estimate.count(m.message) for m in context)
+    else:
+        target = len(text) * share
     size, start = 0, len(messages)
     while size < target and start > 0:
         start -= 1
-        size += len(json.dumps(messages[start]))
+        size += (estimate.count(messages[start]["message"]) if of == "context"
+                 else len(json.dumps(messages[start])))
     out, leaf = list(lines), lines[-1].get("id")
     for source in messages[start:]:
         copy = _changed(json.loads(json.dumps(source)), salt)
@@ -176,6 +197,31 @@ def _job(replies: list[Any], tokenizer: Any, router: Any, entries: Any,
     sum(tokenizer.count(m.message) for m in context_messages([*path, parse_entry(entry)]))
 
 
+def write_texts(name: str, folder: Path) -> None:
+    """The session as stored (migrated once: a v1/v2 file gets fresh entry ids on every
+    migration), GROWTHS sessions grown by 10 % of their context, then GROWTHS by 10 % of their
+    file, into ``folder``. Each growth has its own words (salt): the file growths copy the
+    context growths' messages and more, and the same words would be counted already. Made by
+    the parent: a child that measured the context ran the worker's counting code before its
+    cold plan, which then took 10-15 % less time than a worker's first plan."""
+    from api_client.session import load_session
+
+    text = load_session((FIXTURES / f"{name}.jsonl").read_text(encoding="utf-8")).to_jsonl()
+    (folder / f"{name}.jsonl").write_text(text, encoding="utf-8")
+    kinds = [of for of in ("context", "file") for _ in range(GROWTHS)]
+    for salt, of in enumerate(kinds):
+        grown = _grown(text, salt=salt, of=of)
+        (folder / f"{name}.grown{salt}.jsonl").write_text(grown, encoding="utf-8")
+
+
+def _held(name: str, folder: Path) -> tuple[list[Any], list[list[Any]]]:
+    """The session and its 2 * GROWTHS growths (``write_texts``), as stored."""
+    def stored(stem: str) -> list[Any]:
+        return _stored((folder / f"{stem}.jsonl").read_text(encoding="utf-8"))
+
+    return stored(name), [stored(f"{name}.grown{i}") for i in range(2 * GROWTHS)]
+
+
 def _import_job_modules() -> None:
     import importlib
 
@@ -189,18 +235,16 @@ def _ms(fn: Any) -> float:
     return (time.perf_counter() - start) * 1000
 
 
-def child_grown(name: str, tokenizer_name: str) -> dict[str, Any]:
+def child_grown(name: str, tokenizer_name: str, folder: Path) -> dict[str, Any]:
     """A fresh process's cold plan of the first grown session (the one ``child`` re-plans).
     The process holds what ``child``'s does when it plans cold (the session and its growths,
     as stored): a cold plan here took 20-30 % less time in a process that held only the
     session, so like is compared with like."""
     from api_client.entry_cache import EntryCache
-    from api_client.session import load_session
     from worker.compaction import get_tokenizer
 
-    text = load_session((FIXTURES / f"{name}.jsonl").read_text(encoding="utf-8")).to_jsonl()
-    held = [_stored(text), *(_stored(_grown(text, salt=salt)) for salt in range(GROWTHS))]
-    grown = held[1]
+    held = _held(name, folder)
+    grown = held[1][0]
     tokenizer = get_tokenizer(tokenizer_name)
     if tokenizer_name == "tiktoken":
         from worker.tokens import cl100k_counter
@@ -211,15 +255,12 @@ def child_grown(name: str, tokenizer_name: str) -> dict[str, Any]:
     return {"cold_grown_ms": _ms(lambda: _job(grown, tokenizer, router, EntryCache(), []))}
 
 
-def child(name: str, tokenizer_name: str) -> dict[str, Any]:
+def child(name: str, tokenizer_name: str, folder: Path) -> dict[str, Any]:
     from api_client.entry_cache import EntryCache
-    from api_client.session import load_session
     from worker.compaction import get_tokenizer
 
-    # As stored: migrated once (a v1/v2 file gets fresh entry ids on every migration), then grown.
-    text = load_session((FIXTURES / f"{name}.jsonl").read_text(encoding="utf-8")).to_jsonl()
-    path = _stored(text)
-    growths = [_stored(_grown(text, salt=salt)) for salt in range(GROWTHS)]
+    path, grown = _held(name, folder)
+    growths, file_growths = grown[:GROWTHS], grown[GROWTHS:]
     tokenizer = get_tokenizer(tokenizer_name)
     entries = EntryCache()
     load, counter = 0.0, "-"
@@ -236,6 +277,8 @@ def child(name: str, tokenizer_name: str) -> dict[str, Any]:
     # Each growth is new text to the process (other words): the median of GROWTHS re-plans.
     grow = statistics.median(_ms(lambda g=g: _job(g, tokenizer, router, entries))
                              for g in growths)
+    grow_file = statistics.median(_ms(lambda g=g: _job(g, tokenizer, router, entries))
+                                  for g in file_growths)
     from worker.tokens import TOKEN_CACHE
 
     cache_entries = len(TOKEN_CACHE)
@@ -244,6 +287,7 @@ def child(name: str, tokenizer_name: str) -> dict[str, Any]:
     return {"counter": counter, "entries": len(path[3]), "grown_entries": len(growths[0][3]),
             "encoding_load_ms": load,
             "import_ms": imports, "cold_ms": cold, "warm_ms": warm, "grow10_ms": grow,
+            "grow10_file_ms": grow_file,
             "cold_shared_ms": shared, "shared_counts": len(stored),
             "cache_entries": cache_entries}
 
@@ -321,45 +365,56 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--no-redis", action="store_true")
-    parser.add_argument("--child", nargs=2, metavar=("SESSION", "TOKENIZER"))
+    parser.add_argument("--child", nargs=3, metavar=("SESSION", "TOKENIZER", "TEXTS"))
     parser.add_argument("--grown", action="store_true", help="the child plans the grown session")
     parser.add_argument("--out", default=str(RESULTS / "overhead.json"))
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child_grown(*args.child) if args.grown else child(*args.child)))
+        name, tok, folder = args.child
+        measure = child_grown if args.grown else child
+        print(json.dumps(measure(name, tok, Path(folder))))
         return
     report: dict[str, Any] = {"baseline": f"one model call of {MODEL_CALL_MS:.0f} ms",
                               "sessions": {}}
-    for name in SESSIONS:
-        if not (FIXTURES / f"{name}.jsonl").exists():
-            print(f"{name}: fixture missing, skipped")
-            continue
-        for tok in ("tiktoken", "estimate"):
-            samples = [_child(name, tok) for _ in range(args.runs)]
-            grown = [_child(name, tok, "--grown") for _ in range(args.runs)]
-            row: dict[str, Any] = {k: statistics.median(s[k] for s in samples)
-                                   for k in samples[0] if k != "counter"}
-            row["cold_grown_ms"] = statistics.median(g["cold_grown_ms"] for g in grown)
-            row["counter"] = samples[0]["counter"]
-            row.update(_ratios(row))
-            if tok == "tiktoken" and not args.no_redis:
-                row.update(redis_part(name, int(row["shared_counts"])))
-                row["cold_with_redis_of_model_call"] = (
-                    row["cold_ms"] + row["snapshot_load_ms"] + row["commit_ms"]) / MODEL_CALL_MS
-                row["cold_shared_with_redis_of_model_call"] = (
-                    row["cold_shared_ms"] + row["counts_load_ms"] + row["snapshot_load_ms"]
-                    + row["commit_ms"]) / MODEL_CALL_MS
-                row["warm_with_redis_of_model_call"] = (
-                    row["warm_ms"] + row["snapshot_load_ms"] + row["commit_ms"]) / MODEL_CALL_MS
-            report["sessions"][f"{name}/{tok}"] = row
-            _print(f"{name}/{tok}", row)
+    with tempfile.TemporaryDirectory(prefix="bench-overhead-") as folder:
+        for name in SESSIONS:
+            if not (FIXTURES / f"{name}.jsonl").exists():
+                print(f"{name}: fixture missing, skipped")
+                continue
+            write_texts(name, Path(folder))
+            for tok in ("tiktoken", "estimate"):
+                row = _measured(name, tok, folder, args.runs, not args.no_redis)
+                report["sessions"][f"{name}/{tok}"] = row
+                _print(f"{name}/{tok}", row)
     RESULTS.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {args.out}")
 
 
-def _child(name: str, tokenizer: str, *flags: str) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, __file__, "--child", name, tokenizer, *flags],
+def _measured(name: str, tok: str, folder: str, runs: int, redis: bool) -> dict[str, Any]:
+    """Medians over ``runs`` fresh processes of each kind, their ratios, and with ``redis``
+    (cl100k only) the snapshot load and commit."""
+    samples = [_child(name, tok, folder) for _ in range(runs)]
+    grown = [_child(name, tok, folder, "--grown") for _ in range(runs)]
+    row: dict[str, Any] = {k: statistics.median(s[k] for s in samples)
+                           for k in samples[0] if k != "counter"}
+    row["cold_grown_ms"] = statistics.median(g["cold_grown_ms"] for g in grown)
+    row["counter"] = samples[0]["counter"]
+    row.update(_ratios(row))
+    if tok == "tiktoken" and redis:
+        row.update(redis_part(name, int(row["shared_counts"])))
+        row["cold_with_redis_of_model_call"] = (
+            row["cold_ms"] + row["snapshot_load_ms"] + row["commit_ms"]) / MODEL_CALL_MS
+        row["cold_shared_with_redis_of_model_call"] = (
+            row["cold_shared_ms"] + row["counts_load_ms"] + row["snapshot_load_ms"]
+            + row["commit_ms"]) / MODEL_CALL_MS
+        row["warm_with_redis_of_model_call"] = (
+            row["warm_ms"] + row["snapshot_load_ms"] + row["commit_ms"]) / MODEL_CALL_MS
+    return row
+
+
+def _child(name: str, tokenizer: str, folder: str, *flags: str) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, __file__, "--child", name, tokenizer, folder, *flags],
                          capture_output=True, check=True, text=True, cwd=REPO).stdout
     return dict(json.loads(out))
 
@@ -368,6 +423,7 @@ def _ratios(row: dict[str, Any]) -> dict[str, float]:
     return {"warm_of_cold": row["warm_ms"] / row["cold_ms"],
             "grow10_of_cold": row["grow10_ms"] / row["cold_ms"],
             "grow10_of_cold_grown": row["grow10_ms"] / row["cold_grown_ms"],
+            "grow10_file_of_cold": row["grow10_file_ms"] / row["cold_ms"],
             "cold_of_model_call": row["cold_ms"] / MODEL_CALL_MS,
             "cold_shared_of_model_call": row["cold_shared_ms"] / MODEL_CALL_MS,
             "warm_of_model_call": row["warm_ms"] / MODEL_CALL_MS}
@@ -379,7 +435,9 @@ def _print(label: str, row: dict[str, Any]) -> None:
             f"warm {row['warm_ms']:6.1f} ms ({row['warm_of_model_call']:6.1%}; "
             f"{row['warm_of_cold']:5.1%} of cold)  +10 % {row['grow10_ms']:6.1f} ms "
             f"({row['grow10_of_cold']:5.1%} of cold; {row['grow10_of_cold_grown']:5.1%} of the "
-            f"grown session's cold plan, {row['cold_grown_ms']:.1f} ms)")
+            f"grown session's cold plan, {row['cold_grown_ms']:.1f} ms)"
+            f"\n{'':38s} +10 % of the file {row['grow10_file_ms']:.1f} ms "
+            f"({row['grow10_file_of_cold']:.1%} of cold)")
     if row["shared_counts"]:
         line += (f"\n{'':38s} cold, the session's counts stored by another worker "
                  f"({row['shared_counts']:.0f}): {row['cold_shared_ms']:.1f} ms "
