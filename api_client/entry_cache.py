@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 
 from api_client.session import Entry
 
@@ -63,6 +64,32 @@ class EntryCache:
             return known[1]
         self.misses += 1
         return None
+
+    def lookup(self, session_id: str, order: Sequence[str],
+               stored: Mapping[str, str]) -> list[Entry | None]:
+        """:meth:`get` for each of a snapshot's entries (``order``, lines from 2 as in an
+        export; ``stored``: their texts by id), None where not cached or changed. One call for
+        the whole snapshot: a call per entry took a third of a warm load (1 000 entries)."""
+        known_entries = self._entries
+        find, to_end = known_entries.get, known_entries.move_to_end
+        found: list[Entry | None] = []
+        hits = 0
+        for line, entry_id in enumerate(order, start=2):
+            key = (session_id, entry_id)
+            known, text = find(key), stored.get(entry_id)
+            if (known is None or text is None or known[1].line != line
+                    or known[0] != text.encode("utf-8", "surrogatepass")):
+                found.append(None)
+                continue
+            try:  # noqa: SIM105  (as in get)
+                to_end(key)
+            except KeyError:
+                pass
+            hits += 1
+            found.append(known[1])
+        self.hits += hits
+        self.misses += len(order) - hits
+        return found
 
     def put(self, session_id: str, text: str, entry: Entry) -> None:
         """Keep ``entry``, parsed from the stored ``text``."""

@@ -151,33 +151,24 @@ def build_snapshot(session_id: str, replies: Sequence[Any],
     if header_text is None:
         raise SessionNotFoundError(f"Session {session_id} not found")
     source = f"redis:{session_id}"
-    entries, parsed, size = [], 0, 0
-    for line, entry_id in enumerate(order, start=2):  # line numbers as in an export
-        text = stored.get(entry_id)
+    entries: list[Entry] = []
+    parsed, size = 0, 0
+    known = cache.lookup(session_id, order, stored) if cache is not None else [None] * len(order)
+    for line, (entry_id, entry) in enumerate(zip(order, known, strict=True), start=2):
+        text = stored.get(entry_id)  # lines numbered as in an export
         if text is None:
             raise SessionFormatError(f"entry {entry_id} is in the order list but not stored",
                                      source=source, line=line)
-        entry, fresh = _entry(session_id, entry_id, text, line, cache)
-        entries.append(entry)
-        parsed += len(text) if fresh else 0
         size += len(text)
+        if entry is None:
+            entry = parse_entry(_json_object(text, source, line), source=source, line=line)
+            if cache is not None:
+                cache.put(session_id, text, entry)
+            parsed += len(text)
+        entries.append(entry)
     header = _json_object(header_text, source, 1)
     session = Session(header, entries, source, CURRENT_VERSION)
     return Snapshot(session, int(rev or 0), leaf or None, parsed, size)
-
-
-def _entry(session_id: str, entry_id: str, text: str, line: int,
-           cache: EntryCache | None) -> tuple[Entry, bool]:
-    """The entry, and whether it was parsed now (not found in ``cache``)."""
-    source = f"redis:{session_id}"
-    if cache is None:
-        return parse_entry(_json_object(text, source, line), source=source, line=line), True
-    known = cache.get(session_id, entry_id, text, line)
-    if known is not None:
-        return known, False
-    entry = parse_entry(_json_object(text, source, line), source=source, line=line)
-    cache.put(session_id, text, entry)
-    return entry, True
 
 
 def export_text(session_id: str, replies: Sequence[Any]) -> str:

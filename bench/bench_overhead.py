@@ -195,7 +195,7 @@ def _job(replies: list[Any], tokenizer: Any, router: Any, entries: Any,
              "timestamp": "2025-01-01T00:00:00.000Z", "summary": outcome.summary,
              "firstKeptEntryId": outcome.first_kept_entry_id, "tokensBefore": outcome.tokens_before}
     # The context after the commit, as the worker counts it (``_compact._tokens_after``).
-    sum(tokenizer.count(m.message) for m in context_messages([*path, parse_entry(entry)]))
+    tokenizer.total(m.message for m in context_messages([*path, parse_entry(entry)]))
 
 
 def write_texts(name: str, folder: Path) -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from api_client.entry_cache import EntryCache
+from api_client.errors import SessionFormatError
 from api_client.session import dump_record
 from api_client.session_store import build_snapshot
 
@@ -74,3 +77,14 @@ def test_an_entry_moved_to_another_line_is_parsed_again() -> None:
     first = build_snapshot("s1", _replies(stored), cache).session.entries
     moved = build_snapshot("s1", _replies({"b": stored["b"], "a": stored["a"]}), cache)
     assert moved.session.entries[0] is not first[1] and moved.session.entries[0].line == 2
+
+
+def test_an_entry_listed_but_no_longer_stored_is_a_format_error_with_a_cache_too() -> None:
+    cache = EntryCache()
+    stored = {"a": _message("a", None, "one"), "b": _message("b", "a", "two")}
+    build_snapshot("s1", _replies(stored), cache)
+    replies = _replies(stored)
+    del stored["b"]  # the order list still names it
+    with pytest.raises(SessionFormatError, match="entry b is in the order list but not stored"):
+        build_snapshot("s1", replies, cache)
+    assert (cache.hits, cache.misses) == (1, 3)  # the first load's 2, a's hit, b's miss

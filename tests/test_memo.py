@@ -33,6 +33,25 @@ def test_the_least_recently_used_object_is_evicted_first() -> None:
     assert first in memo and third in memo and second not in memo and len(memo) == 2
 
 
+def test_get_many_answers_as_get_computes_only_the_misses_and_refreshes_the_hits() -> None:
+    memo: IdentityMemo[Obj, int] = IdentityMemo(max_objects=3)
+    a, b, c, d = Obj(1), Obj(2), Obj(3), Obj(4)
+    memo.get(a, lambda o: o.n * 10)
+    memo.get(b, lambda o: o.n * 10)
+    computed: list[int] = []
+
+    def compute(o: Obj) -> int:
+        computed.append(o.n)
+        return o.n * 10
+
+    assert memo.get_many([c, a, c, Obj(1)], compute) == [30, 10, 30, 10]
+    assert computed == [3, 1]  # c once (then a hit), the equal Obj(1) is not a
+    assert b not in memo  # a was refreshed, b the least recently used: evicted
+    assert memo.get_many([], compute) == []
+    memo.get_many([d], compute)
+    assert a not in memo and c in memo and d in memo  # a (refreshed before c) evicted next
+
+
 def test_eight_threads_hit_and_evict_at_once_and_every_result_is_its_objects() -> None:
     # Hits take no lock: a key another thread evicts between the lookup and the move to the
     # end must neither raise nor hand out another object's result. A small bound and a short

@@ -237,6 +237,17 @@ def test_job_tokenizer_counts_each_message_object_once() -> None:
     assert [job.count(first), job.count(first), job.count(twin)] == [10, 10, 10]
     assert calls == [first, twin] and calls[0] is first and calls[1] is twin
     assert job.name == "estimate" and job.count_text("abcd") == 1
+    third = {"role": "user", "content": "y" * 8, "timestamp": 2}
+    assert job.total([first, third, twin, third]) == 10 + 2 + 10 + 2
+    assert calls == [first, twin, third]  # only the new object was counted
+
+
+def test_total_tokens_sums_any_tokenizers_counts() -> None:
+    from worker.tokens import JobTokenizer, total_tokens
+
+    messages = [{"role": "user", "content": "x" * n, "timestamp": 1} for n in (4, 40, 0)]
+    assert total_tokens(EstimateTokenizer(), messages) == 1 + 10 + 0
+    assert total_tokens(JobTokenizer(EstimateTokenizer()), iter(messages)) == 11
 
 
 _CUT_BEFORE_BRACKET_LINES = re.compile(r"(?<=\n)(?=[\[<])")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Generic, TypeVar
 
 __all__ = ["DEFAULT_OBJECTS", "IdentityMemo"]
@@ -49,6 +49,27 @@ class IdentityMemo(Generic[K, V]):
         value = compute(obj)  # outside the lock: the other threads' lookups do not wait
         self.put(obj, value)
         return value
+
+    def get_many(self, objs: Iterable[K], compute: Callable[[K], V]) -> list[V]:
+        """:meth:`get` for each of ``objs``, in one call: a plan looks up every message of a
+        session (1 000 for large-session), and the call per object was a third of each hit."""
+        known = self._known
+        find, to_end = known.get, known.move_to_end
+        values: list[V] = []
+        for obj in objs:
+            key = id(obj)
+            hit = find(key)
+            if hit is not None and hit[0] is obj:
+                try:  # noqa: SIM105  (as in get)
+                    to_end(key)
+                except KeyError:
+                    pass
+                values.append(hit[1])
+            else:
+                value = compute(obj)
+                self.put(obj, value)
+                values.append(value)
+        return values
 
     def put(self, obj: K, value: V) -> None:
         """Remember ``value`` for ``obj`` (a result computed elsewhere)."""

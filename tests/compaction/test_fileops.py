@@ -10,6 +10,7 @@ from worker.compaction.fileops import (
     FileOps,
     add_details_file_ops,
     compute_file_lists,
+    extract_all_file_ops,
     extract_file_ops,
     format_file_operations,
     strip_file_operation_tags,
@@ -95,6 +96,9 @@ def test_extract_file_ops(messages: list[dict[str, Any]], expected: tuple[list[s
     for message in messages:
         extract_file_ops(message, ops)
     assert ops_of(ops) == expected
+    together = FileOps()
+    extract_all_file_ops(iter(messages), together)  # the plan's one call for all messages
+    assert ops_of(together) == expected
 
 
 DETAILS_CASES: list[tuple[str, Any, tuple[list[str], list[str], list[str]]]] = [

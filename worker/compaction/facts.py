@@ -242,21 +242,22 @@ def extract_facts(messages: Iterable[Message],
                   carried: Sequence[tuple[str, str]] = ()) -> list[Fact]:
     """The distinct facts of ``messages`` (oldest first); ``carried`` ones count as oldest."""
     facts: dict[tuple[str, str], Fact] = {}
-    _count(facts, [(kind, text) for kind, raw in carried if (text := _cleaned(kind, raw))], -1)
-    for position, message in enumerate(messages):
-        _count(facts, _FACTS.get(message, _message_facts), position)
+    _count(facts, [(-1, [(kind, text) for kind, raw in carried if (text := _cleaned(kind, raw))])])
+    _count(facts, enumerate(_FACTS.get_many(messages, _message_facts)))
     return _without_contained_paths(list(facts.values()))
 
 
-def _count(facts: dict[tuple[str, str], Fact], named: Iterable[tuple[str, str]],
-           position: int) -> None:
-    for key in named:
-        fact = facts.get(key)
-        if fact is None:
-            facts[key] = Fact(key[0], key[1], 1, position)
-        else:
-            fact.count += 1
-            fact.last = position
+def _count(facts: dict[tuple[str, str], Fact],
+           named_at: Iterable[tuple[int, Iterable[tuple[str, str]]]]) -> None:
+    """Fold (position, facts named there) into ``facts``: a count and the last position."""
+    for position, named in named_at:
+        for key in named:
+            fact = facts.get(key)
+            if fact is None:
+                facts[key] = Fact(key[0], key[1], 1, position)
+            else:
+                fact.count += 1
+                fact.last = position
 
 
 def _without_contained_paths(facts: list[Fact]) -> list[Fact]:

@@ -13,6 +13,7 @@ __all__ = [
     "FileOps",
     "add_details_file_ops",
     "compute_file_lists",
+    "extract_all_file_ops",
     "extract_file_ops",
     "format_file_operations",
     "strip_file_operation_tags",
@@ -44,6 +45,14 @@ def extract_file_ops(message: Mapping[str, Any], ops: FileOps) -> None:
         return
     for kind, path in _OPS.get(message, _file_ops_of):
         ops.add(kind, path)
+
+
+def extract_all_file_ops(messages: Iterable[Mapping[str, Any]], ops: FileOps) -> None:
+    """:func:`extract_file_ops` of each of ``messages``, in order (one memo call for all)."""
+    calling = [m for m in messages if m.get("role") == "assistant"]
+    for found in _OPS.get_many(calling, _file_ops_of):
+        for kind, path in found:
+            ops.add(kind, path)
 
 
 def _file_ops_of(message: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:

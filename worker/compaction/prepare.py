@@ -15,13 +15,13 @@ from worker.compaction.fileops import (
     FileOps,
     add_details_file_ops,
     compute_file_lists,
-    extract_file_ops,
+    extract_all_file_ops,
     strip_file_operation_tags,
     tagged_paths,
 )
 from worker.compaction.serialize import prompt_parts
 from worker.compaction.toolpairs import safe_first_kept_index
-from worker.tokens import SEGMENT_MIN_CHARS, JobTokenizer, Tokenizer
+from worker.tokens import SEGMENT_MIN_CHARS, JobTokenizer, Tokenizer, total_tokens
 
 __all__ = [
     "CompactionSettings",
@@ -137,7 +137,7 @@ def _adjusted_keep(path: Sequence[Entry], start: int, keep: int, tokenizer: Toke
     usage = last_assistant_usage(path)
     if usage is None:
         return keep
-    estimated = sum(tokenizer.count(m) for _, m in _mapped(path, start, len(path)))
+    estimated = total_tokens(tokenizer, [m for _, m in _mapped(path, start, len(path))])
     ratio = prompt_tokens(usage) / estimated if estimated > 0 else 0.0
     if math.isfinite(ratio) and ratio > 1:
         return max(1, math.floor(keep / ratio))
@@ -179,8 +179,7 @@ def _file_ops(path: Sequence[Entry], prev_idx: int, messages: Sequence[Message])
     previous = path[prev_idx] if prev_idx >= 0 else None
     if isinstance(previous, CompactionEntry) and not previous.from_extension and previous.details:
         add_details_file_ops(previous.details, ops)
-    for message in messages:
-        extract_file_ops(message, ops)
+    extract_all_file_ops(messages, ops)
     return ops
 
 

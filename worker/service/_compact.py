@@ -111,7 +111,7 @@ def _tokens_after(ctx: JobContext, path: Sequence[Entry], entry: JsonObject) -> 
     else:
         tree = SessionTree([*path, compaction])
         messages = list(build_session_context(tree, compaction.id, strict=False).messages)
-    return sum(ctx.tokenizer.count(m.message) for m in messages)
+    return ctx.tokenizer.total(m.message for m in messages)
 
 
 def _result(ctx: JobContext, progress: Progress, draft: Draft) -> dict[str, Any]:

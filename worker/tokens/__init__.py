@@ -21,6 +21,7 @@ from worker.tokens.counting import (
     get_tokenizer,
     message_counts,
     message_text,
+    total_tokens,
     worth_priming,
 )
 from worker.tokens.pieces import SEGMENT_MIN_CHARS
@@ -44,5 +45,6 @@ __all__ = [
     "get_tokenizer",
     "message_counts",
     "message_text",
+    "total_tokens",
     "worth_priming",
 ]

@@ -38,6 +38,7 @@ __all__ = [
     "message_counts",
     "message_text",
     "segments",
+    "total_tokens",
     "worth_priming",
 ]
 
@@ -303,6 +304,10 @@ class JobTokenizer:
     def count(self, message: Message) -> int:
         return self._counted.get(message, self.inner.count)
 
+    def total(self, messages: Iterable[Message]) -> int:
+        """The sum of :meth:`count` over ``messages`` (one memo call for all of them)."""
+        return sum(self._counted.get_many(messages, self.inner.count))
+
     def count_text(self, text: str) -> int:
         return self.inner.count_text(text)
 
@@ -358,6 +363,13 @@ PRIME_SERIAL_CHARS = 4_000
 # The text parsed anew (``Snapshot.parsed_chars``) from which a job primes (when that is most of
 # the session: worker.service._compact): less is counted as the plan goes, as quickly.
 PRIME_MIN_CHARS = 200_000
+
+
+def total_tokens(tokenizer: Tokenizer, messages: Iterable[Message]) -> int:
+    """The tokens of ``messages``: :meth:`JobTokenizer.total` when it is one."""
+    if isinstance(tokenizer, JobTokenizer):
+        return tokenizer.total(messages)
+    return sum(tokenizer.count(m) for m in messages)
 
 
 def worth_priming(parsed_chars: int, stored_chars: int) -> bool:
