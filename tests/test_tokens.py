@@ -243,9 +243,11 @@ def test_job_tokenizer_counts_each_message_object_once() -> None:
 
 
 def test_total_tokens_sums_any_tokenizers_counts() -> None:
-    from worker.tokens import JobTokenizer, total_tokens
+    from worker.tokens import JobTokenizer, token_counts, total_tokens
 
     messages = [{"role": "user", "content": "x" * n, "timestamp": 1} for n in (4, 40, 0)]
+    assert token_counts(EstimateTokenizer(), messages) == [1, 10, 0]
+    assert token_counts(JobTokenizer(EstimateTokenizer()), messages) == [1, 10, 0]
     assert total_tokens(EstimateTokenizer(), messages) == 1 + 10 + 0
     assert total_tokens(JobTokenizer(EstimateTokenizer()), iter(messages)) == 11
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from api_client.session import Entry, Message, MessageEntry
-from worker.tokens import Tokenizer
+from worker.tokens import Tokenizer, token_counts
 
 __all__ = [
     "MINIMUM_SAVINGS",
@@ -70,11 +70,10 @@ def plan_prune(
     """Which tool results to replace by a notice; an empty plan when savings are too small."""
     seen = 0
     candidates: list[tuple[str, int]] = []
-    for entry in reversed(path):
-        if not isinstance(entry, MessageEntry) or entry.role != "toolResult":
-            continue
+    results = [e for e in reversed(path) if isinstance(e, MessageEntry) and e.role == "toolResult"]
+    for entry, tokens in zip(results, token_counts(tokenizer, [e.message for e in results]),
+                             strict=True):
         message = entry.message
-        tokens = tokenizer.count(message)
         # The check uses the total before this result, so the one crossing the line is kept.
         if ("prunedAt" not in message and seen >= protect_tokens
                 and message.get("toolName") not in protected_tools):

@@ -34,10 +34,7 @@ def serialize_conversation(llm_messages: Iterable[Mapping[str, Any]]) -> str:
 def conversation_parts(llm_messages: Iterable[Mapping[str, Any]]) -> list[str]:
     """The parts :func:`serialize_conversation` joins with :data:`PART_SEPARATOR`, each one
     starting with its ``[Role]:`` label; the same string objects for the same message."""
-    parts: list[str] = []
-    for message in llm_messages:
-        parts.extend(_PARTS.get(message, _message_parts))
-    return parts
+    return [part for parts in _PARTS.get_many(llm_messages, _message_parts) for part in parts]
 
 
 def prompt_parts(llm_messages: Iterable[Mapping[str, Any]], min_chars: int = 0) -> list[str]:
@@ -45,15 +42,15 @@ def prompt_parts(llm_messages: Iterable[Mapping[str, Any]], min_chars: int = 0) 
     followed by the separator as it stands in a prompt: what a cold job primes besides the
     messages (a tool call reads ``name(k=…)`` there, not JSON; a short part is counted
     whole, separator included)."""
-    return [part + PART_SEPARATOR for message in llm_messages
-            for part in _PARTS.get(message, _message_parts) if len(part) > min_chars]
+    return [part + PART_SEPARATOR for parts in _PARTS.get_many(llm_messages, _message_parts)
+            for part in parts if len(part) > min_chars]
 
 
 def normalized_conversation(llm_messages: Iterable[Mapping[str, Any]]) -> str:
     """``" ".join(serialize_conversation(llm_messages).split())``, memoized per message: the
     fact ledger looks facts up in the kept messages on every job, and normalizing their whole
     text each time was ~7 % of a busy worker's CPU."""
-    words = (_NORMALIZED.get(message, _normalized_message) for message in llm_messages)
+    words = _NORMALIZED.get_many(llm_messages, _normalized_message)
     return " ".join(text for text in words if text)
 
 

@@ -21,6 +21,7 @@ from worker.tokens.counting import (
     get_tokenizer,
     message_counts,
     message_text,
+    token_counts,
     total_tokens,
     worth_priming,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "get_tokenizer",
     "message_counts",
     "message_text",
+    "token_counts",
     "total_tokens",
     "worth_priming",
 ]

@@ -38,6 +38,7 @@ __all__ = [
     "message_counts",
     "message_text",
     "segments",
+    "token_counts",
     "total_tokens",
     "worth_priming",
 ]
@@ -304,9 +305,13 @@ class JobTokenizer:
     def count(self, message: Message) -> int:
         return self._counted.get(message, self.inner.count)
 
+    def counts(self, messages: Iterable[Message]) -> list[int]:
+        """:meth:`count` of each of ``messages`` (one memo call for all of them)."""
+        return self._counted.get_many(messages, self.inner.count)
+
     def total(self, messages: Iterable[Message]) -> int:
-        """The sum of :meth:`count` over ``messages`` (one memo call for all of them)."""
-        return sum(self._counted.get_many(messages, self.inner.count))
+        """The sum of :meth:`count` over ``messages``."""
+        return sum(self.counts(messages))
 
     def count_text(self, text: str) -> int:
         return self.inner.count_text(text)
@@ -365,11 +370,16 @@ PRIME_SERIAL_CHARS = 4_000
 PRIME_MIN_CHARS = 200_000
 
 
-def total_tokens(tokenizer: Tokenizer, messages: Iterable[Message]) -> int:
-    """The tokens of ``messages``: :meth:`JobTokenizer.total` when it is one."""
+def token_counts(tokenizer: Tokenizer, messages: Iterable[Message]) -> list[int]:
+    """The tokens of each of ``messages``: :meth:`JobTokenizer.counts` when it is one."""
     if isinstance(tokenizer, JobTokenizer):
-        return tokenizer.total(messages)
-    return sum(tokenizer.count(m) for m in messages)
+        return tokenizer.counts(messages)
+    return [tokenizer.count(m) for m in messages]
+
+
+def total_tokens(tokenizer: Tokenizer, messages: Iterable[Message]) -> int:
+    """The tokens of ``messages`` (:func:`token_counts`, summed)."""
+    return sum(token_counts(tokenizer, messages))
 
 
 def worth_priming(parsed_chars: int, stored_chars: int) -> bool:
