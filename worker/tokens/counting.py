@@ -204,7 +204,7 @@ class TiktokenTokenizer:
         def with_separator(part: str) -> int:
             return self.count_text(part + separator)
 
-        total = self.count_text(head) + sum(known.get(part, with_separator) for part in inner)
+        total = self.count_text(head) + sum(known.get_many(inner, with_separator))
         if not tail:
             return total + self.count_text(last)
         return total + self.count_text(last + "\n") + self.count_text(tail[1:])
@@ -263,7 +263,7 @@ class TiktokenTokenizer:
 def _cut_at_parts(head: str, parts: Sequence[str], separator: str, tail: str) -> bool:
     return ((not head or head.endswith("\n")) and separator.endswith("\n")
             and (not tail or tail.startswith(("\n[", "\n<")))
-            and all(part.startswith("[") for part in parts))
+            and all(map(str.startswith, parts, itertools.repeat("["))))
 
 
 def _parts_of(pieces: Iterable[str]) -> Iterable[str]:
