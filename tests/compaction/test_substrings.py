@@ -110,6 +110,27 @@ def test_generated_texts(seed: int) -> None:
         assert within.inside(index, order) == naive_inside(texts, index, order)
 
 
+@pytest.mark.parametrize("seed", range(30))
+def test_a_cover_holds_what_lies_inside_a_chosen_text(seed: int) -> None:
+    # The ledger's chosen lines: texts chosen one by one, some dropped again; is a text inside
+    # one of them? Both searches, asked as the ledger asks (only about the texts among).
+    rng = random.Random(seed)
+    texts = [_word(rng) for _ in range(rng.randint(1, 30))]
+    among = sorted(rng.sample(range(len(texts)), rng.randint(1, len(texts))))
+    for search in SEARCHES:
+        lines = search.patterns(texts).containment(among).cover()
+        chosen: list[int] = []
+        for step in range(3 * len(among)):
+            if step % 7 == 6 and chosen:  # drop some, as the ledger does for nested lines
+                chosen = [j for j in chosen if rng.random() < 0.5]
+                lines.reset(chosen)
+            else:
+                chosen.append(rng.choice(among))
+                lines.add(chosen[-1])
+            expected = {i for i in among if any(texts[i] in texts[j] for j in chosen)}
+            assert {i for i in among if lines.holds(i)} == expected, (search.name, step)
+
+
 def test_without_the_wheel_the_plain_search(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "ahocorasick_rs", None)  # import raises ImportError
     assert isinstance(default_search(), PlainSearch)

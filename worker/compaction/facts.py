@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -340,9 +341,9 @@ def _choose(facts: Sequence[Fact], texts: Sequence[str], lost: Sequence[int],
     covered: list[Fact] = []
     left_out: list[int] = []
     used = 0
-    joined = ""  # the chosen lines: normalized texts hold no newline, so none matches across two
+    lines = within.cover()  # the chosen lines, and the facts found inside them
     for i in sorted(lost, key=lambda i: _priority(facts[i])):
-        if texts[i] in joined:
+        if lines.holds(i):
             covered.append(facts[i])
             continue
         cost = js_len(facts[i].text) + 3
@@ -355,17 +356,17 @@ def _choose(facts: Sequence[Fact], texts: Sequence[str], lost: Sequence[int],
             chosen = [j for j in chosen if j not in dropped]
             covered += [facts[j] for j in inside]
             used -= sum(js_len(facts[j].text) + 3 for j in inside)
-            joined = "\n".join(texts[j] for j in chosen)
+            lines.reset(chosen)
         chosen.append(i)
-        joined += "\n" + texts[i]
+        lines.add(i)
         used += cost
     while chosen and estimate_tokens(_render([facts[j] for j in chosen],
                                              [facts[j] for j in left_out])) > budget:
         left_out.append(chosen.pop())
-    lines = "\n".join(texts[j] for j in chosen)
-    covered += [facts[j] for j in left_out if texts[j] in lines]
+    lines.reset(chosen)
+    covered += [facts[j] for j in left_out if lines.holds(j)]
     return ([facts[j] for j in chosen], covered,
-            [facts[j] for j in left_out if texts[j] not in lines])
+            [facts[j] for j in left_out if not lines.holds(j)])
 
 
 @dataclass(frozen=True)
@@ -390,13 +391,11 @@ def apply_ledger(facts: Sequence[Fact], found_in: str, budget: int, *,
     chosen, covered, left_out = (
         _choose(facts, texts, lost, patterns.containment(lost), budget) if writing
         else ([], [], [facts[i] for i in lost]))
-    stats = {}
-    for kind in FACT_KINDS:
-        total = sum(1 for f in facts if f.kind == kind)
-        appended = sum(1 for f in (*chosen, *covered) if f.kind == kind)
-        dropped = sum(1 for f in left_out if f.kind == kind)
-        stats[kind] = {"total": total, "inSummary": total - appended - dropped,
-                       "appended": appended, "dropped": dropped}
+    total = Counter(f.kind for f in facts)  # one pass each, not one per kind
+    appended = Counter(f.kind for f in (*chosen, *covered))
+    dropped = Counter(f.kind for f in left_out)
+    stats = {kind: {"total": total[kind], "inSummary": total[kind] - appended[kind] - dropped[kind],
+                    "appended": appended[kind], "dropped": dropped[kind]} for kind in FACT_KINDS}
     block = _render(chosen, left_out) if writing else ""
     return LedgerResult(block if estimate_tokens(block) <= budget else "", stats)
 

@@ -24,11 +24,26 @@ from typing import Any, Protocol
 __all__ = [
     "AhoCorasickSearch",
     "Containment",
+    "Cover",
     "Patterns",
     "PlainSearch",
     "SubstringSearch",
     "default_search",
 ]
+
+
+class Cover(Protocol):
+    """Texts chosen one by one (the ledger's block lines), and which texts lie inside one."""
+
+    def holds(self, index: int) -> bool:
+        """Does ``texts[index]`` lie inside a chosen text?"""
+        ...
+
+    def add(self, index: int) -> None: ...
+
+    def reset(self, chosen: Sequence[int]) -> None:
+        """Make ``chosen`` the chosen texts (after some were dropped)."""
+        ...
 
 
 class Containment(Protocol):
@@ -38,6 +53,10 @@ class Containment(Protocol):
 
     def nested(self) -> set[int]:
         """The indexes whose text lies inside another's."""
+        ...
+
+    def cover(self) -> Cover:
+        """An empty :class:`Cover` over the same texts (asked about these indexes only)."""
         ...
 
 
@@ -89,6 +108,26 @@ class _PlainContainment:
     def nested(self) -> set[int]:
         texts = self._texts
         return {j for j in self._among for i in self._among if i != j and texts[j] in texts[i]}
+
+    def cover(self) -> Cover:
+        return _JoinedCover(self._texts)
+
+
+class _JoinedCover:
+    """The chosen texts joined by newlines, and ``in`` (a text holds no newline here)."""
+
+    def __init__(self, texts: Sequence[str]) -> None:
+        self._texts = texts
+        self._joined = ""
+
+    def holds(self, index: int) -> bool:
+        return self._texts[index] in self._joined
+
+    def add(self, index: int) -> None:
+        self._joined += "\n" + self._texts[index]
+
+    def reset(self, chosen: Sequence[int]) -> None:
+        self._joined = "".join("\n" + self._texts[j] for j in chosen)
 
 
 class AhoCorasickSearch:
@@ -154,6 +193,27 @@ class _KnownContainment:
     def nested(self) -> set[int]:
         among = self._inner.keys()
         return {j for k, inner in self._inner.items() for j in inner if j != k and j in among}
+
+    def cover(self) -> Cover:
+        return _KnownCover(self._inner)
+
+
+class _KnownCover:
+    """The union of the chosen texts' inner sets: no text is read again (``in`` over the
+    chosen lines was a third of the ledger's choice, 0.2 ms for 200 facts)."""
+
+    def __init__(self, inner: dict[int, set[int]]) -> None:
+        self._inner = inner
+        self._held: set[int] = set()
+
+    def holds(self, index: int) -> bool:
+        return index in self._held
+
+    def add(self, index: int) -> None:
+        self._held |= self._inner[index]
+
+    def reset(self, chosen: Sequence[int]) -> None:
+        self._held = set().union(*(self._inner[j] for j in chosen))
 
 
 def _utf8(text: str) -> bool:
