@@ -71,6 +71,20 @@ def test_an_entry_stored_again_with_other_text_of_the_same_length_is_parsed_agai
     assert second[1] is not first[1] and second[1].raw["message"]["content"] == "tw0"
 
 
+def test_an_entry_rewritten_between_ascii_and_other_text_is_parsed_again() -> None:
+    # ASCII texts are kept as str, others as UTF-8: a change of kind is a change of text.
+    cache = EntryCache()
+    stored = {"a": _message("a", None, "cafe")}
+    first = build_snapshot("s1", _replies(stored), cache).session.entries[0]
+    stored["a"] = _message("a", None, "café")  # one character more in UTF-8, the same in str
+    second = build_snapshot("s1", _replies(stored), cache).session.entries[0]
+    stored["a"] = _message("a", None, "cafe")
+    third = build_snapshot("s1", _replies(stored), cache).session.entries[0]
+    assert second is not first and second.raw["message"]["content"] == "café"
+    assert third is not second and third.raw["message"]["content"] == "cafe"
+    assert build_snapshot("s1", _replies(stored), cache).session.entries[0] is third
+
+
 def test_an_entry_moved_to_another_line_is_parsed_again() -> None:
     cache = EntryCache()
     stored = {"a": _message("a", None, "one"), "b": _message("b", None, "two")}
