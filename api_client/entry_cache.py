@@ -57,25 +57,12 @@ class EntryCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get(self, session_id: str, entry_id: str, text: str, line: int) -> Entry | None:
-        """The entry parsed from exactly this stored ``text`` at ``line``, or None."""
-        key = (session_id, entry_id)
-        known = self._entries.get(key)
-        if known is not None and known[1].line == line and known[0] == _kept(text):
-            try:  # noqa: SIM105  (contextlib.suppress costs ~0.3 µs a hit)
-                self._entries.move_to_end(key)
-            except KeyError:  # evicted by another thread just now
-                pass
-            self.hits += 1
-            return known[1]
-        self.misses += 1
-        return None
-
     def lookup(self, session_id: str, order: Sequence[str],
                stored: Mapping[str, str]) -> list[Entry | None]:
-        """:meth:`get` for each of a snapshot's entries (``order``, lines from 2 as in an
-        export; ``stored``: their texts by id), None where not cached or changed. One call for
-        the whole snapshot: a call per entry took a third of a warm load (1 000 entries)."""
+        """The entry parsed before from exactly each of a snapshot's stored texts at its line
+        (``order``, lines from 2 as in an export; ``stored``: the texts by id), or None where
+        it is not cached or changed. One call for the whole snapshot: a call per entry took a
+        third of a warm load (1 000 entries)."""
         known_entries = self._entries
         find, to_end = known_entries.get, known_entries.move_to_end
         found: list[Entry | None] = []
@@ -87,9 +74,9 @@ class EntryCache:
                     or known[0] != _kept(text)):
                 found.append(None)
                 continue
-            try:  # noqa: SIM105  (as in get)
+            try:  # noqa: SIM105  (contextlib.suppress costs ~0.3 µs a hit)
                 to_end(key)
-            except KeyError:
+            except KeyError:  # evicted by another thread just now
                 pass
             hits += 1
             found.append(known[1])

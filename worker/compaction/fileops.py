@@ -41,14 +41,13 @@ class FileOps:
 
 def extract_file_ops(message: Mapping[str, Any], ops: FileOps) -> None:
     """Record the paths of ``read``/``write``/``edit`` tool calls of an assistant message."""
-    if message.get("role") != "assistant":  # the memo holds only messages that may call tools
-        return
-    for kind, path in _OPS.get(message, _file_ops_of):
-        ops.add(kind, path)
+    extract_all_file_ops((message,), ops)
 
 
 def extract_all_file_ops(messages: Iterable[Mapping[str, Any]], ops: FileOps) -> None:
-    """:func:`extract_file_ops` of each of ``messages``, in order (one memo call for all)."""
+    """Record the ``read``/``write``/``edit`` paths of ``messages``' assistant messages, in
+    order (one memo call for all of them)."""
+    # The memo holds only messages that may call tools.
     calling = [m for m in messages if m.get("role") == "assistant"]
     for found in _OPS.get_many(calling, _file_ops_of):
         for kind, path in found:
