@@ -151,21 +151,23 @@ def build_snapshot(session_id: str, replies: Sequence[Any],
     if header_text is None:
         raise SessionNotFoundError(f"Session {session_id} not found")
     source = f"redis:{session_id}"
+    texts = list(map(stored.get, order))
+    if None in texts:
+        line = texts.index(None)
+        raise SessionFormatError(f"entry {order[line]} is in the order list but not stored",
+                                 source=source, line=line + 2)  # lines numbered as in an export
+    known = (cache.lookup(session_id, order, texts) if cache is not None
+             else [None] * len(order))
     entries: list[Entry] = []
-    parsed, size = 0, 0
-    known = cache.lookup(session_id, order, stored) if cache is not None else [None] * len(order)
-    for line, (entry_id, entry) in enumerate(zip(order, known, strict=True), start=2):
-        text = stored.get(entry_id)  # lines numbered as in an export
-        if text is None:
-            raise SessionFormatError(f"entry {entry_id} is in the order list but not stored",
-                                     source=source, line=line)
-        size += len(text)
+    parsed = 0
+    for line, (text, entry) in enumerate(zip(texts, known, strict=True), start=2):
         if entry is None:
             entry = parse_entry(_json_object(text, source, line), source=source, line=line)
-            if cache is not None:
-                cache.put(session_id, text, entry)
             parsed += len(text)
         entries.append(entry)
+    if cache is not None and parsed:
+        cache.remember(session_id, order, texts, entries)
+    size = sum(map(len, texts))
     header = _json_object(header_text, source, 1)
     session = Session(header, entries, source, CURRENT_VERSION)
     return Snapshot(session, int(rev or 0), leaf or None, parsed, size)
