@@ -52,34 +52,44 @@ class IdentityMemo(Generic[K, V]):
 
     def get_many(self, objs: Iterable[K], compute: Callable[[K], V]) -> list[V]:
         """:meth:`get` for each of ``objs``, in one call: a plan looks up every message of a
-        session (1 000 for large-session), and the call per object was a third of each hit."""
+        session (1 000 for large-session), and the call per object was a third of each hit.
+        The new results are kept together at the end (one lock, not one per object)."""
         known = self._known
         find, to_end = known.get, known.move_to_end
         values: list[V] = []
+        computed: dict[int, tuple[K, V]] = {}  # an object twice in ``objs`` is computed once
         for obj in objs:
             key = id(obj)
-            hit = find(key)
+            hit = find(key) or computed.get(key)
             if hit is not None and hit[0] is obj:
                 try:  # noqa: SIM105  (as in get)
                     to_end(key)
-                except KeyError:
+                except KeyError:  # evicted just now, or computed in this call
                     pass
                 values.append(hit[1])
             else:
                 value = compute(obj)
-                self.put(obj, value)
+                computed[key] = (obj, value)
                 values.append(value)
+        if computed:
+            self.put_many(computed.values())
         return values
 
     def put(self, obj: K, value: V) -> None:
         """Remember ``value`` for ``obj`` (a result computed elsewhere)."""
-        if self.max_objects:
-            key = id(obj)
-            with self._lock:
-                self._known[key] = (obj, value)
-                self._known.move_to_end(key)
-                while len(self._known) > self.max_objects:
-                    self._known.popitem(last=False)
+        self.put_many([(obj, value)])
+
+    def put_many(self, results: Iterable[tuple[K, V]]) -> None:
+        if not self.max_objects:
+            return
+        known = self._known
+        with self._lock:
+            for obj, value in results:
+                key = id(obj)
+                known[key] = (obj, value)
+                known.move_to_end(key)
+            while len(known) > self.max_objects:
+                known.popitem(last=False)
 
     def __contains__(self, obj: object) -> bool:
         hit = self._known.get(id(obj))
