@@ -67,6 +67,12 @@ def _norm(text: str) -> str:
     return " ".join(text.split())
 
 
+@functools.lru_cache(maxsize=8192)
+def _fact_norm(text: str) -> str:
+    """A fact's text as it is looked up: the same few hundred texts on every job of a session."""
+    return _norm(text)
+
+
 def _head(text: str, limit: int = _HEAD) -> str:
     line = next((ln for ln in text.splitlines() if ln.strip()), "")
     return _norm(line)[:limit].rstrip()
@@ -337,7 +343,7 @@ def _choose(facts: Sequence[Fact], texts: Sequence[str], lost: Sequence[int],
     """
     # estimate: 4 chars a token; a header line per kind, "- " and a newline per fact
     room = 4 * budget - len(OPEN) - len(CLOSE) - 4 - _NOTE_ROOM - _HEADERS
-    chosen: list[int] = []  # in the order given a line
+    chosen: dict[int, None] = {}  # in the order given a line (a dict: ``in`` is a lookup)
     covered: list[Fact] = []
     left_out: list[int] = []
     used = 0
@@ -350,20 +356,20 @@ def _choose(facts: Sequence[Fact], texts: Sequence[str], lost: Sequence[int],
         if used + cost > room:
             left_out.append(i)
             continue
-        inside = within.inside(i, chosen)
+        inside = within.inside(i, chosen.keys())
         if inside:
-            dropped = set(inside)
-            chosen = [j for j in chosen if j not in dropped]
+            for j in inside:
+                del chosen[j]
             covered += [facts[j] for j in inside]
             used -= sum(js_len(facts[j].text) + 3 for j in inside)
-            lines.reset(chosen)
-        chosen.append(i)
+            lines.reset(list(chosen))
+        chosen[i] = None
         lines.add(i)
         used += cost
     while chosen and estimate_tokens(_render([facts[j] for j in chosen],
                                              [facts[j] for j in left_out])) > budget:
-        left_out.append(chosen.pop())
-    lines.reset(chosen)
+        left_out.append(chosen.popitem()[0])  # the last given a line
+    lines.reset(list(chosen))
     covered += [facts[j] for j in left_out if lines.holds(j)]
     return ([facts[j] for j in chosen], covered,
             [facts[j] for j in left_out if not lines.holds(j)])
@@ -383,7 +389,7 @@ def apply_ledger(facts: Sequence[Fact], found_in: str, budget: int, *,
     messages: normalized once per message, not once per job). ``appended`` counts the facts
     findable in the block: those given a line and those inside another fact's line.
     """
-    texts = [_norm(f.text) for f in facts]
+    texts = list(map(_fact_norm, [f.text for f in facts]))
     patterns = SEARCH.patterns(texts)  # one automaton for both lookups
     found = patterns.occurring(f"{_norm(found_in)} {found_in_normalized}")
     lost = [i for i in range(len(facts)) if i not in found]

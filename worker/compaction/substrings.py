@@ -18,7 +18,8 @@ compares both with ``in`` on tables and generated texts):
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+import operator
+from collections.abc import Sequence, Set
 from typing import Any, Protocol
 
 __all__ = [
@@ -47,7 +48,7 @@ class Cover(Protocol):
 
 
 class Containment(Protocol):
-    def inside(self, index: int, candidates: Iterable[int]) -> list[int]:
+    def inside(self, index: int, candidates: Set[int]) -> set[int]:
         """Those ``candidates`` (other than ``index``) whose text lies in ``texts[index]``."""
         ...
 
@@ -101,9 +102,9 @@ class _PlainContainment:
         self._texts = texts
         self._among = among
 
-    def inside(self, index: int, candidates: Iterable[int]) -> list[int]:
+    def inside(self, index: int, candidates: Set[int]) -> set[int]:
         text = self._texts[index]
-        return [j for j in candidates if j != index and self._texts[j] in text]
+        return {j for j in candidates if j != index and self._texts[j] in text}
 
     def nested(self) -> set[int]:
         texts = self._texts
@@ -150,35 +151,55 @@ class AhoCorasickSearch:
         return _AutomatonPatterns(texts, self._automaton)
 
 
+# Texts this short are looked up with ``in`` beside the automaton: "/" and "ls" (facts of most
+# sessions) lie in nearly every path and command, and were 800 of large-session's 1 250 matches
+# in its kept text, each a tuple made and read in Python.
+_SHORT = 2
+
+
 class _AutomatonPatterns:
     def __init__(self, texts: Sequence[str], automaton: Any) -> None:
         self._texts = texts
         distinct: dict[str, list[int]] = {}
         for i, text in enumerate(texts):
             distinct.setdefault(text, []).append(i)
-        self._numbers = list(distinct.values())  # the texts' numbers, per pattern
-        self._automaton = automaton(list(distinct)) if distinct else None
+        self._short = [(text, numbers) for text, numbers in distinct.items()
+                       if len(text) <= _SHORT]
+        longer = {text: numbers for text, numbers in distinct.items() if len(text) > _SHORT}
+        self._numbers = list(longer.values())  # the texts' numbers, per pattern
+        self._automaton = automaton(list(longer)) if longer else None
 
     def _matches(self, haystack: str) -> list[tuple[int, int, int]]:
         if self._automaton is None:
             return []
-        return list(self._automaton.find_matches_as_indexes(haystack, overlapping=True))
+        return self._automaton.find_matches_as_indexes(haystack,  # type: ignore[no-any-return]
+                                                       overlapping=True)
 
     def occurring(self, haystack: str) -> set[int]:
-        if not _utf8(haystack):
+        # Not checked for a lone surrogate first (that encoded the 60 kB of kept text once
+        # more each job): the automaton's own UTF-8 conversion refuses it.
+        try:
+            matches = self._matches(haystack)
+        except UnicodeEncodeError:
             return _PlainPatterns(self._texts).occurring(haystack)
-        patterns = {pattern for pattern, _, _ in self._matches(haystack)}
-        return {i for pattern in patterns for i in self._numbers[pattern]}
+        patterns = set(map(operator.itemgetter(0), matches))
+        found = {i for pattern in patterns for i in self._numbers[pattern]}
+        return found.union(*(numbers for text, numbers in self._short if text in haystack))
 
     def containment(self, among: Sequence[int]) -> Containment:
         # The texts joined by newlines (none holds one), read once: a match that starts in
         # text k's span lies inside text k.
+        texts = self._texts
         starts = [0]
         for k in among[:-1]:
-            starts.append(starts[-1] + len(self._texts[k]) + 1)
+            starts.append(starts[-1] + len(texts[k]) + 1)
         inner: dict[int, set[int]] = {k: set() for k in among}
-        for pattern, start, _ in self._matches("\n".join(self._texts[k] for k in among)):
+        for pattern, start, _ in self._matches("\n".join(texts[k] for k in among)):
             inner[among[bisect.bisect_right(starts, start) - 1]].update(self._numbers[pattern])
+        for text, numbers in self._short:
+            for k in among:
+                if text in texts[k]:
+                    inner[k].update(numbers)
         return _KnownContainment(inner)
 
 
@@ -186,9 +207,13 @@ class _KnownContainment:
     def __init__(self, inner: dict[int, set[int]]) -> None:
         self._inner = inner  # text number -> the numbers of the texts inside it (itself too)
 
-    def inside(self, index: int, candidates: Iterable[int]) -> list[int]:
-        inner = self._inner[index] - {index}
-        return [j for j in candidates if j in inner] if inner else []
+    def inside(self, index: int, candidates: Set[int]) -> set[int]:
+        # The smaller side is walked: a path holds "/" (a fact too), so most paths' inner sets
+        # are not empty, and walking the chosen lines for each was 2-3 % of a re-plan.
+        inner = self._inner[index]
+        if len(inner) > len(candidates):
+            return {j for j in candidates if j in inner and j != index}
+        return {j for j in inner if j in candidates and j != index}
 
     def nested(self) -> set[int]:
         among = self._inner.keys()
