@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NoReturn, cast
 
 from api_client.errors import DanglingParentError, EntryNotFoundError, SessionCycleError
 from api_client.session._entries import Entry, LabelEntry
@@ -41,37 +42,49 @@ class SessionTree:
         """
         if not entry_id or entry_id not in self.by_id:
             return []
+        by_id = self.by_id
         path: list[Entry] = []
-        seen: set[str] = set()
-        current: Entry | None = self.by_id[entry_id]
-        while current is not None:
-            if current.id in seen:
-                raise SessionCycleError(
-                    f"parentId cycle through entry {current.id}",
-                    source=self.source,
-                    line=current.line,
-                )
-            seen.add(current.id)
+        current = by_id[entry_id]
+        # No set of the ids seen: a walk longer than the entries is a cycle, which the guarded
+        # walk then names. The set was half the walk (3.6 M instructions on large-session).
+        for _ in range(len(by_id)):
             path.append(current)
             parent = current.parent_id
             if parent is None:
                 break
-            if parent == current.id:  # the shortest cycle (Q15)
+            found = by_id.get(parent)
+            if found is None:
+                if strict:
+                    raise DanglingParentError(
+                        f"entry {current.id} has parentId {parent!r}, which names no entry",
+                        source=self.source,
+                        line=current.line,
+                    )
+                break
+            current = found
+        else:
+            self._raise_cycle(entry_id)
+        path.reverse()
+        return path
+
+    def _raise_cycle(self, entry_id: str) -> NoReturn:
+        """The walk from ``entry_id`` with its guard: the error names the first repeated id."""
+        seen: set[str] = set()
+        current = self.by_id[entry_id]
+        while current.id not in seen:
+            seen.add(current.id)
+            if current.parent_id == current.id:  # the shortest cycle (Q15)
                 raise SessionCycleError(
                     f"parentId cycle: entry {current.id} is its own parent",
                     source=self.source,
                     line=current.line,
                 )
-            current = self.by_id.get(parent)
-            if current is None and strict:
-                child = path[-1]
-                raise DanglingParentError(
-                    f"entry {child.id} has parentId {parent!r}, which names no entry",
-                    source=self.source,
-                    line=child.line,
-                )
-        path.reverse()
-        return path
+            current = self.by_id[cast(str, current.parent_id)]
+        raise SessionCycleError(
+            f"parentId cycle through entry {current.id}",
+            source=self.source,
+            line=current.line,
+        )
 
     def children(self, entry_id: str | None) -> list[Entry]:
         """Children sorted by timestamp (stable for ties); ``None`` lists the roots."""

@@ -21,7 +21,7 @@ from api_client.session._tree import SessionTree
 from api_client.session.convert import compaction_summary_message, convert_to_llm, for_context
 
 __all__ = ["ContextMessage", "LlmContext", "SessionContext", "build_session_context",
-           "context_messages", "llm_context"]
+           "context_messages", "last_compaction_index", "llm_context"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,21 +60,29 @@ def _settings_of(path: Sequence[Entry]) -> tuple[str, dict[str, str], tuple[str,
     return thinking, models, tuple(rules), mode, mode_data
 
 
+def last_compaction_index(path: Sequence[Entry]) -> int:
+    """The index of the last compaction entry on ``path``, -1 when it has none. Walked from
+    the end (after a commit the compaction is the last entry), in a plain loop: the
+    ``max`` over a generator of every index it replaced cost three times as much a step."""
+    for index in range(len(path) - 1, -1, -1):
+        if isinstance(path[index], CompactionEntry):
+            return index
+    return -1
+
+
 def context_messages(path: Sequence[Entry]) -> list[ContextMessage]:
     """The context's messages of a root→leaf ``path`` in hand (:func:`build_session_context`'s
     ``messages``, without a tree to build or the settings to collect)."""
-    last = max((i for i, e in enumerate(path) if isinstance(e, CompactionEntry)), default=-1)
+    last = last_compaction_index(path)
     if last < 0:
         return [ContextMessage(m, e.id) for e in path if (m := for_context(e)) is not None]
     compaction = path[last]
     assert isinstance(compaction, CompactionEntry)
     out = [ContextMessage(compaction_summary_message(compaction), compaction.id)]
-    keeping = False
-    for entry in path[:last]:
-        keeping = keeping or entry.id == compaction.first_kept_entry_id
-        if (keeping and not isinstance(entry, CompactionEntry)
-                and (m := for_context(entry)) is not None):
-            out.append(ContextMessage(m, entry.id))
+    kept = compaction.first_kept_entry_id
+    first = next((i for i in range(last) if path[i].id == kept), last)
+    out += [ContextMessage(m, entry.id) for entry in path[first:last]
+            if not isinstance(entry, CompactionEntry) and (m := for_context(entry)) is not None]
     out += [ContextMessage(m, e.id) for e in path[last + 1 :] if (m := for_context(e)) is not None]
     return out
 

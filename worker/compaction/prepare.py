@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from api_client.session import CompactionEntry, Entry, Message, MessageEntry
+from api_client.session.context import last_compaction_index
 from api_client.session.convert import convert_to_llm, for_compaction
 from worker.compaction.cutpoint import CutPoint, classify_cut, find_cut_point
 from worker.compaction.facts import parse_fact_block, strip_fact_block
@@ -89,10 +90,6 @@ def last_assistant_usage(path: Sequence[Entry]) -> Mapping[str, Any] | None:
     return None
 
 
-def _last_compaction_index(path: Sequence[Entry]) -> int:
-    return max((i for i, e in enumerate(path) if isinstance(e, CompactionEntry)), default=-1)
-
-
 def no_plan_reason(path: Sequence[Entry]) -> Literal["already compacted", "nothing to compact"]:
     return ("already compacted" if path and isinstance(path[-1], CompactionEntry)
             else "nothing to compact")
@@ -106,14 +103,14 @@ def planned_messages(path: Sequence[Entry], *, prune: bool = False) -> list[Mess
     """The messages a plan counts: those after the path's last compaction entry (what a cold
     job primes its token counts for; the older ones are summarized already). With ``prune``
     also the tool results before it: the prune pass counts every tool result (SPEC §8)."""
-    start = _last_compaction_index(path) + 1
+    start = last_compaction_index(path) + 1
     planned = [m for _, m in _mapped(path, start, len(path))]
     return [*older_tool_results(path), *planned] if prune else planned
 
 
 def older_tool_results(path: Sequence[Entry]) -> list[Message]:
     """The tool results before the path's last compaction entry (the prune pass counts them)."""
-    return [e.message for e in path[:_last_compaction_index(path) + 1]
+    return [e.message for e in path[:last_compaction_index(path) + 1]
             if isinstance(e, MessageEntry) and e.role == "toolResult"]
 
 
@@ -201,7 +198,7 @@ def prepare_compaction(
     """The compaction plan for a root→leaf path, or None (see :func:`no_plan_reason`)."""
     if not path or isinstance(path[-1], CompactionEntry):
         return None
-    prev_idx = _last_compaction_index(path)
+    prev_idx = last_compaction_index(path)
     start, end = prev_idx + 1, len(path)
     usage = last_assistant_usage(path)
     keep = _adjusted_keep(path, start, settings.keep_recent_tokens, tokenizer)
