@@ -389,7 +389,7 @@ def apply_ledger(facts: Sequence[Fact], found_in: str, budget: int, *,
     messages: normalized once per message, not once per job). ``appended`` counts the facts
     findable in the block: those given a line and those inside another fact's line.
     """
-    texts = list(map(_fact_norm, [f.text for f in facts]))
+    texts = [_fact_norm(f.text) for f in facts]
     patterns = SEARCH.patterns(texts)  # one automaton for both lookups
     found = patterns.occurring(f"{_norm(found_in)} {found_in_normalized}")
     lost = [i for i in range(len(facts)) if i not in found]
