@@ -12,18 +12,22 @@ evicted between the lookup and the move to the end is skipped). A job makes thou
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Generic, TypeVar
 
-__all__ = ["DEFAULT_OBJECTS", "IdentityMemo"]
+__all__ = ["DEFAULT_FOLDS", "DEFAULT_OBJECTS", "IdentityMemo", "PrefixFolds"]
 
 # As many as the entry cache keeps entries (api_client.entry_cache.DEFAULT_ENTRIES): a memo holds
 # its objects alive, so a larger bound would only keep messages that no snapshot hands out again.
 DEFAULT_OBJECTS = 20_000
+# Folds kept by a PrefixFolds over all sessions (a few per session a worker re-plans).
+DEFAULT_FOLDS = 512
 K = TypeVar("K")
 V = TypeVar("V")
+S = TypeVar("S")
 
 
 class IdentityMemo(Generic[K, V]):
@@ -104,3 +108,81 @@ class IdentityMemo(Generic[K, V]):
     def clear(self) -> None:
         with self._lock:
             self._known.clear()
+
+
+class PrefixFolds(Generic[K, S]):
+    """Folds over sequences of objects, continued past the longest one folded before.
+
+    A re-plan of a session that grew folds the same 1 000 messages as the last plan, then the
+    new ones: the facts they name, the files they touch. Kept here per tag and first object (a
+    session's messages after its last compaction): the last few folds' objects and states. A
+    sequence that starts with a kept fold's objects (the same objects, by identity) is folded
+    only past the longest such fold; the same sequence costs one identity check per object.
+    A few per session, not one: a session is a tree, and jobs on two branches (or two drafts
+    grown from one point) share the messages before the fork. Bounded (least recently used
+    evicted first) and thread-safe as :class:`IdentityMemo`. A fold's state is shared with
+    later jobs: nothing may change it once returned.
+    """
+
+    def __init__(self, max_folds: int = DEFAULT_FOLDS, per_start: int = 4) -> None:
+        # (tag, id of the first object) -> its folds (objects, state), least recently used first
+        self._folds: OrderedDict[tuple[Hashable, int], list[tuple[list[K], S]]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.max_folds = max(0, max_folds)
+        self.per_start = max(1, per_start)
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def fold(self, tag: Hashable, objs: Sequence[K],
+             more: Callable[[S | None, Sequence[K], int], S]) -> S:
+        """The fold of ``objs`` (under ``tag``: what else the fold depends on, hashable and
+        kept alive with it). ``more(state, rest, offset)`` folds ``rest`` (from
+        ``objs[offset]``) onto ``state`` (None: nothing yet) and returns a new state; it must
+        not change ``state``."""
+        if not objs:
+            return more(None, objs, 0)
+        key = (tag, id(objs[0]))
+        known = _longest_prefix(self._folds.get(key, ()), objs)
+        if known is not None and len(known[0]) == len(objs):
+            self._keep(key, known, known)
+            return known[1]
+        state = (more(known[1], objs[len(known[0]):], len(known[0])) if known is not None
+                 else more(None, objs, 0))
+        self._keep(key, known, (list(objs), state))
+        return state
+
+    def _keep(self, key: tuple[Hashable, int], used: tuple[list[K], S] | None,
+              fold: tuple[list[K], S]) -> None:
+        """``fold`` kept as the most recently used of its start (with ``used``, continued)."""
+        if not self.max_folds:
+            return
+        with self._lock:
+            folds = self._folds.pop(key, [])
+            self._size -= len(folds)
+            folds = [f for f in folds if f is not used and f is not fold]
+            folds += [used, fold] if used is not None and used is not fold else [fold]
+            folds = folds[-self.per_start:]
+            self._folds[key] = folds
+            self._size += len(folds)
+            while self._size > self.max_folds:
+                _, evicted = self._folds.popitem(last=False)
+                self._size -= len(evicted)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._folds.clear()
+            self._size = 0
+
+
+def _longest_prefix(folds: Iterable[tuple[list[K], S]],
+                    objs: Sequence[K]) -> tuple[list[K], S] | None:
+    """The fold whose objects are the longest prefix of ``objs`` (None: none is one)."""
+    best: tuple[list[K], S] | None = None
+    for fold in folds:
+        done = fold[0]
+        if len(done) <= len(objs) and (best is None or len(done) > len(best[0])) and all(
+                map(operator.is_, done, objs)):
+            best = fold
+    return best

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 
 from api_client.session import Message
 from api_client.session.convert import text_of_blocks
+from worker.compaction.fact_fold import Fact, FactFold, fold_more
 from worker.compaction.substrings import Containment, default_search
 from worker.jsjson import js_len
-from worker.memo import IdentityMemo
+from worker.memo import IdentityMemo, PrefixFolds
 
 __all__ = [
     "FACT_KINDS",
@@ -88,14 +89,6 @@ def _cut_at_word(text: str, limit: int) -> str:
 
 def estimate_tokens(text: str) -> int:
     return math.ceil(js_len(text) / 4)
-
-
-@dataclass
-class Fact:
-    kind: str
-    text: str
-    count: int = 1
-    last: int = 0  # position of the newest message that mentions it (recency)
 
 
 def _cleaned(kind: str, text: str) -> str:
@@ -247,32 +240,21 @@ def _one(found: _Recorder, message: Message) -> None:
 
 def extract_facts(messages: Iterable[Message],
                   carried: Sequence[tuple[str, str]] = ()) -> list[Fact]:
-    """The distinct facts of ``messages`` (oldest first); ``carried`` ones count as oldest."""
-    facts: dict[tuple[str, str], Fact] = {}
-    _count(facts, [(-1, [(kind, text) for kind, raw in carried if (text := _cleaned(kind, raw))])])
-    _count(facts, enumerate(_FACTS.get_many(messages, _message_facts)))
-    return _without_contained_paths(list(facts.values()))
+    """The distinct facts of ``messages`` (oldest first); ``carried`` ones count as oldest.
+
+    Continued from the last fold of the same first message and ``carried``
+    (``worker.compaction.fact_fold``): a re-plan counts only the messages new since."""
+    cleaned = tuple((kind, text) for kind, raw in carried if (text := _cleaned(kind, raw)))
+
+    def more(state: FactFold | None, rest: Sequence[Message], offset: int) -> FactFold:
+        named = enumerate(_FACTS.get_many(rest, _message_facts), start=offset)
+        return fold_more(state, cleaned, named, SEARCH)
+
+    return list(_FOLDS.fold(cleaned, list(messages), more).listed)
 
 
-def _count(facts: dict[tuple[str, str], Fact],
-           named_at: Iterable[tuple[int, Iterable[tuple[str, str]]]]) -> None:
-    """Fold (position, facts named there) into ``facts``: a count and the last position."""
-    for position, named in named_at:
-        for key in named:
-            fact = facts.get(key)
-            if fact is None:
-                facts[key] = Fact(key[0], key[1], 1, position)
-            else:
-                fact.count += 1
-                fact.last = position
-
-
-def _without_contained_paths(facts: list[Fact]) -> list[Fact]:
-    """A path inside a longer one is found wherever the longer one is: keep the longer only."""
-    paths = [f for f in facts if f.kind == "paths"]
-    texts = [f.text for f in paths]
-    inner = {id(paths[i]) for i in SEARCH.patterns(texts).containment(range(len(paths))).nested()}
-    return [f for f in facts if id(f) not in inner]
+# The last fold per first message and carried facts: a session's, re-planned as it grows.
+_FOLDS: PrefixFolds[Message, FactFold] = PrefixFolds()
 
 
 # --- the block -------------------------------------------------------------------------------

@@ -13,10 +13,8 @@ from api_client.session.convert import convert_to_llm, for_compaction
 from worker.compaction.cutpoint import CutPoint, classify_cut, find_cut_point
 from worker.compaction.facts import parse_fact_block, strip_fact_block
 from worker.compaction.fileops import (
-    FileOps,
-    add_details_file_ops,
-    compute_file_lists,
-    extract_all_file_ops,
+    FileLists,
+    fold_file_lists,
     strip_file_operation_tags,
     tagged_paths,
 )
@@ -134,7 +132,9 @@ def _adjusted_keep(path: Sequence[Entry], start: int, keep: int, tokenizer: Toke
     usage = last_assistant_usage(path)
     if usage is None:
         return keep
-    estimated = total_tokens(tokenizer, [m for _, m in _mapped(path, start, len(path))])
+    messages = [m for _, m in _mapped(path, start, len(path))]
+    estimated = (tokenizer.running_total(messages) if isinstance(tokenizer, JobTokenizer)
+                 else total_tokens(tokenizer, messages))
     ratio = prompt_tokens(usage) / estimated if estimated > 0 else 0.0
     if math.isfinite(ratio) and ratio > 1:
         return max(1, math.floor(keep / ratio))
@@ -171,13 +171,11 @@ def _tool_pair_cut(path: Sequence[Entry], cut: CutPoint, prev_idx: int,
     return cut if first == cut.first_kept_entry_index else classify_cut(path, first, floor, end)
 
 
-def _file_ops(path: Sequence[Entry], prev_idx: int, messages: Sequence[Message]) -> FileOps:
-    ops = FileOps()
+def _file_lists(path: Sequence[Entry], prev_idx: int, messages: Sequence[Message]) -> FileLists:
     previous = path[prev_idx] if prev_idx >= 0 else None
     if isinstance(previous, CompactionEntry) and not previous.from_extension and previous.details:
-        add_details_file_ops(previous.details, ops)
-    extract_all_file_ops(messages, ops)
-    return ops
+        return fold_file_lists(previous, previous.details, messages)
+    return fold_file_lists(None, None, messages)
 
 
 def _carried_facts(previous: Entry | None) -> tuple[tuple[str, str], ...]:
@@ -212,8 +210,7 @@ def prepare_compaction(
     summarize = _summarize_range(path, prev_idx, history_end)
     prefix = _mapped(path, cut.turn_start_index, first) if cut.is_split_turn else []
     recent = _mapped(path, first, end)
-    ops = _file_ops(path, prev_idx, [m for _, m in summarize + prefix])
-    read, modified = compute_file_lists(ops)
+    files = _file_lists(path, prev_idx, [m for _, m in summarize + prefix])
     previous = path[prev_idx] if prev_idx >= 0 else None
     previous_text = (strip_file_operation_tags(previous.summary)
                      if isinstance(previous, CompactionEntry) else None)
@@ -231,8 +228,8 @@ def prepare_compaction(
         turn_prefix_entry_ids=tuple(i for i, _ in prefix),
         kept_entry_ids=tuple(i for i, _ in recent),
         previous_summary=strip_fact_block(previous_text) if previous_text is not None else None,
-        read_files=tuple(read),
-        modified_files=tuple(modified),
+        read_files=files.read,
+        modified_files=files.modified,
         settings=settings,
         carried_facts=_carried_facts(previous),
     )

@@ -143,7 +143,8 @@ class AhoCorasickSearch:
         # DFA, which takes longer to build (0.25-0.32 ms for the 40-50 paths of a compaction,
         # 0.06-0.08 ms as an NFA) than the ledger's one or two reads of it save.
         self._automaton = functools.partial(
-            ahocorasick_rs.AhoCorasick, implementation=ahocorasick_rs.Implementation.ContiguousNFA)
+            ahocorasick_rs.BytesAhoCorasick,
+            implementation=ahocorasick_rs.Implementation.ContiguousNFA)
 
     def patterns(self, texts: Sequence[str]) -> Patterns:
         if not all(text and "\n" not in text and _utf8(text) for text in texts):
@@ -167,9 +168,10 @@ class _AutomatonPatterns:
                        if len(text) <= _SHORT]
         longer = {text: numbers for text, numbers in distinct.items() if len(text) > _SHORT}
         self._numbers = list(longer.values())  # the texts' numbers, per pattern
-        self._automaton = automaton(list(longer)) if longer else None
+        self._automaton = automaton([t.encode() for t in longer]) if longer else None
 
-    def _matches(self, haystack: str) -> list[tuple[int, int, int]]:
+    def _matches(self, haystack: bytes) -> list[tuple[int, int, int]]:
+        """(pattern, start, end) of each match, offsets in UTF-8 bytes."""
         if self._automaton is None:
             return []
         return self._automaton.find_matches_as_indexes(haystack,  # type: ignore[no-any-return]
@@ -177,9 +179,9 @@ class _AutomatonPatterns:
 
     def occurring(self, haystack: str) -> set[int]:
         # Not checked for a lone surrogate first (that encoded the 60 kB of kept text once
-        # more each job): the automaton's own UTF-8 conversion refuses it.
+        # more each job): encoding it refuses one.
         try:
-            matches = self._matches(haystack)
+            matches = self._matches(haystack.encode())
         except UnicodeEncodeError:
             return _PlainPatterns(self._texts).occurring(haystack)
         patterns = set(map(operator.itemgetter(0), matches))
@@ -188,13 +190,14 @@ class _AutomatonPatterns:
 
     def containment(self, among: Sequence[int]) -> Containment:
         # The texts joined by newlines (none holds one), read once: a match that starts in
-        # text k's span lies inside text k.
+        # text k's span (in UTF-8 bytes) lies inside text k.
         texts = self._texts
+        encoded = [texts[k].encode() for k in among]
         starts = [0]
-        for k in among[:-1]:
-            starts.append(starts[-1] + len(texts[k]) + 1)
+        for utf8 in encoded[:-1]:
+            starts.append(starts[-1] + len(utf8) + 1)
         inner: dict[int, set[int]] = {k: set() for k in among}
-        for pattern, start, _ in self._matches("\n".join(texts[k] for k in among)):
+        for pattern, start, _ in self._matches(b"\n".join(encoded)):
             inner[among[bisect.bisect_right(starts, start) - 1]].update(self._numbers[pattern])
         for text, numbers in self._short:
             for k in among:

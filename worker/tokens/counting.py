@@ -20,7 +20,7 @@ from typing import Any, Literal, Protocol
 from api_client.session import Message
 from api_client.session.convert import convert_message
 from worker.jsjson import js_json, js_len
-from worker.memo import DEFAULT_OBJECTS, IdentityMemo
+from worker.memo import DEFAULT_OBJECTS, IdentityMemo, PrefixFolds
 from worker.tokens.bpe import cl100k_counter, tiktoken_encoding
 from worker.tokens.cache import TOKEN_CACHE, TokenCache, content_key
 from worker.tokens.pieces import SEGMENT_MIN_CHARS, count_pieces, segments
@@ -313,6 +313,18 @@ class JobTokenizer:
         """The sum of :meth:`count` over ``messages``."""
         return sum(self.counts(messages))
 
+    def running_total(self, messages: Sequence[Message]) -> int:
+        """:meth:`total`, continued from the last total of a sequence that starts with the
+        same messages (``worker.memo.PrefixFolds``) when this view shares the process-wide
+        counts: a re-plan of a session that grew looks up only its new messages' counts."""
+        if self._counted is not _MESSAGE_COUNTS.get(self.name):
+            return self.total(messages)
+
+        def more(total: int | None, rest: Sequence[Message], offset: int) -> int:
+            return (total or 0) + self.total(rest)
+
+        return _TOTALS.fold(self.name, messages, more)
+
     def count_text(self, text: str) -> int:
         return self.inner.count_text(text)
 
@@ -345,6 +357,8 @@ class JobTokenizer:
 
 
 _MESSAGE_COUNTS: dict[str, IdentityMemo[Message, int]] = {}
+# The running totals of JobTokenizer.running_total, per tokenizer name and first message.
+_TOTALS: PrefixFolds[Message, int] = PrefixFolds()
 
 
 def message_counts(name: str) -> IdentityMemo[Message, int]:
