@@ -367,3 +367,41 @@ def test_summary_prompts_ask_for_paths_commands_and_errors_verbatim(name: str) -
     for what in ("every file path", "every command that was run", "first line of every error",
                  "each request the user made"):
         assert what in text
+
+
+@pytest.mark.parametrize("parts", [(), ("[User]: hi",), ("[User]: a", "[Assistant]: b 😀"),
+                                   tuple(f"[User]: {i} é" for i in range(7))])
+def test_a_conversation_given_as_parts_is_the_prompt_of_its_text(parts: tuple[str, ...]) -> None:
+    conversation = prompts.Conversation(parts, "\n\n")
+    text = "\n\n".join(parts)
+    assert conversation.length == len(text)
+    builders = [
+        lambda c: prompts.build_history_prompt(c, previous_summary="old", extra_context=["x"]),
+        lambda c: prompts.build_turn_prefix_prompt(c, previous_summary="p"),
+        lambda c: prompts.build_short_prompt(c, merged_summary="m"),
+        lambda c: prompts.build_branch_prompt(c, custom_instructions="focus"),
+    ]
+    for build in builders:
+        assert build(conversation) == build(text)
+
+
+def test_a_request_knows_where_its_conversation_stands() -> None:
+    from worker.compaction.summarize import RequestOptions, history_request
+
+    messages = [{"role": "user", "content": "fix a.py"},
+                {"role": "assistant", "content": [{"type": "text", "text": "done 😀"}]}]
+    request = history_request(messages, "before", RequestOptions(None, None, (), 16384, (), ()))
+    layout = request.layout
+    assert layout is not None
+    assert layout.head + layout.separator.join(layout.parts) + layout.tail == request.prompt
+    assert layout.parts == ("[User]: fix a.py", "[Assistant]: done 😀")
+
+
+def test_a_prompt_shaped_otherwise_has_no_layout() -> None:
+    from worker.compaction.summarize import _layout
+
+    conversation = prompts.Conversation(("[User]: a", "[User]: b"), "\n\n")
+    assert _layout("no conversation here", conversation) is None
+    shifted = prompts.CONVERSATION_OPEN + "x" + "[User]: a\n\n[User]: b" + "\ntail"
+    assert _layout(shifted, conversation) is None
+    assert _layout(prompts.build_branch_prompt(conversation), conversation) is not None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -23,6 +24,7 @@ from worker.compaction.fileops import strip_file_operation_tags
 __all__ = [
     "BRANCH_MAX_TOKENS",
     "CONVERSATION_OPEN",
+    "Conversation",
     "PromptTemplateError",
     "branch_context_intro",
     "branch_preamble",
@@ -135,11 +137,33 @@ CONVERSATION_OPEN = "<conversation>\n"  # every summary prompt opens with the co
 _CONVERSATION_CLOSE = "\n</conversation>\n\n"
 
 
-# Each prompt is one join of its sections: the conversation (450 kB for large-session's history,
-# twice that as a str once one character is beyond Latin-1) is copied once. Adding the sections
-# one by one copied it three or four times: 6-7 % of the instructions of a re-plan.
-def _joined(conversation: str, *sections: str) -> str:
-    return "".join((CONVERSATION_OPEN, conversation, _CONVERSATION_CLOSE, *sections))
+@dataclass(frozen=True)
+class Conversation:
+    """A serialized conversation as its parts and their separator: the text is
+    ``separator.join(parts)``, never made on its own (see :func:`_joined`)."""
+
+    parts: tuple[str, ...]
+    separator: str
+
+    @property
+    def length(self) -> int:
+        """The length of the conversation's text."""
+        return sum(map(len, self.parts)) + len(self.separator) * max(0, len(self.parts) - 1)
+
+
+# Each prompt is one join of its sections: the conversation (500 kB for large-session's history,
+# 2 MB as a str once one character is beyond the BMP) is copied once. Adding the sections one
+# by one copied it three or four times: 6-7 % of the instructions of a re-plan. Given as
+# parts, it is joined straight into the prompt: its own text was one more 2 MB string to
+# allocate (fresh pages each job), write and read again.
+def _joined(conversation: str | Conversation, *sections: str) -> str:
+    tail = "".join((_CONVERSATION_CLOSE, *sections))
+    if isinstance(conversation, str) or len(conversation.parts) < 2:
+        text = conversation if isinstance(conversation, str) else "".join(conversation.parts)
+        return "".join((CONVERSATION_OPEN, text, tail))
+    parts = conversation.parts
+    return conversation.separator.join(
+        (CONVERSATION_OPEN + parts[0], *parts[1:-1], parts[-1] + tail))
 
 
 def _previous_summary(summary: str) -> str:
@@ -154,7 +178,7 @@ def _additional_context(lines: Iterable[str]) -> str:
 
 
 def build_history_prompt(
-    conversation: str,
+    conversation: str | Conversation,
     *,
     previous_summary: str | None = None,
     custom_instructions: str | None = None,
@@ -176,7 +200,8 @@ def build_history_prompt(
                    _additional_context(extra_context), base)
 
 
-def build_turn_prefix_prompt(conversation: str, *, previous_summary: str | None = None) -> str:
+def build_turn_prefix_prompt(conversation: str | Conversation, *,
+                             previous_summary: str | None = None) -> str:
     """The user message of the split-turn prefix summary; takes no options by design (§10.2).
 
     ``previous_summary`` is only set on the chunked path, when a prefix too large for the
@@ -187,7 +212,7 @@ def build_turn_prefix_prompt(conversation: str, *, previous_summary: str | None 
 
 
 def build_short_prompt(
-    conversation: str, *, merged_summary: str, extra_context: Iterable[str] = ()
+    conversation: str | Conversation, *, merged_summary: str, extra_context: Iterable[str] = ()
 ) -> str:
     """The user message of the short summary; ``merged_summary`` is the new summary, untagged."""
     previous = _previous_summary(merged_summary) if merged_summary else ""
@@ -195,6 +220,7 @@ def build_short_prompt(
                    render("short-summary"))
 
 
-def build_branch_prompt(conversation: str, *, custom_instructions: str | None = None) -> str:
+def build_branch_prompt(conversation: str | Conversation, *,
+                        custom_instructions: str | None = None) -> str:
     """The user message of a branch summary; custom instructions replace the prompt (§11.3)."""
     return _joined(conversation, custom_instructions or render("branch-summary"))

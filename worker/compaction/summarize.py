@@ -108,7 +108,7 @@ def _call(summarizer: Summarizer, request: SummaryRequest,
 
 
 def _request(purpose: Purpose, llm: Sequence[Message], prompt: str, max_tokens: int,
-             opts: RequestOptions, conversation: tuple[str, tuple[str, ...]],
+             opts: RequestOptions, conversation: prompts.Conversation,
              **extra: object) -> SummaryRequest:
     return SummaryRequest(
         purpose=purpose,
@@ -119,31 +119,35 @@ def _request(purpose: Purpose, llm: Sequence[Message], prompt: str, max_tokens: 
         conversation=tuple(llm),
         read_files=opts.read_files,
         modified_files=opts.modified_files,
-        layout=_layout(prompt, *conversation),
+        layout=_layout(prompt, conversation),
         **extra,  # type: ignore[arg-type]
     )
 
 
-def _serialized(llm: Sequence[Message]) -> tuple[str, tuple[str, ...]]:
-    """The conversation text of a prompt, and the parts it joins."""
-    parts = tuple(conversation_parts(llm))
-    return PART_SEPARATOR.join(parts), parts
+def _serialized(llm: Sequence[Message]) -> prompts.Conversation:
+    """The conversation of a prompt, as the parts it joins."""
+    return prompts.Conversation(tuple(conversation_parts(llm)), PART_SEPARATOR)
 
 
-def _layout(prompt: str, conversation: str, parts: tuple[str, ...]) -> PromptLayout | None:
+def _layout(prompt: str, conversation: prompts.Conversation) -> PromptLayout | None:
     """Where ``conversation`` stands in ``prompt``: right after ``CONVERSATION_OPEN``, as every
-    builder of ``prompts`` puts it (checked: a prompt shaped otherwise has no layout)."""
+    builder of ``prompts`` puts it. Checked where it is cheap (the opening, the last part at
+    the end of the conversation's length): its 0.5-2 MB are not compared again, and a prompt
+    shaped otherwise has no layout."""
     at = len(prompts.CONVERSATION_OPEN)
-    if not (prompt.startswith(prompts.CONVERSATION_OPEN) and prompt.startswith(conversation, at)):
+    end = at + conversation.length
+    parts = conversation.parts
+    if not (prompt.startswith(prompts.CONVERSATION_OPEN) and len(prompt) >= end
+            and (not parts or prompt.startswith(parts[-1], end - len(parts[-1])))):
         return None
-    return PromptLayout(prompt, prompt[:at], parts, PART_SEPARATOR, prompt[at + len(conversation):])
+    return PromptLayout(prompt, prompt[:at], parts, conversation.separator, prompt[end:])
 
 
 def history_request(llm: Sequence[Message], previous: str | None,
                     opts: RequestOptions) -> SummaryRequest:
     conversation = _serialized(llm)
     prompt = prompts.build_history_prompt(
-        conversation[0],
+        conversation,
         previous_summary=previous,
         custom_instructions=opts.custom_instructions,
         prompt_override=opts.prompt_override,
@@ -159,7 +163,7 @@ def history_request(llm: Sequence[Message], previous: str | None,
 def turn_prefix_request(llm: Sequence[Message], opts: RequestOptions,
                         previous: str | None = None) -> SummaryRequest:
     conversation = _serialized(llm)
-    prompt = prompts.build_turn_prefix_prompt(conversation[0], previous_summary=previous)
+    prompt = prompts.build_turn_prefix_prompt(conversation, previous_summary=previous)
     # A prefix larger than the summarizer's window is summarised part by part
     # (router's chunked path).
     rechunk: Callable[[Sequence[Message], str | None], SummaryRequest] = (  # noqa: E731
@@ -171,7 +175,7 @@ def turn_prefix_request(llm: Sequence[Message], opts: RequestOptions,
 
 def short_request(llm: Sequence[Message], merged: str, opts: RequestOptions) -> SummaryRequest:
     conversation = _serialized(llm)
-    prompt = prompts.build_short_prompt(conversation[0], merged_summary=merged,
+    prompt = prompts.build_short_prompt(conversation, merged_summary=merged,
                                         extra_context=opts.extra_context)
 
     def rechunk(chunk: Sequence[Message], prev: str | None) -> SummaryRequest:
@@ -186,7 +190,7 @@ def short_request(llm: Sequence[Message], merged: str, opts: RequestOptions) -> 
 
 def branch_request(llm: Sequence[Message], opts: RequestOptions) -> SummaryRequest:
     conversation = _serialized(llm)
-    prompt = prompts.build_branch_prompt(conversation[0],
+    prompt = prompts.build_branch_prompt(conversation,
                                          custom_instructions=opts.custom_instructions)
     return _request("branch", llm, prompt, prompts.BRANCH_MAX_TOKENS, opts, conversation)
 
