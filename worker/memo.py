@@ -18,13 +18,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Generic, TypeVar
 
-__all__ = ["DEFAULT_FOLDS", "DEFAULT_OBJECTS", "IdentityMemo", "PrefixFolds"]
+__all__ = ["DEFAULT_OBJECTS", "IdentityMemo", "PrefixFolds"]
 
 # As many as the entry cache keeps entries (api_client.entry_cache.DEFAULT_ENTRIES): a memo holds
 # its objects alive, so a larger bound would only keep messages that no snapshot hands out again.
 DEFAULT_OBJECTS = 20_000
-# Folds kept by a PrefixFolds over all sessions (a few per session a worker re-plans).
-DEFAULT_FOLDS = 512
 K = TypeVar("K")
 V = TypeVar("V")
 S = TypeVar("S")
@@ -119,21 +117,26 @@ class PrefixFolds(Generic[K, S]):
     sequence that starts with a kept fold's objects (the same objects, by identity) is folded
     only past the longest such fold; the same sequence costs one identity check per object.
     A few per session, not one: a session is a tree, and jobs on two branches (or two drafts
-    grown from one point) share the messages before the fork. Bounded (least recently used
-    evicted first) and thread-safe as :class:`IdentityMemo`. A fold's state is shared with
-    later jobs: nothing may change it once returned.
+    grown from one point) share the messages before the fork. Thread-safe as
+    :class:`IdentityMemo`. A fold's state is shared with later jobs: nothing may change it
+    once returned.
+
+    Bounded by the objects the kept folds hold (counted once per fold), least recently used
+    start evicted first: a fold keeps its messages alive, and the default keeps no more than
+    the entry cache and the memos keep (``DEFAULT_OBJECTS``), mostly the same messages.
     """
 
-    def __init__(self, max_folds: int = DEFAULT_FOLDS, per_start: int = 4) -> None:
+    def __init__(self, max_objects: int = DEFAULT_OBJECTS, per_start: int = 3) -> None:
         # (tag, id of the first object) -> its folds (objects, state), least recently used first
         self._folds: OrderedDict[tuple[Hashable, int], list[tuple[list[K], S]]] = OrderedDict()
         self._lock = threading.Lock()
-        self.max_folds = max(0, max_folds)
+        self.max_objects = max(0, max_objects)
         self.per_start = max(1, per_start)
-        self._size = 0
+        self._size = 0  # objects held by the kept folds
 
     def __len__(self) -> int:
-        return self._size
+        """The folds kept."""
+        return sum(map(len, self._folds.values()))
 
     def fold(self, tag: Hashable, objs: Sequence[K],
              more: Callable[[S | None, Sequence[K], int], S]) -> S:
@@ -156,24 +159,28 @@ class PrefixFolds(Generic[K, S]):
     def _keep(self, key: tuple[Hashable, int], used: tuple[list[K], S] | None,
               fold: tuple[list[K], S]) -> None:
         """``fold`` kept as the most recently used of its start (with ``used``, continued)."""
-        if not self.max_folds:
+        if len(fold[0]) > self.max_objects:
             return
         with self._lock:
             folds = self._folds.pop(key, [])
-            self._size -= len(folds)
+            self._size -= _held(folds)
             folds = [f for f in folds if f is not used and f is not fold]
             folds += [used, fold] if used is not None and used is not fold else [fold]
             folds = folds[-self.per_start:]
             self._folds[key] = folds
-            self._size += len(folds)
-            while self._size > self.max_folds:
+            self._size += _held(folds)
+            while self._size > self.max_objects:
                 _, evicted = self._folds.popitem(last=False)
-                self._size -= len(evicted)
+                self._size -= _held(evicted)
 
     def clear(self) -> None:
         with self._lock:
             self._folds.clear()
             self._size = 0
+
+
+def _held(folds: Iterable[tuple[list[K], S]]) -> int:
+    return sum(len(objs) for objs, _ in folds)
 
 
 def _longest_prefix(folds: Iterable[tuple[list[K], S]],

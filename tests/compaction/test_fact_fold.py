@@ -124,7 +124,7 @@ def test_prefix_folds_start_over_where_the_objects_differ(other: str) -> None:
 
 
 def test_prefix_folds_are_bounded() -> None:
-    folds: PrefixFolds[object, list[int]] = PrefixFolds(max_folds=2)
+    folds: PrefixFolds[object, list[int]] = PrefixFolds(max_objects=2)
     lists = [[object()] for _ in range(3)]
     calls = _Calls()
     for objs in lists:
@@ -173,3 +173,17 @@ def test_prefix_folds_continue_two_branches_from_their_fork() -> None:
     assert len(folds) == 3  # three per start: the base's went (the least recently used)
     folds.fold("t", [*base, object()], calls)
     assert calls.seen[-1] == (False, calls.seen[-1][1], 0)  # so a new branch starts over
+
+
+def test_prefix_folds_hold_no_more_objects_than_their_bound() -> None:
+    folds: PrefixFolds[object, list[int]] = PrefixFolds(max_objects=5)
+    calls = _Calls()
+    first, second = [object() for _ in range(3)], [object() for _ in range(3)]
+    folds.fold("t", first, calls)
+    folds.fold("t", second, calls)  # 6 objects: the first start is evicted
+    assert len(folds) == 1
+    folds.fold("t", first, calls)
+    assert calls.seen[-1][0] is False  # folded from the start again
+    large = [object() for _ in range(6)]
+    assert folds.fold("t", large, calls) == [id(x) for x in large]
+    assert len(folds) == 1  # larger than the bound: computed, not kept
