@@ -82,3 +82,38 @@ def test_turn_start_index() -> None:
     entries = chain(u(1), a(1), tool_result("x"), a(1))
     assert find_turn_start_index(entries, 3, 0) == 0
     assert find_turn_start_index(entries, 3, 1) == -1
+
+
+def _listed_cut_point(entries: list, start: int, end: int, keep: int) -> CutPoint:
+    """The cut point as the reference finds it: every valid cut point listed first."""
+    from worker.compaction.cutpoint import _pull_in_metadata, classify_cut
+
+    cps = find_valid_cut_points(entries, start, end)
+    if not cps:
+        return CutPoint(start, -1, False)
+    acc, cut = 0, cps[0]
+    for i in range(end - 1, start - 1, -1):
+        message = getattr(entries[i], "message", None)
+        if message is None or entries[i].type != "message":
+            continue
+        acc += EST.count(message)
+        if acc >= keep:
+            after = [c for c in cps if c >= i]
+            cut = after[0] if after else [c for c in cps if c < i][-1]
+            break
+    return classify_cut(entries, _pull_in_metadata(entries, cut, start), start, end)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_find_cut_point_is_the_cut_point_of_every_listed_one(seed: int) -> None:
+    import random
+
+    rng = random.Random(seed)
+    kinds = [lambda: u(rng.randint(1, 60)), lambda: a(rng.randint(1, 60)),
+             lambda: tool_result(chars(rng.randint(1, 400))), lambda: BASH,
+             lambda: CUSTOM_MSG, lambda: MODEL]
+    entries = chain(*(rng.choice(kinds)() for _ in range(rng.randint(1, 25))))
+    start = rng.randint(0, len(entries) - 1)
+    for keep in (1, 30, 120, 10_000):
+        assert find_cut_point(entries, start, len(entries), keep, EST) == \
+            _listed_cut_point(entries, start, len(entries), keep)

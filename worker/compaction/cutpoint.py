@@ -66,9 +66,11 @@ def find_turn_start_index(entries: Sequence[Entry], idx: int, start: int) -> int
     return -1
 
 
-def _budget_cut(entries: Sequence[Entry], cps: list[int], start: int, end: int, keep: int,
-                tokenizer: Tokenizer) -> int:
-    """Step 3: walk back until ``keep`` tokens of messages are kept; Q3 for the overshoot."""
+def _budget_cut(entries: Sequence[Entry], start: int, end: int, keep: int,
+                tokenizer: Tokenizer) -> int | None:
+    """Step 3: walk back until ``keep`` tokens of messages are kept; Q3 for the overshoot.
+    None: no valid cut point in ``[start, end)``. The cut points are looked for only around
+    where the walk stops (listing them all first walked every entry of the session again)."""
     acc = 0
     for i in range(end - 1, start - 1, -1):
         entry = entries[i]
@@ -76,11 +78,17 @@ def _budget_cut(entries: Sequence[Entry], cps: list[int], start: int, end: int, 
             continue  # custom_message, branch_summary and compaction entries are not counted
         acc += tokenizer.count(entry.message)
         if acc >= keep:
-            at_or_after = [c for c in cps if c >= i]
-            if at_or_after:
-                return at_or_after[0]
-            return [c for c in cps if c < i][-1]  # Q3: the nearest cut point before it
-    return cps[0]
+            at_or_after = _first_cut_point(entries, i, end)
+            if at_or_after is not None:
+                return at_or_after
+            # Q3: the nearest cut point before it
+            return next((c for c in range(i - 1, start - 1, -1)
+                         if is_valid_cut_point(entries[c])), None)
+    return _first_cut_point(entries, start, end)
+
+
+def _first_cut_point(entries: Sequence[Entry], start: int, end: int) -> int | None:
+    return next((i for i in range(start, end) if is_valid_cut_point(entries[i])), None)
 
 
 def _pull_in_metadata(entries: Sequence[Entry], cut: int, start: int) -> int:
@@ -107,10 +115,7 @@ def classify_cut(entries: Sequence[Entry], cut: int, start: int, end: int) -> Cu
 def find_cut_point(
     entries: Sequence[Entry], start: int, end: int, keep_recent_tokens: int, tokenizer: Tokenizer
 ) -> CutPoint:
-    cps = find_valid_cut_points(entries, start, end)
-    if not cps:
+    budget_cut = _budget_cut(entries, start, end, keep_recent_tokens, tokenizer)
+    if budget_cut is None:  # no valid cut point
         return CutPoint(start, -1, False)
-    cut = _pull_in_metadata(entries,
-                            _budget_cut(entries, cps, start, end, keep_recent_tokens, tokenizer),
-                            start)
-    return classify_cut(entries, cut, start, end)
+    return classify_cut(entries, _pull_in_metadata(entries, budget_cut, start), start, end)
