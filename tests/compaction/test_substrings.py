@@ -111,6 +111,31 @@ def test_generated_texts(seed: int) -> None:
         assert within.inside(index, some) == set(naive_inside(texts, index, sorted(some)))
 
 
+def _long_text(rng: random.Random) -> str:
+    """A longer text, often sharing its first bytes with others (``src/pkg/module_``, then a
+    tail that differs: where those bytes match, the text may not)."""
+    head = rng.choice(["src/pkg/module_é", "src/pkg/module_", "tests/test_a_b_", "ab"])
+    return head + "".join(rng.choice("ab é/.-") for _ in range(rng.randint(0, 20)))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_generated_long_texts_sharing_their_first_bytes(seed: int) -> None:
+    rng = random.Random(seed)
+    texts = [_long_text(rng) for _ in range(rng.randint(1, 30))]
+    pieces = [rng.choice(texts) for _ in range(rng.randint(0, 20))]
+    # cut and mutated copies: the first bytes match where the whole text does not
+    pieces += [t[: rng.randint(0, len(t))] + rng.choice("ab é") for t in texts]
+    rng.shuffle(pieces)
+    haystack = rng.choice(["", " "]).join(pieces)
+    patterns = AhoCorasickSearch().patterns(texts)
+    assert patterns.occurring(haystack) == naive_occurring(texts, haystack)
+    among = sorted(rng.sample(range(len(texts)), rng.randint(1, len(texts))))
+    within = patterns.containment(among)
+    assert within.nested() == naive_nested(texts, among)
+    for index in among:
+        assert within.inside(index, set(among)) == set(naive_inside(texts, index, among))
+
+
 @pytest.mark.parametrize("seed", range(30))
 def test_a_cover_holds_what_lies_inside_a_chosen_text(seed: int) -> None:
     # The ledger's chosen lines: texts chosen one by one, some dropped again; is a text inside
