@@ -20,9 +20,9 @@ __all__ = ["Fact", "FactFold", "fold_more"]
 
 Key = tuple[str, str]  # (kind, text)
 
-# A continuation checks its new paths with ``in`` against every path (about 50 texts x 100
-# paths for a session grown by 10 %); more new paths than this and one automaton over all of
-# them is cheaper.
+# A continuation checks each new path with ``in`` against every path, both ways (large-session
+# grown by 10 %: ~10 new paths against ~100); beyond this many new paths one automaton over all
+# the paths, as a fold from the start builds, is cheaper.
 _FEW_NEW_PATHS = 32
 
 
