@@ -21,7 +21,7 @@ __all__ = ["Fact", "FactFold", "fold_more"]
 Key = tuple[str, str]  # (kind, text)
 
 # A continuation checks each new path with ``in`` against every path, both ways (large-session
-# grown by 10 %: ~10 new paths against ~100); beyond this many new paths one automaton over all
+# grown by 10 %: 5 new paths against 60); beyond this many new paths one automaton over all
 # the paths, as a fold from the start builds, is cheaper.
 _FEW_NEW_PATHS = 32
 
