@@ -81,14 +81,17 @@ def _budget_cut(entries: Sequence[Entry], start: int, end: int, keep: int,
             at_or_after = _first_cut_point(entries, i, end)
             if at_or_after is not None:
                 return at_or_after
-            # Q3: the nearest cut point before it
-            return next((c for c in range(i - 1, start - 1, -1)
-                         if is_valid_cut_point(entries[c])), None)
+            return _last_cut_point(entries, start, i)  # Q3: the nearest one before it
     return _first_cut_point(entries, start, end)
 
 
 def _first_cut_point(entries: Sequence[Entry], start: int, end: int) -> int | None:
     return next((i for i in range(start, end) if is_valid_cut_point(entries[i])), None)
+
+
+def _last_cut_point(entries: Sequence[Entry], start: int, end: int) -> int | None:
+    return next((i for i in range(end - 1, start - 1, -1) if is_valid_cut_point(entries[i])),
+                None)
 
 
 def _pull_in_metadata(entries: Sequence[Entry], cut: int, start: int) -> int:

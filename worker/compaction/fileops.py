@@ -189,5 +189,6 @@ def tagged_paths(summary: str) -> list[str]:
     markers = {f"<{t}>" for t in tags} | {f"</{t}>" for t in tags}
     return [line for line in tail.split("\n") if line and line not in markers]
 
+
 # The last folds of fold_file_lists, per start (a session's messages after its last compaction).
 _LISTS: PrefixFolds[Any, FileLists] = PrefixFolds()
