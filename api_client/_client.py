@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import secrets
+import time
 from importlib.resources import files
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,12 +26,13 @@ from api_client import _instant
 from api_client._calls import AsyncShell, Flow, Pipeline, SyncShell, cmd
 from api_client._handle import JobHandle
 from api_client._producer import TaskProducer
-from api_client.drafts import check_draft, discard_note, prepare_templates
+from api_client.drafts import discard_note, prepare_templates
 from api_client.errors import (
     BrokerUnavailableError,
     CompactorError,
     ConfigurationError,
     InvalidRequestError,
+    SessionNotFoundError,
 )
 from api_client.events import EventReader
 from api_client.jobs import EnqueueResult, JobStore, _JobCore, enqueue_call
@@ -73,7 +76,7 @@ def _settings(value: str | ClientSettings | None) -> ClientSettings:
     return load_settings(redis_url=value)
 
 
-# The session warm() probes: a draft check of it reads one key that never exists.
+# The session warm() probes (with a random suffix): it never exists, so nothing is written.
 _WARM_PROBE = "compactor-warm-probe"
 # CPython specializes a function's bytecode after ~8 calls: the probe runs that often (~1 ms).
 _WARM_ROUNDS = 8
@@ -149,15 +152,23 @@ class _ClientCore:
 
     def _warm(self) -> Flow[None]:
         """Load every packaged script (one pipeline), so no first EVALSHA meets NOSCRIPT;
-        then :data:`_WARM_ROUNDS` read-only EVALSHAs down the path an automatic compaction
-        takes (draft checks of a session that does not exist) beside an enqueue call built
-        and dropped, so its first call runs no code for the first time."""
+        then :data:`_WARM_ROUNDS` automatic compactions of a session that does not exist, down
+        the path a real one takes (the loop guard and draft check read keys that do not exist,
+        the enqueue stops at the missing header): its first call runs no code for the first
+        time, on the client or in Redis, and nothing is written. (With the broker elsewhere
+        the enqueue call is built and dropped: it would index the job before its script.)"""
         yield Pipeline(tuple(cmd("script_load", lua(n)) for n in _script_names()),
                        transaction=False)
+        probe = f"{_WARM_PROBE}-{secrets.token_hex(8)}"  # never a platform's session
+        jobs = _JobCore(self.settings, self.layout)
         for _ in range(_WARM_ROUNDS):
-            yield from check_draft(self.layout, self.settings, _WARM_PROBE)
-            enqueue_call(self.layout, self.settings, _WARM_PROBE, JobKind.COMPACT,
-                         CompactReason.THRESHOLD, None, None, self._inline_db())
+            request = self._request(JobKind.COMPACT, CompactReason.THRESHOLD)
+            with contextlib.suppress(SessionNotFoundError):
+                yield from _instant._attempt(jobs, probe, request, self._inline_db(),
+                                             time.perf_counter())
+            if self._inline_db() is None:  # that enqueue indexes its job first: built only
+                enqueue_call(self.layout, self.settings, probe, JobKind.COMPACT,
+                             CompactReason.THRESHOLD, None, None)
 
     @staticmethod
     def _context(sessions: AsyncSessionStore | SessionStore, session_id: str) -> Flow[LlmContext]:

@@ -18,7 +18,7 @@ from api_client._decide import should_compact, should_precompute
 from api_client._handle import AsyncJobHandle, JobHandle
 from api_client.drafts import DraftOutcome, apply_draft, check_draft, refuse, uses_draft
 from api_client.errors import BrokerUnavailableError
-from api_client.jobs import EnqueueResult, check_context_window, parse_enqueue
+from api_client.jobs import EnqueueResult, _JobCore, check_context_window, parse_enqueue
 from api_client.wire import DRAFT_APPLIED_ROUTE, CompactReason, JobKind
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ class _Tried:
     enqueued: EnqueueResult | None = None  # no draft: the job enqueued in the same script
 
 
-def _attempt(client: _Client, session_id: str, request: dict[str, Any],
+def _attempt(jobs: _JobCore, session_id: str, request: dict[str, Any],
              broker_db: int | None, started: float) -> Flow[_Tried]:
     """The loop guard, the draft and — when no draft was there — the enqueue, in one round trip
     (automatic reasons only; ``compact_auto.lua``)."""
@@ -76,16 +76,16 @@ def _attempt(client: _Client, session_id: str, request: dict[str, Any],
     # Combined only when the script can index the job itself (the broker is this Redis): else
     # the due index lies in another Cluster slot, and writing it around an apply would cost
     # the draft path two round trips; the caller then enqueues as for a manual compaction.
-    job = None if broker_db is None else client.jobs.enqueue_script(
+    job = None if broker_db is None else jobs.enqueue_script(
         session_id, JobKind.COMPACT, reason, instructions, None, broker_db, context_window)
     outcome: DraftOutcome = yield from apply_draft(
-        client.layout, client.settings, session_id, reason,
+        jobs.layout, jobs.settings, session_id, reason,
         use_draft=uses_draft(reason, instructions), context_window=context_window,
         started=started, then=None if job is None else job.script)
     if job is not None and outcome.status == "enqueued" and outcome.enqueue_reply is not None:
         return _Tried(enqueued=parse_enqueue(outcome.enqueue_reply, job.route, pushed=True))
     if outcome.status == "guarded" and outcome.guard_count is not None:
-        job_id = yield from refuse(client.layout, client.settings, session_id, reason,
+        job_id = yield from refuse(jobs.layout, jobs.settings, session_id, reason,
                                    outcome.guard_count, context_window)
         return _Tried(finished=job_id)
     if not outcome.applied or outcome.job_id is None:
@@ -98,7 +98,7 @@ def from_draft(client: CompactionClient, session_id: str, request: dict[str, Any
     """(finished handle, None, None) when a draft applied or the loop guard refused (then
     ``wait()`` raises :class:`CompactionLoopError`); (None, the enqueued job, None) when there
     was no draft; else (None, None, the discard cause or None): the caller enqueues."""
-    tried = client.io.run(_attempt(client, session_id, request, client._inline_db(),
+    tried = client.io.run(_attempt(client.jobs, session_id, request, client._inline_db(),
                                    time.perf_counter()))
     if tried.finished is None:
         return None, tried.enqueued, tried.cause
@@ -127,7 +127,7 @@ def observe(client: CompactionClient, session_id: str, *, context_tokens: int,
 async def from_draft_async(client: AsyncCompactionClient, session_id: str,
                            request: dict[str, Any],
                            ) -> tuple[AsyncJobHandle | None, EnqueueResult | None, str | None]:
-    tried = await client.io.run(_attempt(client, session_id, request, client._inline_db(),
+    tried = await client.io.run(_attempt(client.jobs, session_id, request, client._inline_db(),
                                          time.perf_counter()))
     if tried.finished is None:
         return None, tried.enqueued, tried.cause

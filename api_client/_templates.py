@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["SLOTS", "Template", "escaped", "template"]
+__all__ = ["SLOTS", "Template", "escaped", "quoted", "template"]
 
 # A stand-in per value. NUL cannot occur in a session id (keys.check_session_id) or a time, so
 # a stand-in never meets a real value; in JSON it reads as \u0000 (ensure_ascii or not).
@@ -23,9 +23,24 @@ SLOTS: dict[str, str] = {name: f"\x00{name}\x00" for name in ("job", "sid", "ts"
 _STAND_IN = re.compile(r"\x00(job|sid|ts)\x00|\\u0000(job|sid|ts)\\u0000")
 
 
+# What json.dumps escapes with ensure_ascii off: quote, backslash and the C0 controls.
+_NEEDS_ESCAPE = re.compile(r'[\x00-\x1f"\\]')
+# With ensure_ascii on, everything but printable ASCII is escaped too (DEL included).
+_NOT_PLAIN_ASCII = re.compile(r'[^ !#-\[\]-~]')
+
+
 def escaped(value: str) -> str:
     """``value`` as it appears inside a JSON string (json.dumps, ensure_ascii off)."""
+    if _NEEDS_ESCAPE.search(value) is None:  # ids and times: a search costs a fifth of a dump
+        return value
     return json.dumps(value, ensure_ascii=False)[1:-1]
+
+
+def quoted(value: str) -> str:
+    """``json.dumps(value)`` (ensure_ascii on, as kombu writes its envelopes)."""
+    if _NOT_PLAIN_ASCII.search(value) is None:
+        return f'"{value}"'
+    return json.dumps(value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -111,21 +111,20 @@ def ineffective_above(settings: ClientSettings, context_window: int | None) -> i
 
 @dataclass(frozen=True, slots=True)
 class _DraftTexts:
-    """A draft job's record fields and its two events, with stand-ins for job, session and
-    time: rendered by the wire models once per reason and window, filled per call."""
+    """A draft job's record fields (one JSON array of field/value pairs: apply_draft.lua decodes
+    it only when a draft applies, so the common call carries one argument, not thirty) and its
+    two events, with stand-ins for job, session and time: rendered by the wire models once per
+    reason, filled per call."""
 
-    fields: tuple[str, ...]  # field/value pairs; the values at ``filled`` have stand-ins
-    filled: tuple[tuple[int, Template], ...]
+    fields: Template
     compacted: Template
     done: Template
 
-    def fill(self, job_id: str, session_id: str, ts: str) -> tuple[list[str], str, str]:
+    def fill(self, job_id: str, session_id: str, ts: str) -> tuple[str, str, str]:
         raw = {"job": job_id, "sid": session_id, "ts": ts}
         in_json = {name: escaped(value) for name, value in raw.items()}
-        fields = list(self.fields)
-        for at, text in self.filled:
-            fields[at] = text.fill(raw, in_json)
-        return fields, self.compacted.fill(raw, in_json), self.done.fill(raw, in_json)
+        return (self.fields.fill(raw, in_json), self.compacted.fill(raw, in_json),
+                self.done.fill(raw, in_json))
 
 
 @lru_cache(maxsize=8)
@@ -134,9 +133,9 @@ def _draft_texts(reason: CompactReason) -> _DraftTexts:
     record = _record(SLOTS["job"], SLOTS["sid"], reason, ts)
     compacted = JobEvent.for_record(record, EventType.SESSION_COMPACT, timestamp=ts)
     done = JobEvent.completion(record, JobState.SUCCEEDED, duration_ms=0, timestamp=ts)
-    fields = tuple(x for pair in record.to_redis().items() for x in pair)
-    filled = tuple((at, text) for at, text in enumerate(map(template, fields)) if text.slots)
-    return _DraftTexts(fields, filled, template(compacted.to_json()), template(done.to_json()))
+    fields = [x for pair in record.to_redis().items() for x in pair]
+    return _DraftTexts(template(json.dumps(fields, ensure_ascii=False, separators=(",", ":"))),
+                       template(compacted.to_json()), template(done.to_json()))
 
 
 def prepare_templates() -> None:
@@ -152,7 +151,7 @@ def _call(layout: KeyLayout, settings: ClientSettings, session_id: str, reason: 
     ts = now_iso()
     fields, compacted, done = _draft_texts(reason).fill(job_id, session_id, ts)
     if context_window is not None:  # the record's one field that is not a stand-in
-        fields += ["contextWindow", str(context_window)]
+        fields = f'{fields[:-1]},"contextWindow","{context_window}"]'
     record_key = layout.job_record_prefix(session_id) + job_id.rpartition(":")[2]
     keys = [*s.data(), s.effects, s.draft, record_key, s.events, s.compactions]
     above = ineffective_above(settings, context_window)
@@ -161,7 +160,7 @@ def _call(layout: KeyLayout, settings: ClientSettings, session_id: str, reason: 
             " ".join(candidates[i:i + 8] for i in range(0, len(candidates), 8)),
             str(settings.job_ttl_s), str(settings.session_event_maxlen), compacted, done,
             str(settings.loop_guard_max), repr(float(settings.loop_guard_window_s)),
-            repr(time.time()), "" if above is None else str(above), *fields]
+            repr(time.time()), "" if above is None else str(above), fields]
     return Script("apply_draft", keys, args), job_id
 
 

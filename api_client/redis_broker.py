@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import urlsplit
 
+from api_client._templates import quoted
 from api_client.wire import BROKER_TRANSPORT_OPTIONS
 
 __all__ = [
@@ -166,8 +167,8 @@ def task_push(task: str, job_id: str, queue: str, priority: int, *, task_id: str
               db: int = 0, sent_event: bool = True) -> BrokerPush:
     """The message ``send_task(task, args=[job_id], queue=queue, priority=priority)`` would push."""
     message, event_body, event = _envelopes(task, queue, priority, os.getpid())
-    tid, argsrepr = _q(task_id or job_id), _q(repr([job_id]))
-    body = _b64(f"[[{_q(job_id)}], {{}}, {_EMBED_JSON}]")
+    tid, argsrepr = quoted(task_id or job_id), quoted(repr([job_id]))
+    body = _b64(f"[[{quoted(job_id)}], {{}}, {_EMBED_JSON}]")
     message = message.format(body=body, tid=tid, argsrepr=argsrepr, tag=_tag())
     if sent_event:
         sent = event_body.format(clock=next(_CLOCK), tid=tid, argsrepr=argsrepr,

@@ -17,7 +17,8 @@
 --       8 stream MAXLEN, 9 session_compact event JSON (no entry/tokens/result/fromExtension),
 --       10 compaction_end event JSON (same), 11 loop-guard limit (0 = off), 12 its window s,
 --       13 now (epoch s), 14 ineffective above this many tokens after ('' = the draft's
---       ineffectiveAbove, the worker's line), 15.. job record field/value pairs
+--       ineffectiveAbove, the worker's line), 15 job record field/value pairs as one JSON
+--       array (decoded only when the draft applies)
 -- Returns {'applied', entry id, revision, line, result JSON, event 1 JSON, event 2 JSON}
 --       | {'valid', growth tokens} | {'clear'} (guard mode) | {'guarded', count}
 --       | {'discarded', cause}
@@ -132,7 +133,7 @@ local function apply_draft(KEYS, ARGV)
   local ev1 = string.sub(ARGV[9], 1, -2) .. fields .. '}'
   local ev2 = string.sub(ARGV[10], 1, -2) .. fields .. ',"result":' .. result .. '}'
 
-  redis.call('HSET', KEYS[8], unpack(ARGV, 15))
+  redis.call('HSET', KEYS[8], unpack(cjson.decode(ARGV[15])))
   redis.call('HSET', KEYS[8], 'entry', line, 'resultEntryId', new_id, 'result', result)
   redis.call('EXPIRE', KEYS[8], ARGV[7])
   redis.call('XADD', KEYS[9], 'MAXLEN', '~', ARGV[8], '*', 'type', 'session_compact',

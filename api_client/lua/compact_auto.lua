@@ -9,21 +9,9 @@
 -- 'nodraft': the caller notes the discard, then enqueues), or {'enqueued', enqueue's reply...},
 -- or enqueue's error reply.
 local nkeys, nargs = tonumber(ARGV[1]), tonumber(ARGV[2])
-local draft_keys, draft_args, job_keys, job_args = {}, {}, {}, {}
-for i = 1, #KEYS do
-  if i <= nkeys then
-    draft_keys[#draft_keys + 1] = KEYS[i]
-  else
-    job_keys[#job_keys + 1] = KEYS[i]
-  end
-end
-for i = 3, #ARGV do
-  if i <= nargs + 2 then
-    draft_args[#draft_args + 1] = ARGV[i]
-  else
-    job_args[#job_args + 1] = ARGV[i]
-  end
-end
+-- unpack copies in C: a Lua loop over the ~70 arguments cost ~3 us of a ~40 us call.
+local draft_keys, job_keys = {unpack(KEYS, 1, nkeys)}, {unpack(KEYS, nkeys + 1)}
+local draft_args, job_args = {unpack(ARGV, 3, nargs + 2)}, {unpack(ARGV, nargs + 3)}
 local tried = apply_draft(draft_keys, draft_args)
 if not (tried[1] == 'clear' or (tried[1] == 'discarded' and tried[2] == 'nodraft')) then
   return tried

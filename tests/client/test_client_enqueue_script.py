@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gc
 import json
 import os
 import threading
@@ -118,6 +119,7 @@ def test_construction_renders_the_request_path_templates_without_io(
 
     drafts._draft_texts.cache_clear()
     redis_broker._envelopes.cache_clear()
+    gc.collect()  # an earlier test's Monitor, closed when collected, would change the count
     clients_before = _connected_clients(raw)
     built = CompactionClient(settings)
     try:
@@ -133,12 +135,35 @@ def _connected_clients(raw: redis.Redis[str]) -> int:
 
 
 def test_warm_writes_nothing(client: CompactionClient, raw: redis.Redis[str]) -> None:
-    # warm() runs read-only draft checks of a session that does not exist, down the path an
-    # automatic compaction takes.
+    # warm() runs automatic compactions of a session that does not exist, down the path a real
+    # one takes: the script that combines the draft check and the enqueue runs in Redis too.
     before = raw.dbsize()
+    raw.config_resetstat()
     client.warm()
     assert raw.dbsize() == before
     assert not list(raw.scan_iter("*warm-probe*"))
+    stats = raw.info("commandstats")
+    assert stats["cmdstat_evalsha"]["calls"] >= 8 and stats["cmdstat_exists"]["calls"] >= 8
+    assert not any(name in stats for name in ("cmdstat_hset", "cmdstat_zadd", "cmdstat_lpush"))
+
+
+def test_warm_writes_nothing_async_or_with_the_broker_elsewhere(
+        settings: ClientSettings, own_redis: Any, raw: redis.Redis[str]) -> None:
+    # With the broker on another Redis the enqueue indexes its job before its script runs:
+    # warm() builds that call without sending it.
+    broker: redis.Redis[str] = redis.Redis.from_url(own_redis.url, decode_responses=True)
+    before = raw.dbsize(), broker.dbsize()
+
+    async def run() -> None:
+        async with AsyncCompactionClient(settings) as ac:
+            await ac.warm()
+
+    asyncio.run(run())
+    with CompactionClient(settings.model_copy(update={"broker_url": own_redis.url})) as client:
+        assert client.broker_mode == "redis"
+        client.warm()
+    assert (raw.dbsize(), broker.dbsize()) == before
+    broker.close()
 
 
 @pytest.mark.parametrize("warm", [False, True])

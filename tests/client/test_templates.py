@@ -7,7 +7,7 @@ import json
 import pytest
 
 from api_client import ClientSettings
-from api_client._templates import SLOTS, escaped, template
+from api_client._templates import SLOTS, escaped, quoted, template
 from api_client.drafts import _call, _record
 from api_client.keys import KeyLayout
 from api_client.wire import CompactReason, EventType, JobEvent, JobState
@@ -60,7 +60,8 @@ def test_draft_call_matches_the_wire_models(session_id: str, reason: CompactReas
     assert script.args[1] == job_id and job_id.startswith(session_id + ":")
     assert script.args[8] == compacted.to_json()
     assert script.args[9] == done.to_json()
-    fields = script.args[14:]
+    assert len(script.args) == 15
+    fields = json.loads(script.args[14])
     assert dict(zip(fields[::2], fields[1::2], strict=True)) == record.to_redis()
     assert len(fields) == 2 * len(record.to_redis())
 
@@ -71,3 +72,20 @@ def test_two_calls_differ_in_job_id_and_events() -> None:
     assert job_a != job_b
     assert json.loads(first.args[8])["jobId"] == job_a
     assert json.loads(second.args[8])["jobId"] == job_b
+
+
+def test_escaped_agrees_with_json_dumps_for_every_character() -> None:
+    # escaped() skips json.dumps when nothing needs escaping: every BMP character (surrogates
+    # included, which json.dumps leaves alone without ensure_ascii) and a few astral ones,
+    # alone and inside an id.
+    chars = [chr(c) for c in range(0x10000)] + ["😀", "\U0010ffff"]
+    for char in chars:
+        for value in (char, f"id-{char}-x"):
+            assert escaped(value) == json.dumps(value, ensure_ascii=False)[1:-1], repr(value)
+
+
+def test_quoted_agrees_with_json_dumps_for_every_character() -> None:
+    chars = [chr(c) for c in range(0x10000)] + ["😀", "\U0010ffff"]
+    for char in chars:
+        for value in (char, f"['sid-{char}:0f']"):
+            assert quoted(value) == json.dumps(value), repr(value)
