@@ -304,9 +304,9 @@ class CompactionClient(_ClientCore):
     def warm(self) -> None:
         """Do now the I/O the first call would otherwise pay for: connect, load the Lua
         scripts into Redis and run the request path (compactions of a session that does not
-        exist: nothing is written); build the broker producer (RabbitMQ). The client built the scripts' objects and the request path's
-        templates at construction. Optional; raises :class:`BrokerUnavailableError` when
-        down."""
+        exist: nothing is written); build the broker producer (RabbitMQ). The client built
+        the scripts' objects and the request path's templates at construction. Optional;
+        raises :class:`BrokerUnavailableError` when down."""
         self.io.run(self._warm())
         if self.broker_mode == "kombu":
             self.producer.app()
