@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -110,6 +111,23 @@ def test_draft_applied_after_the_agent_appended(client: CompactionClient,
     while (sid, entry["id"]) not in hooks.COMPACTED and time.monotonic() < deadline:
         time.sleep(0.05)
     assert (sid, entry["id"]) in hooks.COMPACTED
+
+
+@pytest.mark.parametrize("odd", ['quote"back\\slash', "ünï-会话-😀"])
+def test_applied_draft_record_for_an_id_that_needs_escaping(client: CompactionClient,
+                                                            demo_text: str, odd: str) -> None:
+    # The draft job's record travels as one JSON array that apply_draft.lua decodes: an id
+    # with a quote, a backslash or non-ASCII text comes back as it went.
+    sid = client.sessions.import_jsonl(demo_text, f"{odd}-{uuid.uuid4().hex[:8]}")
+    speculate(client, sid)
+    handle = client.compact(sid, reason="overflow", context_window=123_456)
+    assert handle.from_draft
+    record = handle.record()
+    assert (record.id, record.session_id, record.state.value) == (handle.id, sid, "succeeded")
+    assert (record.reason, record.context_window, record.attempts) == ("overflow", 123_456, 0)
+    assert record.created_at == record.started_at == record.finished_at
+    [end] = completions(client, sid, handle.id)
+    assert end.session_id == sid and end.job_id == handle.id
 
 
 def _normal_job_after_discard(client: CompactionClient, sid: str, cause: str) -> None:
