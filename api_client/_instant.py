@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 from api_client._calls import Flow
 from api_client._decide import should_compact, should_precompute
@@ -25,8 +25,6 @@ if TYPE_CHECKING:
     from api_client._aclient import AsyncCompactionClient
     from api_client._client import CompactionClient
     from api_client._producer import TaskProducer
-
-    _Client: TypeAlias = CompactionClient | AsyncCompactionClient
 
 # Counted and refused by the loop guard (README "Instant compaction"; manual never is).
 GUARDED = (CompactReason.THRESHOLD, CompactReason.OVERFLOW)
