@@ -157,8 +157,14 @@ class _ClientCore:
         the enqueue stops at the missing header): its first call runs no code for the first
         time, on the client or in Redis, and nothing is written. (With the broker elsewhere
         the enqueue call is built and dropped: it would index the job before its script.)"""
-        yield Pipeline(tuple(cmd("script_load", lua(n)) for n in _script_names()),
-                       transaction=False)
+        loads = tuple(cmd("script_load", lua(n)) for n in _script_names())
+        if self.settings.redis_cluster:
+            # A cluster pipeline refuses SCRIPT LOAD; a command of its own goes to every primary.
+            # (Not `yield from loads`: the shell sends each reply in, and a tuple takes none.)
+            for load in loads:  # noqa: UP028
+                yield load
+        else:
+            yield Pipeline(loads, transaction=False)
         probe = f"{_WARM_PROBE}-{secrets.token_hex(8)}"  # never a platform's session
         jobs = _JobCore(self.settings, self.layout)
         for _ in range(_WARM_ROUNDS):
