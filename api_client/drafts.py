@@ -40,6 +40,7 @@ from api_client._calls import Command, Flow, Pipeline, Script, cmd
 from api_client._templates import SLOTS, Template, escaped, template
 from api_client.errors import CompactionLoopError, InvalidRequestError
 from api_client.events import event_fields
+from api_client.jobs import check_context_window
 from api_client.keys import KeyLayout
 from api_client.settings import ClientSettings
 from api_client.wire import (
@@ -193,6 +194,8 @@ def apply_draft(layout: KeyLayout, settings: ClientSettings, session_id: str,
     if why not in (CompactReason.THRESHOLD, CompactReason.OVERFLOW):
         raise InvalidRequestError(f"a draft is applied by a threshold or overflow compaction, "
                                   f"not {why.value}")
+    # The window goes into the record's JSON argument as written: a number, or nothing.
+    context_window = check_context_window(context_window)
     script, job_id = _call(layout, settings, session_id, why, "apply" if use_draft else "guard",
                            context_window)
     if then is not None:

@@ -8,7 +8,8 @@ import pytest
 
 from api_client import ClientSettings
 from api_client._templates import SLOTS, escaped, quoted, template
-from api_client.drafts import _call, _record
+from api_client.drafts import _call, _record, apply_draft
+from api_client.errors import InvalidRequestError
 from api_client.keys import KeyLayout
 from api_client.wire import CompactReason, EventType, JobEvent, JobState
 
@@ -89,3 +90,12 @@ def test_quoted_agrees_with_json_dumps_for_every_character() -> None:
     for char in chars:
         for value in (char, f"['sid-{char}:0f']"):
             assert quoted(value) == json.dumps(value), repr(value)
+
+
+@pytest.mark.parametrize("window", ["200000", '1"]', True, 0, -5, 1.5])
+def test_apply_draft_refuses_a_window_that_is_no_positive_int(window: object) -> None:
+    # The window is written into the record's JSON argument as is: only a positive int may be.
+    flow = apply_draft(LAYOUT, SETTINGS, "s1", CompactReason.THRESHOLD,
+                       context_window=window)  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequestError, match="context_window must be a positive int"):
+        next(flow)
