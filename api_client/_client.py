@@ -166,13 +166,12 @@ class _ClientCore:
         else:
             yield Pipeline(loads, transaction=False)
         probe = f"{_WARM_PROBE}-{secrets.token_hex(8)}"  # never a platform's session
-        jobs = _JobCore(self.settings, self.layout)
+        jobs, inline_db = _JobCore(self.settings, self.layout), self._inline_db()
         for _ in range(_WARM_ROUNDS):
             request = self._request(JobKind.COMPACT, CompactReason.THRESHOLD)
             with contextlib.suppress(SessionNotFoundError):
-                yield from _instant._attempt(jobs, probe, request, self._inline_db(),
-                                             time.perf_counter())
-            if self._inline_db() is None:  # that enqueue indexes its job first: built only
+                yield from _instant._attempt(jobs, probe, request, inline_db, time.perf_counter())
+            if inline_db is None:  # that enqueue indexes its job first: built only
                 enqueue_call(self.layout, self.settings, probe, JobKind.COMPACT,
                              CompactReason.THRESHOLD, None, None)
 

@@ -18,7 +18,7 @@ from api_client._decide import should_compact, should_precompute
 from api_client._handle import AsyncJobHandle, JobHandle
 from api_client.drafts import DraftOutcome, apply_draft, check_draft, refuse, uses_draft
 from api_client.errors import BrokerUnavailableError
-from api_client.jobs import EnqueueResult, _JobCore, check_context_window, parse_enqueue
+from api_client.jobs import EnqueueResult, _JobCore, parse_enqueue
 from api_client.wire import DRAFT_APPLIED_ROUTE, CompactReason, JobKind
 
 if TYPE_CHECKING:
@@ -68,7 +68,8 @@ def _attempt(jobs: _JobCore, session_id: str, request: dict[str, Any],
     """The loop guard, the draft and — when no draft was there — the enqueue, in one round trip
     (automatic reasons only; ``compact_auto.lua``)."""
     reason, instructions = request["reason"], request["instructions"]
-    context_window = check_context_window(request.get("context_window"))
+    # Checked where it is written: enqueue_call and apply_draft.
+    context_window = request.get("context_window")
     if reason not in GUARDED:
         return _Tried()
     # Combined only when the script can index the job itself (the broker is this Redis): else

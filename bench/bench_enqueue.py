@@ -64,6 +64,7 @@ print(json.dumps({"construct_ms": (t1 - t0) * 1e3, "warm_ms": (t2 - t1) * 1e3,
                   "first_of_later_rounds_ms": statistics.median(r[0] for r in rounds[1:]) * 1e3}))
 """
 
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
