@@ -5,12 +5,12 @@ PY := $(VENV)/bin/python
 # tests that need it put this folder on sys.path (tests/hooks/conftest.py).
 TEST_PLUGINS := build/test-plugins
 
-.PHONY: install install-test-plugins test lint typecheck check demo bench chaos recovery-bench clean
+.PHONY: install install-test-plugins test test-unit lint typecheck check demo bench chaos recovery-bench clean
 
 install:
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,fast]'
+	$(PY) -m pip install -q -e '.[worker,dev,fast]'
 
 install-test-plugins:
 	rm -rf $(TEST_PLUGINS)
@@ -18,6 +18,11 @@ install-test-plugins:
 
 test: install-test-plugins
 	$(PY) -m pytest -q
+
+# The fast lane: every test that needs no Redis server, broker or worker (under a minute).
+# `integration` marks the others (tests/conftest.py); `make test` and `make check` run all.
+test-unit: install-test-plugins
+	$(PY) -m pytest -q -m "not integration"
 
 lint:
 	$(VENV)/bin/ruff check worker api_client tests bench

@@ -1,7 +1,7 @@
 """Compactor's thin client: sessions in Redis, compaction jobs for Celery workers.
 
-The names here are the platform's API. The contract the workers share lives in the public
-modules (``api_client.wire``, ``.keys``, ``.jobs``, ``.events``, ``.settings``, ``.redis_conn``).
+The names here are the platform's API (implemented in ``api_client.client``). The contract the
+workers share is ``api_client.contract`` (session model, wire models, keys, errors, scripts).
 
 Importing this package is cheap: only the error tree loads eagerly. Everything else (redis,
 pydantic, celery) loads on first use of a name, through ``__getattr__``.
@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from api_client.errors import (
+from api_client.contract.errors import (
     AlreadyCompactedError,
     BrokerUnavailableError,
     ClientError,
@@ -56,17 +56,16 @@ from api_client.errors import (
 )
 
 if TYPE_CHECKING:
-    from api_client._aclient import AsyncCompactionClient
-    from api_client._client import CompactionClient
-    from api_client._decide import should_compact, should_precompute
-    from api_client._handle import AsyncJobHandle, JobHandle, JobResult
-    from api_client._instant import ObserveResult
-    from api_client.events import AsyncEventReader, EventReader
-    from api_client.overflow import is_context_overflow
-    from api_client.session.context import LlmContext
-    from api_client.session_store import AsyncSessionStore, SessionStore, Snapshot
-    from api_client.settings import ClientSettings
-    from api_client.wire import (
+    from api_client.client.async_client import AsyncCompactionClient
+    from api_client.client.event_readers import AsyncEventReader, EventReader
+    from api_client.client.handles import AsyncJobHandle, JobHandle, JobResult, ObserveResult
+    from api_client.client.sessions import AsyncSessionStore, SessionStore, Snapshot
+    from api_client.client.sync_client import CompactionClient
+    from api_client.client.thresholds import should_compact, should_precompute
+    from api_client.contract.overflow import is_context_overflow
+    from api_client.contract.session.context import LlmContext
+    from api_client.contract.settings import ClientSettings
+    from api_client.contract.wire import (
         CompactReason,
         EventType,
         JobEvent,
@@ -77,29 +76,29 @@ if TYPE_CHECKING:
     )
 
 _LAZY: dict[str, str] = {
-    "AsyncCompactionClient": "_aclient",
-    "CompactionClient": "_client",
-    "AsyncJobHandle": "_handle",
-    "JobHandle": "_handle",
-    "JobResult": "_handle",
-    "should_compact": "_decide",
-    "should_precompute": "_decide",
-    "ObserveResult": "_instant",
-    "AsyncEventReader": "events",
-    "EventReader": "events",
-    "is_context_overflow": "overflow",
-    "LlmContext": "session.context",
-    "AsyncSessionStore": "session_store",
-    "SessionStore": "session_store",
-    "Snapshot": "session_store",
-    "ClientSettings": "settings",
-    "CompactReason": "wire",
-    "EventType": "wire",
-    "JobEvent": "wire",
-    "JobKind": "wire",
-    "JobRecord": "wire",
-    "JobState": "wire",
-    "PruneResult": "wire",
+    "AsyncCompactionClient": "client.async_client",
+    "CompactionClient": "client.sync_client",
+    "AsyncJobHandle": "client.handles",
+    "JobHandle": "client.handles",
+    "JobResult": "client.handles",
+    "should_compact": "client.thresholds",
+    "should_precompute": "client.thresholds",
+    "ObserveResult": "client.handles",
+    "AsyncEventReader": "client.event_readers",
+    "EventReader": "client.event_readers",
+    "is_context_overflow": "contract.overflow",
+    "LlmContext": "contract.session.context",
+    "AsyncSessionStore": "client.sessions",
+    "SessionStore": "client.sessions",
+    "Snapshot": "client.sessions",
+    "ClientSettings": "contract.settings",
+    "CompactReason": "contract.wire",
+    "EventType": "contract.wire",
+    "JobEvent": "contract.wire",
+    "JobKind": "contract.wire",
+    "JobRecord": "contract.wire",
+    "JobState": "contract.wire",
+    "PruneResult": "contract.wire",
 }
 
 __all__ = [

@@ -21,7 +21,7 @@ from typing import Any
 
 from celery import Celery
 
-from api_client.wire import BROKER_TRANSPORT_OPTIONS
+from api_client.contract.wire import BROKER_TRANSPORT_OPTIONS
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = (REPO / "worker" / "data" / "demo-session.jsonl").read_text(encoding="utf-8")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from _report import Report
 
-from api_client.session import load_session
+from api_client.contract.session import load_session
 from worker.compaction import CompactionSettings, get_tokenizer, plan_prune, prepare_compaction
 from worker.tokens import TiktokenTokenizer
 

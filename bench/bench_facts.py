@@ -19,8 +19,8 @@ import os
 import time
 from pathlib import Path
 
-from api_client.session import Entry, load_session
-from api_client.session.convert import convert_to_llm, for_compaction
+from api_client.contract.session import Entry, load_session
+from api_client.contract.session.convert import convert_to_llm, for_compaction
 from worker.compaction import (
     CompactionSettings,
     compact,
@@ -39,7 +39,7 @@ from worker.compaction.ledger import hook_compaction_with_facts, summary_budget
 from worker.compaction.prepare import Preparation
 from worker.llm import build_summarizer
 from worker.llm.settings import LlmSettings
-from worker.summarizer_types import CancelToken, Summarizer, SummaryRequest, SummaryResult, Usage
+from worker.summary_requests import CancelToken, Summarizer, SummaryRequest, SummaryResult, Usage
 from worker.tokens import Tokenizer
 
 REPO = Path(__file__).resolve().parents[1]

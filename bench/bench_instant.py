@@ -117,7 +117,7 @@ def main() -> None:
         with start_worker(app, pool="threads", concurrency=n + 2, perform_ping_check=False,
                           loglevel="WARNING", shutdown_timeout=60), CompactionClient(url) as client:
             client.ping()
-            client.producer.app()  # import celery before timing
+            client.warm()  # connect and load the scripts before timing
             cold = in_threads(lambda s: stall(client, s), sessions(client, n))
             assert not any(from_draft for _, from_draft in cold)
             warm_ids = sessions(client, n)

@@ -45,8 +45,8 @@ def child(name: str, folder: Path, step: str, growths: int) -> None:
     """One step's process (see the module's doc): the jobs up to ``step``, nothing printed."""
     import bench_overhead as overhead
 
-    from api_client.entry_cache import EntryCache
     from worker.compaction import get_tokenizer
+    from worker.store.entry_cache import EntryCache
     from worker.tokens import cl100k_counter
 
     session, grown = overhead._held(name, folder)

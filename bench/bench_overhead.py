@@ -68,8 +68,8 @@ def _grown(text: str, share: float = 0.10, salt: int = 0, of: str = "context") -
     characters of its stored JSON. The two agree on large-session (no compaction in it); on
     before-compaction 60 % of the file is history its two compactions summarized: 10 % of the
     file is 25 % of its context, enough new text to cross a 200k window."""
-    from api_client.session import load_session
-    from api_client.session.context import context_messages
+    from api_client.contract.session import load_session
+    from api_client.contract.session.context import context_messages
     from worker.tokens import EstimateTokenizer
 
     lines = [json.loads(line) for line in text.splitlines() if line.strip()]
@@ -131,7 +131,7 @@ def _router(tokenizer_name: str) -> Any:
     from worker.llm.providers.base import Reply
     from worker.llm.router import Router
     from worker.llm.settings import ModelCandidate
-    from worker.summarizer_types import Usage
+    from worker.summary_requests import Usage
     from worker.tokens import get_tokenizer
 
     class Instant:
@@ -152,7 +152,7 @@ def _router(tokenizer_name: str) -> Any:
 
 def _stored(text: str) -> list[Any]:
     """The load pipeline's replies for ``text`` as stored: [header, rev, leaf, order, entries]."""
-    from api_client.session import dump_record, load_session
+    from api_client.contract.session import dump_record, load_session
 
     session = load_session(text)
     order = [e.id for e in session.entries]
@@ -166,8 +166,8 @@ def _job(replies: list[Any], tokenizer: Any, router: Any, entries: Any,
     the snapshot (through the worker's entry cache), the prune pass, the plan, the requests,
     the context after the commit. ``shared``: the session's counts as another worker stored
     them (loaded first; what this job tokenizes is added, as ``_compact._prime`` does)."""
-    from api_client.session import parse_entry
-    from api_client.session_store import build_snapshot
+    from api_client.contract.session import parse_entry
+    from api_client.contract.snapshots import build_snapshot
     from worker.compaction import (
         CompactionSettings,
         compact,
@@ -207,7 +207,7 @@ def write_texts(name: str, folder: Path) -> None:
     context growths' messages and more, and the same words would be counted already. Made by
     the parent: a child that measured the context ran the worker's counting code before its
     cold plan, which then took 10-15 % less time than a worker's first plan."""
-    from api_client.session import load_session
+    from api_client.contract.session import load_session
 
     text = load_session((FIXTURES / f"{name}.jsonl").read_text(encoding="utf-8")).to_jsonl()
     (folder / f"{name}.jsonl").write_text(text, encoding="utf-8")
@@ -235,7 +235,7 @@ def _settled() -> None:
 def _import_job_modules() -> None:
     import importlib
 
-    for module in ("api_client.session", "api_client.session_store", "worker.compaction"):
+    for module in ("api_client.contract.session", "api_client.client.sessions", "worker.compaction"):
         importlib.import_module(module)
 
 
@@ -250,8 +250,8 @@ def child_grown(name: str, tokenizer_name: str, folder: Path) -> dict[str, Any]:
     The process holds what ``child``'s does when it plans cold (the session and its growths,
     as stored): a cold plan here took 20-30 % less time in a process that held only the
     session, so like is compared with like."""
-    from api_client.entry_cache import EntryCache
     from worker.compaction import get_tokenizer
+    from worker.store.entry_cache import EntryCache
 
     held = _held(name, folder)
     grown = held[1][0]
@@ -267,8 +267,8 @@ def child_grown(name: str, tokenizer_name: str, folder: Path) -> dict[str, Any]:
 
 
 def child(name: str, tokenizer_name: str, folder: Path) -> dict[str, Any]:
-    from api_client.entry_cache import EntryCache
     from worker.compaction import get_tokenizer
+    from worker.store.entry_cache import EntryCache
 
     path, grown = _held(name, folder)
     growths, file_growths = grown[:GROWTHS], grown[GROWTHS:]
@@ -323,8 +323,8 @@ def _forget_process(tokenizer_name: str) -> None:
 def redis_part(name: str, shared_counts: int, runs: int = 5) -> dict[str, float]:
     import redis
 
-    from api_client.keys import KeyLayout
-    from api_client.session_store import SessionStore
+    from api_client.client.sessions import SessionStore
+    from api_client.contract.keys import KeyLayout
     from worker.demo import embedded_redis
     from worker.store import CommitStore
 

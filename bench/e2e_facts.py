@@ -31,7 +31,7 @@ from _loopback import loopback_model
 from bench_facts import FIXTURES, last_tokens
 
 from api_client import ClientSettings, CompactionClient
-from api_client.session import load_session
+from api_client.contract.session import load_session
 from worker.compaction import get_tokenizer
 from worker.compaction.facts import FACT_KINDS
 

@@ -40,6 +40,34 @@ def pi_file(request: pytest.FixtureRequest) -> Path:
     return _require_fixtures() / f"{request.param}.jsonl"
 
 
+# The fast lane (`make test-unit` = `pytest -m "not integration"`) runs what needs no server.
+# A test is `integration` when it needs a Redis server, a broker or a worker: it is in one of
+# these folders, or one of these fixtures is in its fixture closure (directly or through another
+# fixture), or it carries the marker itself (a module-local fixture or a test body that starts a
+# server marks its tests explicitly).
+INTEGRATION_DIRS = ("runtime", "recovery")
+INTEGRATION_FIXTURES = frozenset({
+    "redis_proc", "redis_url", "own_redis",  # here
+    "module_redis",  # tests/runtime/conftest.py: an embedded redis-server per module
+    "aof_redis", "redis_cluster", "amqp_url",  # tests/recovery/conftest.py (amqp: RabbitMQ)
+})
+
+
+def needs_servers(item: pytest.Item) -> bool:
+    """Whether ``item`` is an integration test (see INTEGRATION_FIXTURES)."""
+    path = Path(str(item.path)).resolve()
+    return (any(path.is_relative_to(REPO / "tests" / d) for d in INTEGRATION_DIRS)
+            or not INTEGRATION_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
+            or item.get_closest_marker("integration") is not None)
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if needs_servers(item) and item.get_closest_marker("integration") is None:
+            item.add_marker(pytest.mark.integration)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from test_tokens import _ALPHABET
 
-from api_client.errors import ConfigurationError
+from api_client.contract.errors import ConfigurationError
 from helpers.sessions import user
 from worker.tokens import JobTokenizer, TiktokenTokenizer, TokenCache, bpe
 from worker.tokens import counting as counting_module

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from api_client.entry_cache import EntryCache
-from api_client.errors import SessionFormatError
-from api_client.session import dump_record
-from api_client.session_store import build_snapshot
+from api_client.contract.errors import SessionFormatError
+from api_client.contract.session import dump_record
+from api_client.contract.snapshots import build_snapshot
+from worker.store.entry_cache import EntryCache
 
 
 def _replies(texts: dict[str, str]) -> list[object]:

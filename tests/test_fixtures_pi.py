@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from api_client.session import CompactionEntry, MessageEntry, load_session
+from api_client.contract.session import CompactionEntry, MessageEntry, load_session
 from worker.compaction import (
     CompactionSettings,
     build_session_context,
@@ -120,7 +120,7 @@ def test_branch_collection_over_the_whole_path(pi_file: Path) -> None:
 @pytest.mark.parametrize("keep", [2_000, 20_000])
 def test_no_plan_on_a_real_session_orphans_a_tool_result(pi_file: Path, keep: int) -> None:
     # Q22 over real files: compact at every 7th entry of the path as if it were the leaf.
-    from api_client.session import SessionTree, parse_entry
+    from api_client.contract.session import SessionTree, parse_entry
     from worker.compaction.toolpairs import orphaned_tool_results
 
     session = _load(pi_file)
@@ -172,7 +172,7 @@ def test_a_summary_that_keeps_nothing_still_leaves_the_facts_findable(pi_file: P
     from worker.compaction import compact
     from worker.compaction.facts import CLOSE, OPEN, default_fact_budget, estimate_tokens
     from worker.compaction.ledger import summary_budget
-    from worker.summarizer_types import SummaryResult, Usage
+    from worker.summary_requests import SummaryResult, Usage
 
     class FixedText:
         def summarize(self, request: object, cancel: object = None) -> SummaryResult:

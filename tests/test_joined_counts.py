@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 from test_tokens import _ALPHABET
 
-from api_client.session import load_session
+from api_client.contract.session import load_session
 from helpers.sessions import chain, tool_result, user
 from worker.compaction import CompactionSettings, compact, prepare_compaction
 from worker.compaction.summarize import RequestOptions, history_request
 from worker.llm.chunking import RequestCounter
-from worker.summarizer_types import SummaryRequest, SummaryResult, Usage
+from worker.summary_requests import SummaryRequest, SummaryResult, Usage
 from worker.tokens import TiktokenTokenizer, TokenCache, get_tokenizer
 from worker.tokens import cache as token_cache
 

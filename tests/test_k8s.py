@@ -15,7 +15,13 @@ from typing import Any
 import pytest
 import yaml
 
-from api_client.wire import BROKER_TRANSPORT_OPTIONS, QUEUES, CompactReason, JobKind, route_for
+from api_client.contract.wire import (
+    BROKER_TRANSPORT_OPTIONS,
+    QUEUES,
+    CompactReason,
+    JobKind,
+    route_for,
+)
 from worker.settings import WorkerSettings
 
 REPO = Path(__file__).resolve().parents[1]

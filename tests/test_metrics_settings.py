@@ -11,7 +11,7 @@ from worker.llm import ModelCandidate
 from worker.metrics import DEFAULT_ADDRESS, METRIC_NAMES
 from worker.queue_depth import redis_list_names
 from worker.settings import WorkerSettings
-from worker.summarizer_types import Usage
+from worker.summary_requests import Usage
 
 
 def _settings(monkeypatch: pytest.MonkeyPatch, **env: str) -> WorkerSettings:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from api_client.overflow import (
+from api_client.contract.overflow import (
     is_context_overflow,
     is_overflow_text,
     is_retryable_error_text,

@@ -16,8 +16,12 @@ CHECK = ("import sys, importlib; importlib.import_module({module!r}); "
     [
         ("worker.compaction", ["redis", "celery", "httpx", "kombu"]),
         ("worker.compaction.summarize", ["redis", "celery", "httpx", "kombu"]),
-        ("api_client.session", ["redis", "celery", "httpx", "kombu", "worker", "tiktoken"]),
-        ("api_client", ["worker", "tiktoken", "httpx"]),
+        ("api_client.contract.session",
+         ["redis", "celery", "httpx", "kombu", "worker", "tiktoken"]),
+        ("api_client", ["worker", "tiktoken", "httpx", "celery", "kombu"]),
+        # The thin client on a Redis broker: no Celery, kombu, tokenizer or HTTP library.
+        ("api_client.client.sync_client", ["worker", "tiktoken", "httpx", "celery", "kombu"]),
+        ("api_client.client.async_client", ["worker", "tiktoken", "httpx", "celery", "kombu"]),
     ],
 )
 def test_import_does_not_load(module: str, banned: list[str]) -> None:
@@ -27,10 +31,13 @@ def test_import_does_not_load(module: str, banned: list[str]) -> None:
 
 
 ROOT = Path(__file__).resolve().parents[1]
+# The worker's job path sees only the contract; the CLI and the demo drive Compactor as a
+# platform does, through the public client API (``from api_client import CompactionClient``).
+PLATFORM_SIDE = ("worker/cli/", "worker/demo.py")
 
 
-def _private_api_client_imports(path: Path, root: Path = ROOT) -> list[str]:
-    """``api_client`` modules (or names) with a leading underscore that ``path`` imports."""
+def _api_client_imports(path: Path, root: Path = ROOT) -> list[tuple[str, str]]:
+    """(``file:line``, module or name) for every ``api_client`` import in ``path``."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
         if isinstance(node, ast.Import):
@@ -39,16 +46,63 @@ def _private_api_client_imports(path: Path, root: Path = ROOT) -> list[str]:
             modules = [f"{node.module}.{alias.name}" for alias in node.names]
         else:
             continue
-        for module in modules:
-            parts = module.split(".")
-            if parts[0] == "api_client" and any(p.startswith("_") for p in parts[1:]):
-                found.append(f"{path.relative_to(root)}:{node.lineno} {module}")
+        where = f"{path.relative_to(root)}:{node.lineno}"
+        found += [(where, m) for m in modules if m.split(".")[0] == "api_client"]
     return found
 
 
+def _private_api_client_imports(path: Path, root: Path = ROOT) -> list[str]:
+    """``api_client`` modules (or names) with a leading underscore that ``path`` imports."""
+    return [f"{where} {module}" for where, module in _api_client_imports(path, root)
+            if any(p.startswith("_") for p in module.split(".")[1:])]
+
+
+def _worker_sources(platform_side: bool = False) -> list[Path]:
+    return [p for p in sorted((ROOT / "worker").rglob("*.py"))
+            if platform_side or not str(p.relative_to(ROOT)).startswith(PLATFORM_SIDE)]
+
+
 def test_worker_imports_only_the_public_contract_of_api_client() -> None:
-    offenders = [hit for path in sorted((ROOT / "worker").rglob("*.py"))
+    offenders = [hit for path in _worker_sources(platform_side=True)
                  for hit in _private_api_client_imports(path)]
+    assert offenders == []
+
+
+def test_the_workers_job_path_imports_the_contract_and_nothing_else_of_api_client() -> None:
+    offenders = [f"{where} {module}" for path in _worker_sources()
+                 for where, module in _api_client_imports(path)
+                 if not module.startswith("api_client.contract.")]
+    assert offenders == []
+
+
+@pytest.mark.parametrize(("package", "banned"), [
+    ("api_client", ("worker",)),
+    ("api_client/contract", ("api_client.client", "worker")),
+])
+def test_the_client_never_imports_the_worker_nor_the_contract_the_client(
+        package: str, banned: tuple[str, ...]) -> None:
+    assert _offending(package, banned) == []
+
+
+def _class_bases(path: Path) -> list[tuple[str, str]]:
+    """(class, the module its base was imported from) for each base named by an import."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    origin = {alias.asname or alias.name: node.module for node in ast.walk(tree)
+              if isinstance(node, ast.ImportFrom) and node.module for alias in node.names}
+    return [(node.name, origin[base.id]) for node in ast.walk(tree)
+            if isinstance(node, ast.ClassDef) for base in node.bases
+            if isinstance(base, ast.Name) and base.id in origin]
+
+
+# One exception root for both sides, and the worker's settings extend the client's.
+ALLOWED_BASES = ("api_client.contract.errors", "api_client.contract.settings")
+
+
+def test_no_worker_class_subclasses_a_client_class_settings_aside() -> None:
+    """The worker's store composes contract code; errors and settings extend the contract's."""
+    offenders = [f"{path.relative_to(ROOT)}: {cls}({module})" for path in _worker_sources()
+                 for cls, module in _class_bases(path)
+                 if module.startswith("api_client") and module not in ALLOWED_BASES]
     assert offenders == []
 
 
@@ -58,8 +112,9 @@ def test_worker_imports_only_the_public_contract_of_api_client() -> None:
         ("from api_client._wire import JobKind\n", ["x.py:1 api_client._wire.JobKind"]),
         ("import api_client._keys\n", ["x.py:1 api_client._keys"]),
         ("from api_client import _client\n", ["x.py:1 api_client._client"]),
-        ("from api_client.session import _tree\n", ["x.py:1 api_client.session._tree"]),
-        ("from api_client.wire import JobKind\nimport api_client.errors\n", []),
+        ("from api_client.contract.session import _tree\n",
+         ["x.py:1 api_client.contract.session._tree"]),
+        ("from api_client.contract.wire import JobKind\nimport api_client.contract.errors\n", []),
         ("from worker._x import y\nfrom . import _z\n", []),
     ],
 )
@@ -89,7 +144,8 @@ def test_the_workers_job_lifecycle_is_not_in_api_client() -> None:
 
 # --- static layering: which worker packages may import which (every import statement counts,
 # lazy ones inside functions and TYPE_CHECKING ones included) ---------------------------------
-LEAVES = ["worker/tokens", "worker/jsjson.py", "worker/summarizer_types.py", "worker/memo.py"]
+LEAVES = [p for p in ("worker/tokens", "worker/jsjson.py", "worker/summarizer_types.py",
+                       "worker/memo.py") if (ROOT / p).exists()]
 
 
 def _imported_modules(source: Path) -> list[str]:

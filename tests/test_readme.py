@@ -43,6 +43,7 @@ def test_readme_has_python_blocks() -> None:
     assert len(blocks()) >= 8
 
 
+@pytest.mark.integration  # readme_env starts a Redis and a worker
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(("line", "code"), blocks(), ids=[f"line{n}" for n, _ in blocks()])
 def test_block_runs(readme_env: dict[str, Any], line: int, code: str) -> None:

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from api_client.session import load_session
+from api_client.contract.session import load_session
 from helpers.sessions import assistant, chain, chars, tool_result, user
 from worker.compaction import CompactionSettings, compact, plan_prune, prepare_compaction
-from worker.summarizer_types import SummaryResult, Usage
+from worker.summary_requests import SummaryResult, Usage
 from worker.tokens import EstimateTokenizer, TiktokenTokenizer, TokenCache, get_tokenizer
 from worker.tokens.counting import SEGMENT_MIN_CHARS, count_pieces, segments
 
@@ -283,10 +283,10 @@ def test_the_request_counter_shares_the_planners_message_counts() -> None:
 
 def test_priming_counts_a_large_session_ahead_and_exactly(pi_file: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    # A cold plan tokenizes the session on several threads first (worker.service._compact);
+    # A cold plan tokenizes the session on several threads first (worker.service._compact_job);
     # the plan then finds every message's count in the cache, equal to a serial count.
     import worker.tokens.counting as counting
-    from api_client.session.convert import for_compaction
+    from api_client.contract.session.convert import for_compaction
     from worker.memo import IdentityMemo
     from worker.tokens import JobTokenizer
 
@@ -312,10 +312,10 @@ def test_priming_counts_a_large_session_ahead_and_exactly(pi_file: Path,
 def test_priming_the_prompt_parts_leaves_only_their_edges_to_the_prompt_count(
         pi_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The summary prompt renders a tool call as name(k=...), not as the JSON a message count
-    # sees: a cold job primes the serialized parts too (worker.service._compact._prime), so
+    # sees: a cold job primes the serialized parts too (worker.service._compact_job._prime), so
     # counting the prompt tokenizes only each part's short head and tail, and counts exactly.
     import worker.tokens.counting as counting
-    from api_client.session.convert import convert_to_llm, for_compaction
+    from api_client.contract.session.convert import convert_to_llm, for_compaction
     from worker.compaction.serialize import prompt_parts, serialize_conversation
     from worker.memo import IdentityMemo
     from worker.tokens import JobTokenizer

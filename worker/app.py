@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 from celery import Celery, bootsteps
 from kombu.entity import Queue
 
-from api_client.wire import (
+from api_client.contract.wire import (
     BROKER_TRANSPORT_OPTIONS,
     QUEUE_COMPACT,
     QUEUES,
@@ -201,7 +201,7 @@ def create_app(settings: WorkerSettings | None = None, *,
                           backend=settings.resolved_result_backend, set_as_current=False)
     configure(app, settings)
     if urlsplit(settings.resolved_broker_url).scheme == "redis":
-        app.conf.broker_transport = "worker.transport:Transport"
+        app.conf.broker_transport = "worker.broker_transport:Transport"
     app.steps["worker"].add(StartupCheck)
     app.steps["consumer"].add(HealthStep)
     app.steps["worker"].add(SweepStep)

@@ -23,7 +23,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any, TextIO
 
-from api_client.errors import ConfigurationError
+from api_client.contract.errors import ConfigurationError
 
 __all__ = ["embedded_redis", "run_demo", "worker_thread"]
 

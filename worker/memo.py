@@ -1,7 +1,7 @@
 """Per-object results kept across jobs: a message's token count, prompt text and facts.
 
 The snapshot loader hands out the same message objects for unchanged entries
-(:class:`api_client.entry_cache.EntryCache`), so a result computed from a message object stays
+(:class:`worker.store.entry_cache.EntryCache`), so a result computed from a message object stays
 valid for as long as that object lives: messages are never changed in place. An
 :class:`IdentityMemo` holds the object with its result, so an ``id()`` is never reused while
 it is cached. Bounded (least recently used evicted first) and thread-safe: writes take a
@@ -20,7 +20,7 @@ from typing import Generic, TypeVar
 
 __all__ = ["DEFAULT_OBJECTS", "IdentityMemo", "PrefixFolds"]
 
-# As many as the entry cache keeps entries (api_client.entry_cache.DEFAULT_ENTRIES): a memo holds
+# As many as the entry cache keeps entries (worker.store.entry_cache.DEFAULT_ENTRIES): a memo holds
 # its objects alive, so a larger bound would only keep messages that no snapshot hands out again.
 DEFAULT_OBJECTS = 20_000
 K = TypeVar("K")

@@ -18,8 +18,8 @@ from typing import Literal
 from pydantic import Field, IPvAnyAddress
 from pydantic_settings import SettingsConfigDict
 
-from api_client.errors import ConfigurationError
-from api_client.settings import ClientSettings
+from api_client.contract.errors import ConfigurationError
+from api_client.contract.settings import ClientSettings
 from worker.hooks.settings import HookSettings
 from worker.llm.settings import LlmSettings
 
@@ -85,7 +85,7 @@ class WorkerSettings(LlmSettings, ClientSettings):
     # How long a session's token counts stay in Redis for the next cold worker (refreshed by
     # every cold job of the session; worker.store.token_counts); 0 shares none.
     token_counts_ttl_s: int = Field(default=7 * 86_400, ge=0)
-    # Parsed entries reused across snapshot loads (api_client.entry_cache); 0 turns it off.
+    # Parsed entries reused across snapshot loads (worker.store.entry_cache); 0 turns it off.
     entry_cache_entries: int = Field(default=20_000, ge=0)
     # Branch summaries: the model's window when the candidate list does not name one.
     context_window: int = Field(default=128_000, gt=0)

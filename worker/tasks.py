@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from celery.exceptions import Ignore, Reject
 
-from api_client.errors import InvalidIdError, JobFailedError, JobNotFoundError
-from api_client.keys import split_job_id
-from api_client.wire import TASK_DRAFT_APPLIED, TASK_NAMES, JobState
+from api_client.contract.errors import InvalidIdError, JobFailedError, JobNotFoundError
+from api_client.contract.keys import split_job_id
+from api_client.contract.wire import TASK_DRAFT_APPLIED, TASK_NAMES, JobState
 from worker.service import TRANSIENT, JobOutcome, LeaseHeldError, run_job
 from worker.service._outage import ride_out_until
 

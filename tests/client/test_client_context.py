@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from api_client import AsyncCompactionClient, ClientSettings, CompactionClient
-from api_client.errors import SessionNotFoundError
-from api_client.session.convert import compaction_context_intro
+from api_client.contract.errors import SessionNotFoundError
+from api_client.contract.session.convert import compaction_context_intro
 
 TOOL_CALL = {"type": "toolCall", "id": "c1", "name": "bash", "arguments": {"command": "ls"}}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import gc
+import hashlib
 import json
 import os
 import threading
@@ -18,9 +18,15 @@ import redis
 from client.conftest import seed_sessions
 
 from api_client import AsyncCompactionClient, ClientSettings, CompactionClient
-from api_client.errors import EntryNotFoundError, JobConflictError, SessionNotFoundError
-from api_client.redis_broker import event_channel, queue_list, redis_db, same_redis, task_push
-from api_client.wire import CompactReason, JobKind, route_for
+from api_client.client.task_messages import (
+    event_channel,
+    queue_list,
+    redis_db,
+    same_redis,
+    task_push,
+)
+from api_client.contract.errors import EntryNotFoundError, JobConflictError, SessionNotFoundError
+from api_client.contract.wire import CompactReason, JobKind, route_for
 from helpers.jobs import worker_jobs
 
 
@@ -103,7 +109,7 @@ def test_one_round_trip_for_a_new_job(client: CompactionClient, raw: redis.Redis
     # A threshold compaction tries the session's draft and, with none, enqueues in the same
     # script (compact_auto.lua, README "Instant compaction"): one round trip too.
     assert monitor.until_marker() == ["EVALSHA"]
-    assert client.broker_mode == "inline"
+    assert client.transport.broker.name == "inline"
     (message,) = [json.loads(m) for m in raw.lrange("compactor.compact:3", 0, -1)]
     assert message["headers"]["id"] == handle.id
     monitor.until_marker()  # drop the test's own reads
@@ -111,46 +117,35 @@ def test_one_round_trip_for_a_new_job(client: CompactionClient, raw: redis.Redis
     assert monitor.until_marker() == ["EVALSHA"]
 
 
-def test_construction_renders_the_request_path_templates_without_io(
-        settings: ClientSettings, raw: redis.Redis[str]) -> None:
-    # The draft and envelope templates and the scripts' objects are built by the constructor
-    # (no I/O: nothing is connected yet), so a first compact() does not render them.
-    from api_client import drafts, redis_broker
-
-    drafts._draft_texts.cache_clear()
-    redis_broker._envelopes.cache_clear()
-    gc.collect()  # an earlier test's Monitor, closed when collected, would change the count
-    clients_before = _connected_clients(raw)
-    built = CompactionClient(settings)
-    try:
-        assert drafts._draft_texts.cache_info().currsize == 2  # threshold, overflow
-        assert redis_broker._envelopes.cache_info().currsize >= 3
-        assert _connected_clients(raw) == clients_before
-    finally:
-        built.close()
-
-
 def _connected_clients(raw: redis.Redis[str]) -> int:
     return int(raw.info("clients")["connected_clients"])
 
 
-def test_warm_writes_nothing(client: CompactionClient, raw: redis.Redis[str]) -> None:
-    # warm() runs automatic compactions of a session that does not exist, down the path a real
-    # one takes: the script that combines the draft check and the enqueue runs in Redis too.
+def test_warm_loads_every_script_and_writes_nothing(
+        client: CompactionClient, raw: redis.Redis[str]) -> None:
+    # warm() loads the scripts (one pipeline), so no first EVALSHA meets NOSCRIPT.
+    from api_client.contract.lua_scripts import (
+        CLIENT_SCRIPTS,
+        CONTRACT_SCRIPTS,
+        lua,
+        script_names,
+    )
+
+    raw.script_flush()
     before = raw.dbsize()
     raw.config_resetstat()
     client.warm()
     assert raw.dbsize() == before
-    assert not list(raw.scan_iter("*warm-probe*"))
-    stats = raw.info("commandstats")
-    assert stats["cmdstat_evalsha"]["calls"] >= 8 and stats["cmdstat_exists"]["calls"] >= 8
-    assert not any(name in stats for name in ("cmdstat_hset", "cmdstat_zadd", "cmdstat_lpush"))
+    texts = [lua(n, p) for p in (CONTRACT_SCRIPTS, CLIENT_SCRIPTS) for n in script_names(p)]
+    shas = [hashlib.sha1(text.encode()).hexdigest() for text in texts]
+    assert len(shas) >= 7 and all(raw.script_exists(*shas))
+    assert not any(name in raw.info("commandstats") for name in (
+        "cmdstat_hset", "cmdstat_zadd", "cmdstat_lpush", "cmdstat_evalsha"))
 
 
 def test_warm_writes_nothing_async_or_with_the_broker_elsewhere(
         settings: ClientSettings, own_redis: Any, raw: redis.Redis[str]) -> None:
-    # With the broker on another Redis the enqueue indexes its job before its script runs:
-    # warm() builds that call without sending it.
+    # warm() on the asyncio client and with the broker on another Redis writes nothing either.
     broker: redis.Redis[str] = redis.Redis.from_url(own_redis.url, decode_responses=True)
     before = raw.dbsize(), broker.dbsize()
 
@@ -160,29 +155,10 @@ def test_warm_writes_nothing_async_or_with_the_broker_elsewhere(
 
     asyncio.run(run())
     with CompactionClient(settings.model_copy(update={"broker_url": own_redis.url})) as client:
-        assert client.broker_mode == "redis"
+        assert client.transport.broker.name == "redis"
         client.warm()
     assert (raw.dbsize(), broker.dbsize()) == before
     broker.close()
-
-
-@pytest.mark.parametrize("warm", [False, True])
-def test_the_first_call_builds_no_script_object(
-        client: CompactionClient, monkeypatch: pytest.MonkeyPatch, warm: bool) -> None:
-    # register_script hashes the script text (~0.1 ms): the constructor pays it for every
-    # script, warm() or not.
-    seed_sessions(client.settings.redis_url, "s1")
-    if warm:
-        client.warm()
-    built: list[str] = []
-    real = client.redis.register_script
-    monkeypatch.setattr(client.redis, "register_script",
-                        lambda text: built.append(text) or real(text))
-    client.compact("s1", "threshold")
-    client.prune("s1")
-    client.sessions.append("s1", {"type": "message", "message": {"role": "user", "content": "x",
-                                                                 "timestamp": 1}})
-    assert built == []
 
 
 def test_async_one_round_trip(settings: ClientSettings, raw: redis.Redis[str]) -> None:
@@ -241,7 +217,7 @@ def test_separate_broker_redis_gets_one_pipeline(redis_url: str, own_redis: Any,
     settings = ClientSettings(redis_url=redis_url, broker_url=own_redis.url)
     broker: redis.Redis[str] = redis.Redis.from_url(own_redis.url, decode_responses=True)
     with CompactionClient(settings) as client:
-        assert client.broker_mode == "redis"
+        assert client.transport.broker.name == "redis"
         client.warm()
         handle = client.compact("s1", "overflow")
     (message,) = [json.loads(m) for m in broker.lrange("compactor.urgent", 0, -1)]
@@ -290,7 +266,7 @@ def test_envelope_matches_what_celery_pushes(client: CompactionClient,
                                              raw: redis.Redis[str]) -> None:
     """The same task sent by Celery (the kombu path RabbitMQ keeps) and built by us."""
     route = route_for(JobKind.COMPACT, CompactReason.THRESHOLD)
-    client.producer.send("s1:00000000000000aa", route)
+    client.transport.producer.send("s1:00000000000000aa", route)
     (celery_made,) = [json.loads(m) for m in raw.lrange("compactor.compact:3", 0, -1)]
     ours = json.loads(task_push(route.task, "s1:00000000000000aa", route.queue,
                                 route.priority).message)

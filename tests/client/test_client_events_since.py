@@ -8,7 +8,7 @@ import pytest
 from client.conftest import seed_sessions
 
 from api_client import CompactionClient
-from api_client.errors import InvalidRequestError
+from api_client.contract.errors import InvalidRequestError
 from helpers.jobs import worker_jobs
 
 

@@ -1,13 +1,14 @@
 """JobStore: single-flight enqueue, upgrades, record lifecycle, leases, exactly-once finish.
 
-The store under test is the worker's (``worker.store.jobs.JobStore``): api_client's job store
-plus the worker's lifecycle (leases, running, progress events).
+The stores under test are both ends of a job (``helpers.jobs.BothSides``): the client's
+enqueue and cancel, the worker's lifecycle (``worker.store.job_lifecycle``: leases, running).
 """
 
 from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import pytest
 import redis
@@ -25,7 +26,7 @@ from api_client import (
     JobState,
     PruneResult,
 )
-from api_client.wire import (
+from api_client.contract.wire import (
     CompactReason,
     JobKind,
     TokenUsage,
@@ -33,21 +34,21 @@ from api_client.wire import (
     route_for,
     terminal_event_type,
 )
-from worker.store.jobs import JobStore
+from helpers.jobs import BothSides
 from worker.store.leases import LeaseOutcome
 
 
 @pytest.fixture
-def jobs(client: CompactionClient) -> JobStore:
+def jobs(client: CompactionClient) -> Any:
     seed_sessions(client.settings.redis_url, "s1", "s2")
-    return JobStore(client.redis, client.settings, client.layout)
+    return BothSides(client)
 
 
 def session_events(raw: redis.Redis[str], sid: str = "s1") -> list[tuple[str, str]]:
     return [(f["type"], f["job"]) for _, f in raw.xrange(f"compactor:session:{{{sid}}}:events")]
 
 
-def test_second_request_of_a_kind_coalesces_into_the_queued_job(jobs: JobStore) -> None:
+def test_second_request_of_a_kind_coalesces_into_the_queued_job(jobs: Any) -> None:
     first = jobs.enqueue("s1", "compact", reason="manual", instructions="focus")
     second = jobs.enqueue("s1", "compact", reason="manual")
     same = jobs.enqueue("s1", "compact", reason="manual", instructions="focus")
@@ -65,7 +66,7 @@ def test_second_request_of_a_kind_coalesces_into_the_queued_job(jobs: JobStore) 
     assert jobs.get(first.job_id).instructions == "focus"
 
 
-def test_running_job_still_coalesces_and_a_finished_one_does_not(jobs: JobStore) -> None:
+def test_running_job_still_coalesces_and_a_finished_one_does_not(jobs: Any) -> None:
     first = jobs.enqueue("s1", "prune")
     jobs.acquire_lease(first.job_id, "w1", 30)
     assert jobs.mark_running(first.job_id) == 1
@@ -87,7 +88,7 @@ def test_running_job_still_coalesces_and_a_finished_one_does_not(jobs: JobStore)
         ("overflow", "overflow", "coalesced", 0, "compactor.urgent"),
     ],
 )
-def test_more_urgent_compaction_upgrades_a_queued_job(jobs: JobStore, first: str, then: str,
+def test_more_urgent_compaction_upgrades_a_queued_job(jobs: Any, first: str, then: str,
                                                       outcome: str, priority: int,
                                                       queue: str) -> None:
     a = jobs.enqueue("s1", "compact", reason=first)
@@ -99,7 +100,7 @@ def test_more_urgent_compaction_upgrades_a_queued_job(jobs: JobStore, first: str
         assert record.reason == then and b.route == route_for(JobKind.COMPACT, CompactReason(then))
 
 
-def test_overflow_does_not_upgrade_a_running_job(jobs: JobStore) -> None:
+def test_overflow_does_not_upgrade_a_running_job(jobs: Any) -> None:
     a = jobs.enqueue("s1", "compact", reason="threshold")
     jobs.mark_running(a.job_id)
     b = jobs.enqueue("s1", "compact", reason="overflow")
@@ -107,7 +108,7 @@ def test_overflow_does_not_upgrade_a_running_job(jobs: JobStore) -> None:
     assert jobs.get(a.job_id).priority == 3
 
 
-def test_branch_summary_to_another_target_is_a_conflict(jobs: JobStore) -> None:
+def test_branch_summary_to_another_target_is_a_conflict(jobs: Any) -> None:
     a = jobs.enqueue("s1", "branch_summary", target_id="t1")
     assert jobs.enqueue("s1", "branch_summary", target_id="t1").job_id == a.job_id
     with pytest.raises(JobConflictError) as info:
@@ -124,14 +125,14 @@ def test_branch_summary_to_another_target_is_a_conflict(jobs: JobStore) -> None:
         ({"kind": "compact", "session_id": "a b"}, InvalidIdError),
     ],
 )
-def test_bad_requests_are_refused_before_redis(jobs: JobStore, kwargs: dict[str, str],
+def test_bad_requests_are_refused_before_redis(jobs: Any, kwargs: dict[str, str],
                                                error: type[Exception]) -> None:
     with pytest.raises(error):
         jobs.enqueue(**{"session_id": "s1", **kwargs})
     assert jobs.redis.keys("compactor:session:{s1}:job:*") == []
 
 
-def test_record_lifecycle_and_ttl(jobs: JobStore, raw: redis.Redis[str]) -> None:
+def test_record_lifecycle_and_ttl(jobs: Any, raw: redis.Redis[str]) -> None:
     a = jobs.enqueue("s1", "compact", reason="threshold", instructions="keep paths")
     record = jobs.get(a.job_id)
     assert (record.state, record.kind, record.session_id, record.reason, record.attempts) == (
@@ -168,7 +169,7 @@ def test_finished_record_expires(redis_url: str) -> None:
     client.close()
 
 
-def test_finish_happens_once_with_one_completion_event(jobs: JobStore,
+def test_finish_happens_once_with_one_completion_event(jobs: Any,
                                                        raw: redis.Redis[str]) -> None:
     a = jobs.enqueue("s1", "compact", reason="overflow")
     jobs.mark_running(a.job_id)
@@ -185,14 +186,14 @@ def test_finish_happens_once_with_one_completion_event(jobs: JobStore,
         JobState.FAILED, "Context overflow recovery failed: boom", False, 1)
 
 
-def test_finish_refuses_a_non_terminal_state(jobs: JobStore) -> None:
+def test_finish_refuses_a_non_terminal_state(jobs: Any) -> None:
     a = jobs.enqueue("s1", "prune")
     with pytest.raises(InvalidRequestError):
         jobs.finish(a.job_id, "running")
     assert jobs.get(a.job_id).state is JobState.QUEUED
 
 
-def test_leases(jobs: JobStore, raw: redis.Redis[str]) -> None:
+def test_leases(jobs: Any, raw: redis.Redis[str]) -> None:
     a = jobs.enqueue("s1", "prune")
     assert jobs.acquire_lease(a.job_id, "w1", 30) is LeaseOutcome.ACQUIRED
     assert jobs.acquire_lease(a.job_id, "w2", 30) is LeaseOutcome.HELD
@@ -209,7 +210,7 @@ def test_leases(jobs: JobStore, raw: redis.Redis[str]) -> None:
     assert jobs.mark_running(a.job_id) is None
 
 
-def test_unknown_jobs(jobs: JobStore) -> None:
+def test_unknown_jobs(jobs: Any) -> None:
     missing = "s1:0123456789abcdef"
     for call in (lambda: jobs.get(missing), lambda: jobs.request_cancel(missing),
                  lambda: jobs.acquire_lease(missing, "w", 1), lambda: jobs.mark_running(missing),
@@ -220,7 +221,7 @@ def test_unknown_jobs(jobs: JobStore) -> None:
         jobs.get("not-a-job-id")
 
 
-def test_cancel_a_queued_job_ends_it_at_once(jobs: JobStore, raw: redis.Redis[str]) -> None:
+def test_cancel_a_queued_job_ends_it_at_once(jobs: Any, raw: redis.Redis[str]) -> None:
     a = jobs.enqueue("s1", "prune")
     assert jobs.request_cancel(a.job_id) is JobState.CANCELLED
     assert jobs.get(a.job_id).state is JobState.CANCELLED
@@ -231,7 +232,7 @@ def test_cancel_a_queued_job_ends_it_at_once(jobs: JobStore, raw: redis.Redis[st
 
 
 def test_the_cancel_watch_reads_every_running_jobs_flag_in_one_round_trip(
-        jobs: JobStore, raw: redis.Redis[str]) -> None:
+        jobs: Any, raw: redis.Redis[str]) -> None:
     from worker.service._control import CancelWatch, JobControl
 
     a, b = jobs.enqueue("s1", "compact"), jobs.enqueue("s2", "compact")
@@ -256,7 +257,7 @@ def test_the_cancel_watch_reads_every_running_jobs_flag_in_one_round_trip(
         watch.close()
 
 
-def test_cancel_a_running_job_asks_the_worker(jobs: JobStore, raw: redis.Redis[str]) -> None:
+def test_cancel_a_running_job_asks_the_worker(jobs: Any, raw: redis.Redis[str]) -> None:
     a = jobs.enqueue("s1", "compact")
     jobs.mark_running(a.job_id)
     assert not jobs.is_cancel_requested(a.job_id)
@@ -301,7 +302,7 @@ def test_failure_messages_follow_the_reference(reason: str, message: str | None,
     assert failure_message(reason, message) == text
 
 
-def test_record_fields_round_trip_through_redis(jobs: JobStore, raw: redis.Redis[str]) -> None:
+def test_record_fields_round_trip_through_redis(jobs: Any, raw: redis.Redis[str]) -> None:
     a = jobs.enqueue("s1", "branch_summary", target_id="t1", instructions="ünïcode")
     fields = raw.hgetall(jobs.layout.job(a.job_id).record)
     assert fields["targetId"] == "t1" and fields["instructions"] == "ünïcode"

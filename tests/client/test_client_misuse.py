@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from api_client import AsyncCompactionClient, ClientSettings, CompactionClient
-from api_client.errors import (
+from api_client.contract.errors import (
     InvalidEntryError,
     InvalidTextError,
     MessageSchemaError,

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from api_client import AsyncCompactionClient, ClientSettings, CompactionClient
-from api_client.errors import SessionCycleError
-from api_client.session import dump_record
+from api_client.contract.errors import SessionCycleError
+from api_client.contract.session import dump_record
 
 HEADER = {"type": "session", "version": 3, "id": "sep", "timestamp": "2026-01-01T00:00:00.000Z",
           "cwd": "/"}

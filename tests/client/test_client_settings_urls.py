@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from api_client import AsyncCompactionClient, ClientSettings, CompactionClient
-from api_client.errors import ConfigurationError
-from api_client.settings import load_settings
+from api_client.contract.errors import ConfigurationError
+from api_client.contract.settings import load_settings
 
 
 @pytest.mark.parametrize(

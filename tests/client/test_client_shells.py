@@ -28,10 +28,10 @@ from api_client import (
     JobTimeoutError,
     SessionNotFoundError,
 )
-from api_client._calls import Command, Done, Pipeline, Script, advance, cmd
-from api_client.jobs import EnqueueResult, JobStore
-from api_client.session_store import SessionStore
-from api_client.wire import CompactReason, job_error_text, route_for
+from api_client.client.jobs import EnqueueResult, JobStore
+from api_client.client.sessions import SessionStore
+from api_client.contract.redis_flows import Command, Done, Pipeline, Script, advance, cmd
+from api_client.contract.wire import CompactReason, job_error_text, route_for
 from helpers.jobs import worker_jobs
 
 JOB = "s1:" + "0" * 16
@@ -85,13 +85,13 @@ def test_an_error_thrown_into_a_flow_is_handled_where_the_flow_says() -> None:
     client = CompactionClient("redis://127.0.0.1:1/0")  # never connects
     sent_error = BrokerUnavailableError("broker unavailable: down")
     result = EnqueueResult(JOB, "created", JobState.QUEUED, "0-0", route_for(JobKind.PRUNE))
-    flow = client._unsent(client.jobs, result, sent_error)
+    flow = client.flows._unsent(result, sent_error)
     assert next(flow).name == "hgetall"  # type: ignore[union-attr]  # the record, to finish it
     with pytest.raises(BrokerUnavailableError) as info:
         advance(flow, None, BrokerUnavailableError("Redis unavailable: down too"))
     assert info.value is sent_error
     upgraded = EnqueueResult(JOB, "upgraded", JobState.QUEUED, "0-0", route_for(JobKind.PRUNE))
-    assert advance(client._unsent(client.jobs, upgraded, sent_error), None, None) == Done(None)
+    assert advance(client.flows._unsent(upgraded, sent_error), None, None) == Done(None)
     client.close()
 
 
@@ -190,13 +190,11 @@ def test_calls_are_plain_data() -> None:
     assert Script("enqueue", ["a"], ["b"]).name == "enqueue"
 
 
-def test_scripts_go_straight_to_a_pooled_connection_and_survive_flush_and_kill(
+def test_scripts_survive_flush_and_kill(
         client: CompactionClient, raw: redis.Redis[str]) -> None:
-    """The sync shell's EVALSHA bypasses redis-py's execute_command: it must still load a
-    script the server lost, get past a connection the server dropped (the pool replaces it),
-    and return every connection to the pool."""
+    """A script the server lost is loaded again, a connection the server dropped is replaced
+    by the pool, and every connection goes back to the pool."""
     seed_sessions(client.settings.redis_url, "d1", "d2", "d3")
-    assert client.io._pack is not None
     first = client.compact("d1", "threshold")
     raw.script_flush()  # as after a restart: the next EVALSHA meets NOSCRIPT
     second = client.compact("d2", "threshold")
@@ -212,12 +210,11 @@ def test_scripts_go_straight_to_a_pooled_connection_and_survive_flush_and_kill(
     assert not client.redis.connection_pool._in_use_connections  # type: ignore[attr-defined]
 
 
-def test_direct_scripts_fail_fast_on_a_dead_server() -> None:
+def test_scripts_fail_fast_on_a_dead_server() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     settings = ClientSettings(redis_url=f"redis://127.0.0.1:{port}/0", connect_timeout_s=0.2)
-    with CompactionClient(settings) as dead:
-        assert dead.io._pack is not None
-        with pytest.raises(BrokerUnavailableError, match="Redis unavailable"):
-            dead.compact("s1", "threshold")
+    with CompactionClient(settings) as dead, \
+            pytest.raises(BrokerUnavailableError, match="Redis unavailable"):
+        dead.compact("s1", "threshold")

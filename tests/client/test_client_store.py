@@ -20,7 +20,7 @@ from api_client import (
     SessionFormatError,
     SessionNotFoundError,
 )
-from api_client.session import load_session
+from api_client.contract.session import load_session
 from helpers.jobs import worker_jobs
 from helpers.sessions import assistant, user
 

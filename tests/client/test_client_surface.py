@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 import api_client
-from api_client import ClientSettings, CompactReason, JobKind, should_compact, wire
-from api_client.wire import route_for
+from api_client import ClientSettings, CompactReason, JobKind, should_compact
+from api_client.contract import wire
+from api_client.contract.wire import route_for
 
 PUBLIC = {
     # the clients, their handles and results

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from api_client import ClientSettings
-from api_client.drafts import ineffective_above
-from api_client.errors import InvalidRequestError
-from api_client.jobs import check_context_window
+from api_client.client.draft_apply import ineffective_above
+from api_client.client.jobs import check_context_window
+from api_client.contract.errors import InvalidRequestError
 
 S = ClientSettings(redis_url="redis://127.0.0.1:1/0")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from api_client import ClientSettings, should_compact, should_precompute
-from api_client._decide import precompute_band
+from api_client.client.thresholds import precompute_band
 
 S = ClientSettings(redis_url="redis://127.0.0.1:1/0")
 

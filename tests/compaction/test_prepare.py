@@ -120,8 +120,8 @@ def test_a_hooks_tagged_paths_are_carried_as_facts(ext: bool, carried: list) -> 
 
 
 def test_planned_messages_are_those_after_the_last_compaction() -> None:
-    # What a cold job primes its token counts for (worker.service._compact._prime).
-    from api_client.session import parse_entry
+    # What a cold job primes its token counts for (worker.service._compact_job._prime).
+    from api_client.contract.session import parse_entry
     from worker.compaction import planned_messages
 
     path = [parse_entry(e) for e in [
@@ -139,7 +139,7 @@ def test_planned_messages_are_those_after_the_last_compaction() -> None:
 def test_planned_messages_for_a_prune_pass_add_the_older_tool_results() -> None:
     # The prune pass counts every tool result on the path (SPEC §8), also before the last
     # compaction: a cold automatic job primes those too; older user/assistant text it does not.
-    from api_client.session import parse_entry
+    from api_client.contract.session import parse_entry
     from worker.compaction import plan_prune, planned_messages
 
     def msg(i: str, parent: str | None, role: str, text: str) -> dict:

@@ -318,7 +318,7 @@ def test_wheel_ships_templates_and_loader_finds_them(tmp_path: Path) -> None:
             )
         for name in ("compaction-summary-context.md", "branch-summary-context.md"):
             # the client's context building reads its own copy (it never imports worker)
-            assert zf.read(f"api_client/session/_wrappers/{name}") == zf.read(
+            assert zf.read(f"api_client/contract/session/_wrappers/{name}") == zf.read(
                 f"worker/_prompts/{name}")
         site = tmp_path / "site"
         zf.extractall(site)
@@ -342,13 +342,13 @@ def test_wheel_ships_templates_and_loader_finds_them(tmp_path: Path) -> None:
     assert Path(root) == site / "worker" / "_prompts"
     assert text == raw("system")
     probe = (
-        "import api_client.session.convert as c, sys;"
+        "import api_client.contract.session.convert as c, sys;"
         "print(c._wrapper_root()); sys.stdout.write(c.wrap_compaction_summary('S'))"
     )
     result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, check=True,
                             timeout=30, capture_output=True, text=True)
     root, text = result.stdout.split("\n", 1)
-    assert Path(root) == site / "api_client" / "session" / "_wrappers"
+    assert Path(root) == site / "api_client" / "contract" / "session" / "_wrappers"
     assert text == raw("compaction-summary-context") + "\n\n<summary>\nS\n</summary>"
 
 

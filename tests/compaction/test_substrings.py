@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from api_client.session import load_session
+from api_client.contract.session import load_session
 from worker.compaction import facts
 from worker.compaction.facts import Fact, apply_ledger
 from worker.compaction.ledger import compaction_ledger

@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from api_client.errors import ModelError
+from api_client.contract.errors import ModelError
 from helpers.sessions import assistant, chain, chars, user
 from worker.compaction.facts import FACT_KINDS
 from worker.compaction.prepare import CompactionSettings, prepare_compaction
@@ -16,7 +16,7 @@ from worker.compaction.summarize import (
     compact,
     summarize_branch,
 )
-from worker.summarizer_types import CancelToken, SummaryRequest, SummaryResult, Usage
+from worker.summary_requests import CancelToken, SummaryRequest, SummaryResult, Usage
 from worker.tokens import EstimateTokenizer
 
 EST = EstimateTokenizer()

@@ -7,9 +7,13 @@ from typing import Any
 
 import pytest
 
-from api_client.session import Entry, SessionTree, parse_entry
-from api_client.session.context import build_session_context
+from api_client.contract.session import Entry, SessionTree, parse_entry
+from api_client.contract.session.context import (
+    build_session_context,
+    last_compaction_index,
+)
 from helpers.sessions import TS, assistant, chain, chars, user
+from worker.compaction.cutpoint import find_cut_point
 from worker.compaction.prepare import CompactionSettings, prepare_compaction
 from worker.compaction.toolpairs import orphaned_tool_results, safe_first_kept_id
 from worker.tokens import EstimateTokenizer
@@ -103,6 +107,71 @@ def test_hook_first_kept_id_is_moved_to_the_call() -> None:
     assert safe_first_kept_id(path, "e3") == "e1"
     assert safe_first_kept_id(path, "e0") == "e0"
     assert safe_first_kept_id(path, "nowhere") == "nowhere"
+
+
+NO_ID = {"role": "toolResult", "toolName": "bash", "content": "no id", "timestamp": 1}
+BIG = CompactionSettings(keep_recent_tokens=110)
+
+
+@pytest.mark.parametrize(
+    ("items", "settings", "first_kept", "summarized"),
+    [
+        # (a) the session fits the keep budget: tool results no call on the path ever made stay
+        # kept and the plan is §9.3's, with nothing to summarize.
+        ([user("go"), result("zz"), user("more"), call("a"), result("a"), result("yy"),
+          assistant("done")], CompactionSettings(), "e0", ()),
+        ([user("go"), call("a"), result("b"), result("a"), assistant("done")],
+         CompactionSettings(), "e0", ()),
+        ([user("go"), NO_ID, assistant("done")], CompactionSettings(), "e0", ()),
+        ([result("zz"), result("yy"), user("go"), call("a"), result("a"), result("xx"),
+          assistant("done")], CompactionSettings(), "e2", ("e0", "e1")),  # §9.3: cps[0]
+        ([user("go"), assistant("ok"), comp("e0"), user("more"), result("zz"), assistant("x")],
+         CompactionSettings(), "e3", ("e0", "e1")),  # Q5 only
+        # (c) a session that needs compacting: such results do not move the cut either.
+        ([user(chars(4000)), assistant(chars(4000)), user(chars(200)), result("zz", 200),
+          assistant(chars(200))], BIG, "e2", ("e0", "e1")),
+        ([user(chars(4000)), assistant(chars(4000)), user(chars(200)), call("a"),
+          result("b", 40), result("a", 40), assistant(chars(200))], BIG, "e2", ("e0", "e1")),
+    ],
+)
+def test_results_no_call_made_never_move_the_cut(
+    items: list[dict[str, Any]], settings: CompactionSettings, first_kept: str,
+    summarized: tuple[str, ...],
+) -> None:
+    path = chain(*items)
+    prep = prepare_compaction(path, settings, EST)
+    assert prep is not None
+    assert (prep.first_kept_entry_id, prep.summarize_entry_ids) == (first_kept, summarized)
+    start = last_compaction_index(path) + 1
+    cut = find_cut_point(path, start, len(path), settings.keep_recent_tokens, EST)
+    assert prep.first_kept_entry_index == cut.first_kept_entry_index  # no Q22 repair
+
+
+@pytest.mark.parametrize(
+    ("items", "first_kept"),
+    [
+        # (b) a result whose call lies before the cut still moves it back to the call, next to
+        # results no call made (which stay where they are).
+        ([user("go"), call("a"), comp("e0"), result("a"), result("zz")], "e1"),
+        ([user("go"), call("a"), comp("e0"), result("zz"), result("a")], "e1"),
+        ([user("go"), result("zz"), call("a"), comp("e0"), NO_ID, result("a")], "e2"),
+        ([user(chars(400)), result("zz"), assistant(chars(400)), user("run the tests"),
+          call("t1"), comp("e3"), result("t1", 200_000)], "e4"),
+    ],
+)
+def test_results_whose_call_precedes_the_cut_still_move_it(
+    items: list[dict[str, Any]], first_kept: str
+) -> None:
+    path = chain(*items)
+    prep = prepare_compaction(path, CompactionSettings(), EST)
+    assert prep is not None and prep.first_kept_entry_id == first_kept
+    context = roles_after_compaction(path, first_kept)
+    assert context[:2] == ["compactionSummary", "assistant"]
+
+
+def test_hook_first_kept_id_ignores_results_no_call_made() -> None:
+    path = chain(user("go"), call("a"), result("zz"), comp("e0"), result("a"))
+    assert safe_first_kept_id(path, "e4") == "e1"
 
 
 # --- property: generated sessions with commits at random points -------------------------------

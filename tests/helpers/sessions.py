@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from api_client.session import Entry, Session, SessionTree, parse_entry
+from api_client.contract.session import Entry, Session, SessionTree, parse_entry
 
 TS = "2026-01-01T00:00:00.000Z"
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from hooks.hookkit import make_path, make_preparation
 
-from api_client.session import Entry
+from api_client.contract.session import Entry
 from worker.compaction import Preparation
 
 

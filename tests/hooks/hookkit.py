@@ -7,7 +7,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from api_client.session import Entry, parse_entry
+from api_client.contract.session import Entry, parse_entry
 from worker.compaction import CompactionSettings, Preparation
 from worker.hooks import HookRunner
 from worker.hooks.loading import new_plugin_manager, register_plugin

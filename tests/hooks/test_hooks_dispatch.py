@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from hooks.hookkit import Token, runner_with
 
-from api_client.session import Entry
+from api_client.contract.session import Entry
 from worker.compaction import Preparation
 from worker.hooks import (
     BeforeCompactResult,

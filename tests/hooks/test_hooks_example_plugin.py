@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from api_client.session import Entry
+from api_client.contract.session import Entry
 from worker.compaction import Preparation
 from worker.hooks import HookRunner, HookSettings, load_hook_runner
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from api_client.errors import HookError
-from api_client.session import Entry
+from api_client.contract.errors import HookError
+from api_client.contract.session import Entry
 from worker.hooks import HookValidationError, validate_branch_summary, validate_compaction
 
 OK = {"summary": "S", "firstKeptEntryId": "u2", "tokensBefore": 100}

@@ -11,7 +11,7 @@ import pytest
 from hooks.hookkit import load_receiver
 from pydantic import SecretStr
 
-from api_client.session import Entry
+from api_client.contract.session import Entry
 from worker.compaction import Preparation
 from worker.hooks import HookLoadError, HookSettings, load_hook_runner
 from worker.hooks.webhook import WebhookError, WebhookPlugin, check_webhook_url, sign

@@ -377,7 +377,7 @@ def serialize(messages: Any) -> str:
 def make_request(conversation: Any = (), *, purpose: str = "history", prompt: str | None = None,
                  max_tokens: int = 1000, reasoning: bool = True, chunkable: bool = False,
                  previous: str | None = None, system: str = "You summarise conversations.") -> Any:
-    from worker.summarizer_types import SummaryRequest
+    from worker.summary_requests import SummaryRequest
 
     def build(chunk: Any, prev: str | None) -> SummaryRequest:
         text = f"<conversation>\n{serialize(chunk)}\n</conversation>\n\n"

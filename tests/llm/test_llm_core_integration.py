@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from llm.llm_fakes import FakeLLMServer, cl100k, openai
 
-from api_client.session import load_session
+from api_client.contract.session import load_session
 from worker.compaction.prepare import CompactionSettings, prepare_compaction
 from worker.compaction.summarize import SPLIT_TURN_SEPARATOR, compact
 from worker.llm.router import Router

@@ -29,7 +29,7 @@ from worker.llm._http import make_client
 from worker.llm.build import build_providers, build_summarizer
 from worker.llm.providers import HttpContext, Provider
 from worker.llm.settings import LlmSettings, ModelCandidate
-from worker.summarizer_types import Usage
+from worker.summary_requests import Usage
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from llm.llm_fakes import (
 from worker.llm import errors as E
 from worker.llm.cooldown import RedisCooldownStore
 from worker.llm.router import Router
-from worker.summarizer_types import Usage
+from worker.summary_requests import Usage
 
 MakeRouter = Callable[..., Router]
 RATE = {"error": {"message": "Rate limit reached", "type": "rate_limit_exceeded"}}

@@ -87,7 +87,7 @@ def test_invalid_models_json(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_importing_the_interface_loads_no_http_or_settings_stack() -> None:
-    code = ("import sys, worker.llm, worker.summarizer_types, worker.llm.errors; "
+    code = ("import sys, worker.llm, worker.summary_requests, worker.llm.errors; "
             "print(sorted({m.split('.')[0] for m in sys.modules} & "
             "{'httpx', 'httpcore', 'redis', 'pydantic', 'celery'}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -28,8 +28,8 @@ from typing import Any
 from recovery.recovery_support import REPO, RedisServer, WorkerProcess, wait_until, worker_env
 
 from api_client import ClientSettings, CompactionClient
-from api_client.errors import CompactorError
-from api_client.events import decode_event
+from api_client.contract.errors import CompactorError
+from api_client.contract.job_records import decode_event
 
 DEMO = REPO / "worker" / "data" / "demo-session.jsonl"
 

@@ -10,7 +10,7 @@ from runtime.runtime_model_server import ModelServer
 from runtime.runtime_support import completions, new_session, running_worker, runtime_settings
 
 from api_client import CompactionClient
-from worker.store.jobs import JobStore
+from worker.store.job_lifecycle import JobStore
 
 
 def test_a_queued_job_whose_message_is_lost_is_sent_again(

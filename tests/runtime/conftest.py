@@ -1,5 +1,9 @@
 """Fixtures for the runtime tests: private Redis servers, real Celery workers (threads pool, in
-this process), the thin client, the sample session, a loopback model server."""
+this process), the thin client, the sample session, a loopback model server.
+
+A module's worker is ``app`` (on ``module_redis``, started once per module) with the settings of
+``worker_settings``; a module overrides ``worker_settings`` for its own, and ``client`` to reset
+state around each test."""
 
 from __future__ import annotations
 
@@ -8,9 +12,12 @@ from pathlib import Path
 
 import pytest
 from runtime.runtime_model_server import ModelServer
+from runtime.runtime_support import running_worker, runtime_settings
 
 from api_client import CompactionClient
+from worker.app import CompactorCelery
 from worker.demo import embedded_redis
+from worker.settings import WorkerSettings
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "worker" / "data" / "demo-session.jsonl"
@@ -41,6 +48,26 @@ def client_for() -> Iterator[Callable[[str], CompactionClient]]:
         c.close()
 
 
+@pytest.fixture(scope="module")
+def worker_settings(module_redis: str) -> WorkerSettings:
+    """The settings of the module's worker: a module that needs others (models, hooks, deadlines)
+    overrides this fixture, and ``app`` starts its worker with them."""
+    return runtime_settings(module_redis)
+
+
+@pytest.fixture(scope="module")
+def app(worker_settings: WorkerSettings) -> Iterator[CompactorCelery]:
+    """The module's worker (threads pool, in this process), shared by the module's tests."""
+    with running_worker(worker_settings) as worker_app:
+        yield worker_app
+
+
+@pytest.fixture
+def client(app: CompactorCelery, module_redis: str,
+           client_for: Callable[[str], CompactionClient]) -> CompactionClient:
+    """A client of the module's Redis, its worker running. A module that resets state around
+    each test overrides this fixture and asks for this one by the same name."""
+    return client_for(module_redis)
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from celery.contrib.testing.worker import start_worker
 from celery.signals import task_postrun
 
 from api_client import CompactionClient, JobEvent
-from api_client.events import decode_event
+from api_client.contract.job_records import decode_event
 from worker.app import CompactorCelery, create_app
 from worker.hooks import HookSettings
 from worker.settings import WorkerSettings

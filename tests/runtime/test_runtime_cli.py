@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from runtime.runtime_support import running_worker, runtime_settings
 
 from api_client import CompactionClient
 from worker.app import CompactorCelery
@@ -16,12 +15,6 @@ from worker.cli import main
 DEMO = Path(__file__).resolve().parents[2] / "worker" / "data" / "demo-session.jsonl"
 RECORD_KEYS = {"jobId", "kind", "reason", "state", "enqueuedAt", "startedAt", "finishedAt",
                "attempts", "model", "usage", "costUsd", "error", "entry", "result", "fromDraft"}
-
-
-@pytest.fixture(scope="module")
-def app(module_redis: str) -> Iterator[CompactorCelery]:
-    with running_worker(runtime_settings(module_redis)) as worker_app:
-        yield worker_app
 
 
 @pytest.fixture
@@ -162,7 +155,7 @@ def test_errors_are_one_line_and_exit_2(cli: object) -> None:
 def test_global_redis_url_wins_and_cancel_says_what_it_did(cli: object, redis_url: str) -> None:
     """``--redis-url`` names a Redis no worker consumes (COMPACTOR_REDIS_URL is the module's), so
     jobs stay queued until the test marks one running as a worker would."""
-    from worker.store.jobs import JobStore
+    from worker.store.job_lifecycle import JobStore
 
     at = ("--redis-url", redis_url)
     code, out, _ = cli(*at, "session", "import", str(DEMO),  # type: ignore[operator]

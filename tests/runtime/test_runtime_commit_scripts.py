@@ -8,7 +8,7 @@ import pytest
 
 from api_client import CompactionClient, JobState
 from worker.store import CommitStatus, CommitStore, line_digest
-from worker.store.jobs import JobStore
+from worker.store.job_lifecycle import JobStore
 
 Mutation = Callable[[CompactionClient, str, list[str]], None]
 

@@ -7,7 +7,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -16,31 +16,28 @@ from runtime.runtime_support import (
     completions,
     entries_of_type,
     new_session,
-    running_worker,
     runtime_settings,
     session_events,
 )
 
 from api_client import ClientSettings, CompactionClient, JobCancelledError
-from api_client.drafts import apply_draft, check_draft, read_draft
+from api_client.client.draft_apply import apply_draft, check_draft, read_draft
 from worker.app import CompactorCelery
 from worker.compaction import build_session_context
 from worker.hooks import HookSettings
+from worker.settings import WorkerSettings
 
 
 @pytest.fixture(scope="module")
-def app(module_redis: str) -> Iterator[CompactorCelery]:
-    settings = runtime_settings(module_redis, hooks=HookSettings(
+def worker_settings(module_redis: str) -> WorkerSettings:
+    return runtime_settings(module_redis, hooks=HookSettings(
         entry_points=False, plugins=["runtime.runtime_draft_hooks:Plugin"]))
-    with running_worker(settings) as worker_app:
-        yield worker_app
 
 
 @pytest.fixture
-def client(app: CompactorCelery, module_redis: str,
-           client_for: Callable[[str], CompactionClient]) -> CompactionClient:
+def client(client: CompactionClient) -> CompactionClient:
     hooks.CANCEL.clear()
-    return client_for(module_redis)
+    return client
 
 
 def msg(text: str, role: str = "user") -> dict[str, object]:
@@ -48,7 +45,7 @@ def msg(text: str, role: str = "user") -> dict[str, object]:
 
 
 def draft_of(client: CompactionClient, sid: str) -> dict[str, Any] | None:
-    return client.io.run(read_draft(client.layout, sid))
+    return client.transport.io.run(read_draft(client.layout, sid))
 
 
 def speculate(client: CompactionClient, sid: str) -> dict[str, Any]:
@@ -166,7 +163,8 @@ def test_draft_invalidated_by_growth_past_the_bound(module_redis: str, app: Comp
         speculate(client, sid)
         client.sessions.append(sid, msg("x" * 100))  # ~60 tokens (line length / 4): within
         assert client.observe(sid, context_tokens=1, context_window=0).action == "none"
-        assert client.io.run(check_draft(client.layout, client.settings, sid)).status == "valid"
+        check = check_draft(client.layout, client.settings, sid)
+        assert client.transport.run(check).status == "valid"
         client.sessions.append(sid, msg("y" * 400))  # past 150 tokens in all
         _normal_job_after_discard(client, sid, "grown")
 
@@ -203,7 +201,7 @@ def test_concurrent_apply_by_two_clients_makes_one_entry(
 
     def apply(c: CompactionClient) -> None:
         barrier.wait()
-        statuses.append(c.io.run(apply_draft(c.layout, c.settings, sid, "threshold")).status)
+        statuses.append(c.transport.run(apply_draft(c.layout, c.settings, sid, "threshold")).status)
 
     threads = [threading.Thread(target=apply, args=(c,)) for c in clients]
     for t in threads:

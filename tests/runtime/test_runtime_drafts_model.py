@@ -2,30 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 from runtime.runtime_model_server import ModelServer
-from runtime.runtime_support import new_session, running_worker, runtime_settings
+from runtime.runtime_support import new_session, runtime_settings
 
 from api_client import CompactionClient, JobCancelledError, JobFailedError
-from worker.app import CompactorCelery
+from worker.settings import WorkerSettings
 
 DEADLINE_S = 2.0
 
 
 @pytest.fixture(scope="module")
-def app(module_redis: str, model: ModelServer) -> Iterator[CompactorCelery]:
-    settings = runtime_settings(module_redis, models=[model.candidate()],
-                                job_deadline_s=DEADLINE_S)
-    with running_worker(settings) as worker_app:
-        yield worker_app
+def worker_settings(module_redis: str, model: ModelServer) -> WorkerSettings:
+    return runtime_settings(module_redis, models=[model.candidate()], job_deadline_s=DEADLINE_S)
 
 
 @pytest.fixture
-def client(app: CompactorCelery, module_redis: str, model: ModelServer,
-           client_for: Callable[[str], CompactionClient]) -> Iterator[CompactionClient]:
-    yield client_for(module_redis)
+def client(client: CompactionClient, model: ModelServer) -> Iterator[CompactionClient]:
+    yield client
     model.release()
 
 

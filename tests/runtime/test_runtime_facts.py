@@ -3,15 +3,12 @@ client."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-
 import pytest
 from runtime.runtime_model_server import ModelServer
-from runtime.runtime_support import completions, new_session, running_worker, runtime_settings
+from runtime.runtime_support import completions, new_session, runtime_settings
 
 from api_client import CompactionClient
-from api_client.session.convert import convert_to_llm
-from worker.app import CompactorCelery
+from api_client.contract.session.convert import convert_to_llm
 from worker.compaction import (
     CompactionSettings,
     get_tokenizer,
@@ -19,18 +16,12 @@ from worker.compaction import (
     serialize_conversation,
 )
 from worker.compaction.facts import CLOSE, OPEN, estimate_tokens, extract_facts
+from worker.settings import WorkerSettings
 
 
 @pytest.fixture(scope="module")
-def app(module_redis: str, model: ModelServer) -> Iterator[CompactorCelery]:
-    with running_worker(runtime_settings(module_redis, models=[model.candidate()])) as worker_app:
-        yield worker_app
-
-
-@pytest.fixture
-def client(app: CompactorCelery, module_redis: str,
-           client_for: Callable[[str], CompactionClient]) -> CompactionClient:
-    return client_for(module_redis)
+def worker_settings(module_redis: str, model: ModelServer) -> WorkerSettings:
+    return runtime_settings(module_redis, models=[model.candidate()])
 
 
 def _norm(text: str) -> str:

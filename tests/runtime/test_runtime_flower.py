@@ -20,12 +20,13 @@ from typing import Any
 import pytest
 from llm.llm_fakes import FAST, FakeLLMServer, error, hang, openai
 from runtime.conftest import REPO
-from runtime.runtime_support import DELIVERIES, new_session, running_worker, runtime_settings
+from runtime.runtime_support import DELIVERIES, new_session, runtime_settings
 
 from api_client import CompactionClient, JobCancelledError, JobFailedError
-from api_client.wire import TASK_COMPACT
+from api_client.contract.wire import TASK_COMPACT
 from worker.app import CompactorCelery
 from worker.llm import ModelCandidate
+from worker.settings import WorkerSettings
 
 pytestmark = pytest.mark.integration
 
@@ -89,11 +90,9 @@ def model_server() -> Iterator[FakeLLMServer]:
 
 
 @pytest.fixture(scope="module")
-def app(module_redis: str, model_server: FakeLLMServer) -> Iterator[CompactorCelery]:
+def worker_settings(module_redis: str, model_server: FakeLLMServer) -> WorkerSettings:
     candidate = ModelCandidate.model_validate(openai(model_server, MODEL, api_key="sk-test"))
-    settings = runtime_settings(module_redis, models=[candidate], lease_ttl_s=1.0, **FAST)
-    with running_worker(settings) as worker_app:
-        yield worker_app
+    return runtime_settings(module_redis, models=[candidate], lease_ttl_s=1.0, **FAST)
 
 
 @pytest.fixture(scope="module")
@@ -124,10 +123,10 @@ def _quietly(probe: Callable[[], bool]) -> bool:
 
 
 @pytest.fixture
-def client(flower: Flower, module_redis: str, model_server: FakeLLMServer,
-           client_for: Callable[[str], CompactionClient]) -> CompactionClient:
+def client(flower: Flower, client: CompactionClient,
+           model_server: FakeLLMServer) -> CompactionClient:
     model_server.scripts.clear()
-    return client_for(module_redis)
+    return client
 
 
 def final_state(flower: Flower, task_id: str, states: set[str]) -> dict[str, Any]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -13,29 +12,15 @@ from runtime.runtime_support import (
     completions,
     entries_of_type,
     new_session,
-    running_worker,
-    runtime_settings,
     session_events,
 )
 
 from api_client import CompactionClient, JobFailedError, PruneResult, SessionNotFoundError
-from api_client.wire import TASK_COMPACT, route_for
+from api_client.contract.wire import TASK_COMPACT, route_for
 from worker.app import CompactorCelery
 from worker.compaction import get_tokenizer, plan_prune
 from worker.store import CommitStore
-from worker.store.jobs import JobStore
-
-
-@pytest.fixture(scope="module")
-def app(module_redis: str) -> Iterator[CompactorCelery]:
-    with running_worker(runtime_settings(module_redis)) as worker_app:
-        yield worker_app
-
-
-@pytest.fixture
-def client(app: CompactorCelery, module_redis: str,
-           client_for: Callable[[str], CompactionClient]) -> CompactionClient:
-    return client_for(module_redis)
+from worker.store.job_lifecycle import JobStore
 
 
 def test_threshold_compaction_round_trip(client: CompactionClient, demo_text: str) -> None:

@@ -3,31 +3,21 @@ compaction within the window fails with CompactionLoopError before any model cal
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-
 import pytest
 from runtime.runtime_model_server import ModelServer
-from runtime.runtime_support import completions, new_session, running_worker, runtime_settings
+from runtime.runtime_support import completions, new_session, runtime_settings
 
 from api_client import CompactionClient, CompactionLoopError, JobFailedError
-from worker.app import CompactorCelery
+from worker.settings import WorkerSettings
 
 LIMIT = 2
 WINDOW_S = 600.0
 
 
 @pytest.fixture(scope="module")
-def app(module_redis: str, model: ModelServer) -> Iterator[CompactorCelery]:
-    settings = runtime_settings(module_redis, models=[model.candidate()], keep_recent_tokens=200,
-                                loop_guard_max=LIMIT, loop_guard_window_s=WINDOW_S)
-    with running_worker(settings) as worker_app:
-        yield worker_app
-
-
-@pytest.fixture
-def client(app: CompactorCelery, module_redis: str,
-           client_for: Callable[[str], CompactionClient]) -> CompactionClient:
-    return client_for(module_redis)
+def worker_settings(module_redis: str, model: ModelServer) -> WorkerSettings:
+    return runtime_settings(module_redis, models=[model.candidate()], keep_recent_tokens=200,
+                            loop_guard_max=LIMIT, loop_guard_window_s=WINDOW_S)
 
 
 def _turns(client: CompactionClient, sid: str, n: int) -> None:

@@ -16,7 +16,6 @@ from runtime.runtime_support import (
     completions,
     entries_of_type,
     new_session,
-    running_worker,
     runtime_settings,
     session_events,
 )
@@ -29,6 +28,7 @@ from api_client import (
     JobState,
 )
 from worker.app import CompactorCelery
+from worker.settings import WorkerSettings
 
 LIMIT, WINDOW_S = 2, 4.0
 GUARD = {"loop_guard_max": LIMIT, "loop_guard_window_s": WINDOW_S, "keep_recent_tokens": 300}
@@ -37,10 +37,8 @@ HUGE_WINDOW = 10_000_000
 
 
 @pytest.fixture(scope="module")
-def app(module_redis: str, model: ModelServer) -> Iterator[CompactorCelery]:
-    settings = runtime_settings(module_redis, models=[model.candidate()], **GUARD)
-    with running_worker(settings) as worker_app:
-        yield worker_app
+def worker_settings(module_redis: str, model: ModelServer) -> WorkerSettings:
+    return runtime_settings(module_redis, models=[model.candidate()], **GUARD)
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ appends and stale commits, cancellation, the job deadline."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 from runtime import runtime_hooks
@@ -13,33 +13,28 @@ from runtime.runtime_support import (
     completions,
     entries_of_type,
     new_session,
-    running_worker,
     runtime_settings,
     session_events,
 )
 
 from api_client import CompactionClient, JobCancelledError, JobFailedError
-from worker.app import CompactorCelery
 from worker.hooks import HookSettings
+from worker.settings import WorkerSettings
 
 DEADLINE_S = 3.0
 
 
 @pytest.fixture(scope="module")
-def app(module_redis: str, model: ModelServer) -> Iterator[CompactorCelery]:
-    candidate = model.candidate()
-    settings = runtime_settings(
-        module_redis, models=[candidate], job_deadline_s=DEADLINE_S,
+def worker_settings(module_redis: str, model: ModelServer) -> WorkerSettings:
+    return runtime_settings(
+        module_redis, models=[model.candidate()], job_deadline_s=DEADLINE_S,
         hooks=HookSettings(entry_points=False, plugins=["runtime.runtime_hooks:Plugin"]))
-    with running_worker(settings) as worker_app:
-        yield worker_app
 
 
 @pytest.fixture
-def client(app: CompactorCelery, module_redis: str, model: ModelServer,
-           client_for: Callable[[str], CompactionClient]) -> Iterator[CompactionClient]:
+def client(client: CompactionClient, model: ModelServer) -> Iterator[CompactionClient]:
     runtime_hooks.ON_COMPACTING.clear()
-    yield client_for(module_redis)
+    yield client
     model.release()
     runtime_hooks.ON_COMPACTING.clear()
 

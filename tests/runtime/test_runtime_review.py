@@ -4,7 +4,7 @@ real in-process worker, loopback model over HTTP)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,7 +13,6 @@ from runtime.runtime_support import (
     DELIVERIES,
     completions,
     new_session,
-    running_worker,
     runtime_settings,
     session_events,
 )
@@ -21,22 +20,19 @@ from runtime.runtime_support import (
 from api_client import ClientSettings, CompactionClient, PruneResult
 from worker.app import CompactorCelery
 from worker.compaction import get_tokenizer, plan_prune
+from worker.settings import WorkerSettings
 from worker.store import CommitStatus, CommitStore, line_digest
-from worker.store.jobs import JobStore
+from worker.store.job_lifecycle import JobStore
 
 
 @pytest.fixture(scope="module")
-def app(module_redis: str, model: ModelServer) -> Iterator[CompactorCelery]:
-    candidate = model.candidate()
-    settings = runtime_settings(module_redis, models=[candidate], lease_ttl_s=1.5)
-    with running_worker(settings) as worker_app:
-        yield worker_app
+def worker_settings(module_redis: str, model: ModelServer) -> WorkerSettings:
+    return runtime_settings(module_redis, models=[model.candidate()], lease_ttl_s=1.5)
 
 
 @pytest.fixture
-def client(app: CompactorCelery, module_redis: str, model: ModelServer,
-           client_for: Callable[[str], CompactionClient]) -> Iterator[CompactionClient]:
-    yield client_for(module_redis)
+def client(client: CompactionClient, model: ModelServer) -> Iterator[CompactionClient]:
+    yield client
     model.release()
 
 

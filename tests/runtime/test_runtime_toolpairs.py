@@ -2,27 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-
 import pytest
-from runtime.runtime_support import running_worker, runtime_settings
 
 from api_client import CompactionClient
-from worker.app import CompactorCelery
 from worker.compaction import build_session_context
 from worker.compaction.toolpairs import orphaned_tool_results
-
-
-@pytest.fixture(scope="module")
-def app(module_redis: str) -> Iterator[CompactorCelery]:
-    with running_worker(runtime_settings(module_redis)) as worker_app:
-        yield worker_app
-
-
-@pytest.fixture
-def client(app: CompactorCelery, module_redis: str,
-           client_for: Callable[[str], CompactionClient]) -> CompactionClient:
-    return client_for(module_redis)
 
 
 def _call() -> dict[str, object]:

@@ -13,9 +13,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from api_client.session import Entry, JsonObject, Session, parse_entry
-from api_client.session_store import Snapshot
-from api_client.wire import CompactReason, JobEvent, JobKind, JobRecord, JobState
+from api_client.contract.session import Entry, JsonObject, Session, parse_entry
+from api_client.contract.snapshots import Snapshot
+from api_client.contract.wire import CompactReason, JobEvent, JobKind, JobRecord, JobState
 from helpers.sessions import assistant, chain, chars, session, user
 from worker.compaction import Preparation
 from worker.hooks import BeforeCompactResult, BeforeTreeResult, CompactingResult, TreePreparation
@@ -23,7 +23,7 @@ from worker.service.ports import Runtime
 from worker.settings import WorkerSettings
 from worker.store import CommitOutcome, CommitStatus
 from worker.store.leases import LeaseOutcome
-from worker.summarizer_types import CancelToken, SummaryRequest, SummaryResult, Usage
+from worker.summary_requests import CancelToken, SummaryRequest, SummaryResult, Usage
 from worker.tokens import get_tokenizer
 
 SESSION_ID = "s1"
@@ -80,7 +80,7 @@ class FakeCommits:
         return dict(found.raw) if found is not None else None
 
     def lines(self, session_id: str, entry_ids: Sequence[str]) -> list[str | None]:
-        from api_client.session import dump_record
+        from api_client.contract.session import dump_record
 
         by_id = self.sessions.session.tree().by_id
         return [dump_record(by_id[i].raw) if i in by_id else None for i in entry_ids]
@@ -131,7 +131,7 @@ class FakeJobs:
     finished: list[tuple[JobState, JobEvent | None, dict[str, Any]]] = field(default_factory=list)
     released: int = 0
     acquired: int = 0
-    # The loop guard's sorted set: job id → commit time (worker.store.loop_guard in Redis).
+    # The loop guard's sorted set: job id → commit time (worker.store.compaction_counter in Redis).
     compactions: dict[str, float] = field(default_factory=dict)
 
     def acquire_lease(self, job_id: str, worker_id: str, ttl_s: float) -> LeaseOutcome:

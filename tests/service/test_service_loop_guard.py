@@ -1,6 +1,6 @@
 """The loop guard on in-memory ports: ``ineffective`` flag, N automatic compactions per window.
 
-The Redis counter (worker.store.loop_guard) and a real worker:
+The Redis counter (worker.store.compaction_counter) and a real worker:
 tests/runtime/test_runtime_loop_guard.py.
 """
 
@@ -12,8 +12,8 @@ import pytest
 from service.service_fakes import JOB_ID, World, world
 
 from api_client import CompactionLoopError
-from api_client._handle import outcome as handle_outcome
-from api_client.wire import CompactReason, EventType, JobState
+from api_client.client.handles import outcome as handle_outcome
+from api_client.contract.wire import CompactReason, EventType, JobState
 from worker.service import run_job
 
 THRESHOLD, MANUAL, OVERFLOW = CompactReason.THRESHOLD, CompactReason.MANUAL, CompactReason.OVERFLOW

@@ -16,15 +16,15 @@ import pytest
 import redis
 from service.service_fakes import JOB_ID, World, conversation, world
 
-from api_client.session.context import build_session_context
-from api_client.wire import CompactReason, EventType, JobKind
+from api_client.contract.session.context import build_session_context
+from api_client.contract.wire import CompactReason, EventType, JobKind
 from helpers.sessions import TS, chain
 from worker.hooks import BeforeCompactResult, BeforeTreeResult
 from worker.llm.errors import ModelCallError, ModelCancelledError
 from worker.service import LeaseHeldError, run_job
 from worker.store import CommitStatus
 from worker.store.leases import LeaseOutcome
-from worker.summarizer_types import CancelToken, SummaryRequest
+from worker.summary_requests import CancelToken, SummaryRequest
 
 STALE4 = [CommitStatus.STALE] * 4  # stale_replans = 3: four snapshots, then the job fails
 THRESHOLD, MANUAL, OVERFLOW = CompactReason.THRESHOLD, CompactReason.MANUAL, CompactReason.OVERFLOW

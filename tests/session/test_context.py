@@ -1,6 +1,6 @@
 import pytest
 
-from api_client.session.context import build_session_context, context_messages
+from api_client.contract.session.context import build_session_context, context_messages
 from helpers.sessions import assistant, chain, tree, user
 
 

@@ -1,6 +1,10 @@
 import pytest
 
-from api_client.session.convert import convert_message, wrap_branch_summary, wrap_compaction_summary
+from api_client.contract.session.convert import (
+    convert_message,
+    wrap_branch_summary,
+    wrap_compaction_summary,
+)
 from worker.compaction.prompts import branch_context_intro, compaction_context_intro
 
 

@@ -3,13 +3,13 @@ import json
 
 import pytest
 
-from api_client.errors import (
+from api_client.contract.errors import (
     DanglingParentError,
     EntryNotFoundError,
     SessionCycleError,
     SessionFormatError,
 )
-from api_client.session import CompactionEntry, MessageEntry, UnknownEntry, load_session
+from api_client.contract.session import CompactionEntry, MessageEntry, UnknownEntry, load_session
 from helpers.sessions import chain, tree, user
 
 HEADER_V1 = {"type": "session", "id": "s", "timestamp": "2026-01-01T00:00:00.000Z", "cwd": "/",

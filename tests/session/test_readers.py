@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from api_client.errors import SessionCycleError, SessionFormatError
-from api_client.session import dump_record, jsonl_lines, load_session
+from api_client.contract.errors import SessionCycleError, SessionFormatError
+from api_client.contract.session import dump_record, jsonl_lines, load_session
 
 HEADER = {"type": "session", "version": 3, "id": "s1", "timestamp": "2026-01-01T00:00:00.000Z",
           "cwd": "/"}

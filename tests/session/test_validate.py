@@ -1,4 +1,4 @@
-"""The store's refusals (api_client.session.validate): one typed error per kind of misuse."""
+"""The store's refusals (api_client.contract.session.validate): one typed error per misuse."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from api_client.errors import (
+from api_client.contract.errors import (
     InvalidEntryError,
     InvalidTextError,
     MessageSchemaError,
@@ -19,8 +19,8 @@ from api_client.errors import (
     UnsafeEntryIdError,
     UnserializableValueError,
 )
-from api_client.session import load_session
-from api_client.session.validate import (
+from api_client.contract.session import load_session
+from api_client.contract.session.validate import (
     MAX_NESTING,
     check_entry,
     check_entry_id,

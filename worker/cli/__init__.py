@@ -13,10 +13,11 @@ command that talks to Redis.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from collections.abc import Sequence
 
-from api_client.errors import CompactorError
+from api_client.contract.errors import CompactorError
 
 __all__ = ["main"]
 
@@ -45,7 +46,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# What the base install (the platform's client) lacks: the command needs the worker extra.
+WORKER_EXTRA = ("celery", "httpx", "tiktoken", "pluggy", "prometheus_client")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    missing = [name for name in WORKER_EXTRA if importlib.util.find_spec(name) is None]
+    if missing:
+        print(f"compactor: error: the worker extra is not installed (no {', '.join(missing)}): "
+              "pip install 'compactor[worker]'", file=sys.stderr)
+        return EXIT_USAGE
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra and not getattr(args, "accepts_extra", False):

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from api_client.errors import ConfigurationError
+from api_client.contract.errors import ConfigurationError
 from worker.cli.runtime_settings import load_settings
 
 __all__ = ["celery_worker_help", "flower_help", "register"]
@@ -78,7 +78,7 @@ def _option_value(extra: list[str], name: str) -> str | None:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from api_client.wire import QUEUES
+    from api_client.contract.wire import QUEUES
     from worker.app import create_app
     from worker.settings import check_startup
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from api_client.errors import PlanError
+from api_client.contract.errors import PlanError
 from worker.cli.session_files import HELP, emit, leaf_path, load_file
 from worker.compaction import (
     CompactionSettings,
@@ -25,7 +25,7 @@ from worker.compaction.summarize import (
     short_request,
     turn_prefix_request,
 )
-from worker.summarizer_types import SummaryRequest
+from worker.summary_requests import SummaryRequest
 
 __all__ = ["register"]
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from api_client.errors import JobError
+from api_client.contract.errors import JobError
 from worker.cli.runtime_settings import load_settings
 from worker.cli.session_files import session_subparsers
 
@@ -40,7 +40,7 @@ def _print_json(value: Any) -> None:
 
 # -- sessions ---------------------------------------------------------------------------------
 def _session_import(args: argparse.Namespace) -> int:
-    from api_client.errors import SessionFormatError
+    from api_client.contract.errors import SessionFormatError
 
     try:
         text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from api_client.errors import ConfigurationError
+from api_client.contract.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from worker.settings import WorkerSettings

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from api_client.errors import SessionFormatError
-from api_client.session import Entry, Session, load_session
+from api_client.contract.errors import SessionFormatError
+from api_client.contract.session import Entry, Session, load_session
 
 __all__ = ["HELP", "emit", "leaf_path", "load_file", "session_subparsers"]
 

@@ -1,17 +1,23 @@
 """Pure compaction planning: no Redis, no HTTP, no clock, no environment.
 
-Everything here works on the session model of :mod:`api_client.session` and is deterministic.
+Everything here works on the session model of :mod:`api_client.contract.session` and is
+deterministic.
 """
 
 from typing import Any
 
-from api_client.session.context import (
+from api_client.contract.session.context import (
     ContextMessage,
     SessionContext,
     build_session_context,
     context_messages,
 )
-from api_client.session.convert import convert_to_llm, for_branch, for_compaction, for_context
+from api_client.contract.session.convert import (
+    convert_to_llm,
+    for_branch,
+    for_compaction,
+    for_context,
+)
 from worker.compaction.branch import (
     DEFAULT_CONTEXT_WINDOW,
     BranchCollection,

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from api_client.errors import SessionCycleError
-from api_client.session import (
+from api_client.contract.errors import SessionCycleError
+from api_client.contract.session import (
     BranchSummaryEntry,
     CompactionEntry,
     CustomMessageEntry,
@@ -16,7 +16,7 @@ from api_client.session import (
     MessageEntry,
     SessionTree,
 )
-from api_client.session.convert import for_branch
+from api_client.contract.session.convert import for_branch
 from worker.compaction.fileops import (
     FileOps,
     add_details_file_ops,

@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from api_client.session import (
+from api_client.contract.session import (
     BranchSummaryEntry,
     CompactionEntry,
     CustomMessageEntry,
     Entry,
     MessageEntry,
 )
-from api_client.session.convert import for_compaction
+from api_client.contract.session.convert import for_compaction
 from worker.tokens import Tokenizer
 
 __all__ = [

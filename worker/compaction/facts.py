@@ -18,8 +18,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from api_client.session import Message
-from api_client.session.convert import text_of_blocks
+from api_client.contract.session import Message
+from api_client.contract.session.convert import text_of_blocks
 from worker.compaction.fact_fold import Fact, FactFold, fold_more
 from worker.compaction.substrings import Containment, default_search
 from worker.jsjson import js_len

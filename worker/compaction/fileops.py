@@ -115,7 +115,7 @@ def _file_ops_of(message: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
 
 
 # A message's (kind, path) operations, kept for the next job: unchanged entries are the same
-# objects there (api_client.entry_cache), so a plan walks only the messages new to the process.
+# objects there (worker.store.entry_cache), so a plan walks only the messages new to the process.
 _OPS: IdentityMemo[Mapping[str, Any], tuple[tuple[str, str], ...]] = IdentityMemo()
 
 

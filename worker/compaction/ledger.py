@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from api_client.session import Entry, Message
-from api_client.session.convert import convert_to_llm, for_compaction
+from api_client.contract.session import Entry, Message
+from api_client.contract.session.convert import convert_to_llm, for_compaction
 from worker.compaction import prompts
 from worker.compaction.facts import LedgerResult, apply_ledger, default_fact_budget, extract_facts
 from worker.compaction.fileops import format_file_operations, strip_file_operation_tags

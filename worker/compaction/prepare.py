@@ -7,9 +7,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from api_client.session import CompactionEntry, Entry, Message, MessageEntry
-from api_client.session.context import last_compaction_index
-from api_client.session.convert import convert_to_llm, for_compaction
+from api_client.contract.session import CompactionEntry, Entry, Message, MessageEntry
+from api_client.contract.session.context import last_compaction_index
+from api_client.contract.session.convert import convert_to_llm, for_compaction
 from worker.compaction.cutpoint import CutPoint, classify_cut, find_cut_point
 from worker.compaction.facts import parse_fact_block, strip_fact_block
 from worker.compaction.fileops import (

@@ -18,7 +18,7 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from string import Template
 
-from api_client.errors import ConfigurationError
+from api_client.contract.errors import ConfigurationError
 from worker.compaction.fileops import strip_file_operation_tags
 
 __all__ = [

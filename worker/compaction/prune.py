@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from api_client.session import Entry, Message, MessageEntry
+from api_client.contract.session import Entry, Message, MessageEntry
 from worker.tokens import Tokenizer, token_counts
 
 __all__ = [

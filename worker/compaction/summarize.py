@@ -10,16 +10,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from api_client.errors import ModelError
-from api_client.session import Entry, Message
-from api_client.session.convert import convert_to_llm
+from api_client.contract.errors import ModelError
+from api_client.contract.session import Entry, Message
+from api_client.contract.session.convert import convert_to_llm
 from worker.compaction import prompts
 from worker.compaction.branch import DEFAULT_CONTEXT_WINDOW, branch_budget, prepare_branch_entries
 from worker.compaction.fileops import format_file_operations
 from worker.compaction.ledger import branch_ledger, compaction_ledger, with_block
 from worker.compaction.prepare import Preparation
 from worker.compaction.serialize import PART_SEPARATOR, conversation_parts
-from worker.summarizer_types import (
+from worker.summary_requests import (
     CancelToken,
     PromptLayout,
     Purpose,

@@ -9,8 +9,9 @@ call is kept too, or report that no safe cut exists.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import chain, islice
 
-from api_client.session import CompactionEntry, Entry, Message, MessageEntry
+from api_client.contract.session import CompactionEntry, Entry, Message, MessageEntry
 from worker.compaction.cutpoint import is_valid_cut_point
 
 __all__ = ["orphaned_tool_results", "safe_first_kept_id", "safe_first_kept_index", "tool_call_ids"]
@@ -59,11 +60,37 @@ def orphaned_tool_results(messages: Iterable[Message]) -> list[int]:
     return [position for position, _ in _orphans(enumerate(messages))]
 
 
-def _first_orphan(path: Sequence[Entry], first: int) -> tuple[int, Message] | None:
+def _kept_messages(path: Sequence[Entry], first: int) -> Iterator[tuple[int, Message]]:
     # What the new compaction's context keeps; earlier compactions contribute nothing (SPEC §4).
-    kept = ((i, path[i].message) for i in range(first, len(path))  # type: ignore[attr-defined]
-            if isinstance(path[i], MessageEntry))
-    return next(_orphans(kept), None)
+    return ((i, e.message) for i, e in islice(enumerate(path), first, None)
+            if isinstance(e, MessageEntry))
+
+
+def _opens_kept_range(path: Sequence[Entry], first: int, at: int) -> bool:
+    """Whether a cut at ``first`` would start the kept range with the tool result at ``at``."""
+    return not any(is_valid_cut_point(e) for e in islice(path, first, at))
+
+
+def _calls_before(path: Sequence[Entry], end: int) -> set[str]:
+    return set().union(*(tool_call_ids(e.message) for e in islice(path, end)
+                         if isinstance(e, MessageEntry)))
+
+
+def _was_called(calls: set[str], result: Message) -> bool:
+    call_id = _call_id(result)
+    return call_id in calls if call_id is not None else bool(calls)
+
+
+def _first_orphan(path: Sequence[Entry], first: int) -> tuple[int, Message] | None:
+    """The first kept tool result a cut at ``first`` orphans: its call is on the path before the
+    kept range, or the kept range would start with it. A result no call on the path made was an
+    orphan before any compaction (Q22 is not about it): it never moves the cut."""
+    orphans = _orphans(_kept_messages(path, first))
+    found = next(orphans, None)
+    if found is None or _opens_kept_range(path, first, found[0]):
+        return found  # the usual case: no orphan, and nothing before the cut is walked
+    calls = _calls_before(path, first)  # a kept orphan's call is not in [first, at)
+    return next((o for o in chain((found,), orphans) if _was_called(calls, o[1])), None)
 
 
 def _caller_index(path: Sequence[Entry], result: Message, before: int, floor: int) -> int | None:
@@ -86,8 +113,10 @@ def safe_first_kept_index(path: Sequence[Entry], first: int, floor: int, end: in
     """The nearest first-kept index to ``first`` whose kept range orphans no tool result.
 
     An orphan whose call lies in ``[floor, first)`` moves the cut back to the latest valid cut
-    point at or before that call (normally the assistant message itself); an orphan whose call
-    is out of reach moves the cut forward past the orphan. None: no such cut exists.
+    point at or before that call (normally the assistant message itself), as does one the kept
+    range would start with to the latest valid cut point before it; an orphan whose call is out
+    of reach moves the cut forward past the orphan. None: no such cut exists. Results no call on
+    the path made are left where they are (see :func:`_first_orphan`).
     """
     for _ in range(len(path) + 1):
         found = _first_orphan(path, first)
@@ -95,6 +124,8 @@ def safe_first_kept_index(path: Sequence[Entry], first: int, floor: int, end: in
             return first
         at, result = found
         caller = _caller_index(path, result, at, floor)
+        if caller is None and _opens_kept_range(path, first, at):
+            caller = at - 1  # a kept range never starts with a tool result
         backward = None if caller is None else _latest_cut_point(path, floor, caller)
         if backward is not None:
             first = _pull_in_metadata(path, backward, floor)
@@ -113,8 +144,8 @@ def _latest_cut_point(path: Sequence[Entry], floor: int, upto: int) -> int | Non
 def safe_first_kept_id(path: Sequence[Entry], first_kept_id: str) -> str:
     """A hook's ``firstKeptEntryId`` moved back, when needed, so that no kept result is orphaned.
 
-    Keeping more never loses anything; an id not on the path keeps nothing and stays as it is, as
-    does a path that already holds a result no call on it made.
+    Keeping more never loses anything; an id not on the path keeps nothing and stays as it is.
+    A result no call on the path made moves it only when the kept range would start with it.
     """
     first = next((i for i, e in enumerate(path) if e.id == first_kept_id), None)
     if first is None:

@@ -7,6 +7,7 @@ the events through the :class:`HookRunner` that :func:`load_hook_runner` returns
 
 from worker.hooks.errors import HookError, HookLoadError, HookValidationError
 from worker.hooks.loading import ENTRY_POINT_GROUP, load_hook_runner
+from worker.hooks.result_checks import validate_branch_summary, validate_compaction
 from worker.hooks.results import (
     BeforeCompactResult,
     BeforeTreeResult,
@@ -24,7 +25,6 @@ from worker.hooks.specs import (
     hookimpl,
     hookspec,
 )
-from worker.hooks.validate import validate_branch_summary, validate_compaction
 
 __all__ = [
     "ENTRY_POINT_GROUP",

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, TypeVar, cast
 
-from api_client.session import Entry
+from api_client.contract.session import Entry
 
 __all__ = ["freeze", "freeze_dataclass", "freeze_entry", "thaw"]
 

@@ -1,8 +1,8 @@
-"""Hook errors: all derive from :class:`api_client.errors.HookError`."""
+"""Hook errors: all derive from :class:`api_client.contract.errors.HookError`."""
 
 from __future__ import annotations
 
-from api_client.errors import HookError
+from api_client.contract.errors import HookError
 
 __all__ = ["HookError", "HookLoadError", "HookValidationError"]
 

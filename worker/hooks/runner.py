@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pluggy
 
-from api_client.session import Entry, parse_entry
+from api_client.contract.session import Entry, parse_entry
 from worker.hooks._frozen import freeze, freeze_dataclass, freeze_entry
+from worker.hooks.result_checks import validate_branch_summary, validate_compaction
 from worker.hooks.results import (
     BeforeCompactResult,
     BeforeTreeResult,
@@ -28,7 +29,6 @@ from worker.hooks.results import (
     normalise_compacting,
 )
 from worker.hooks.specs import CancelSignal, TreePreparation
-from worker.hooks.validate import validate_branch_summary, validate_compaction
 
 if TYPE_CHECKING:
     from pluggy import HookImpl

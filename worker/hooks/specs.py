@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pluggy
 
-from api_client.session import Entry
+from api_client.contract.session import Entry
 
 if TYPE_CHECKING:
     from worker.compaction import Preparation

@@ -25,8 +25,8 @@ from typing import Any
 import httpx
 from pydantic import SecretStr
 
-from api_client.errors import HookError
-from api_client.session import Entry
+from api_client.contract.errors import HookError
+from api_client.contract.session import Entry
 from worker.hooks._frozen import thaw
 from worker.hooks.errors import HookLoadError
 from worker.hooks.settings import HookSettings

@@ -1,6 +1,6 @@
 """The model layer: providers over httpx, and the router that owns retries and fallback.
 
-The interface types live in ``worker.summarizer_types`` (below both this layer and the pure
+The interface types live in ``worker.summary_requests`` (below both this layer and the pure
 core, which never imports ``worker.llm``); ``worker.llm.errors`` is light (stdlib only); everything
 that loads httpx, pydantic or redis is imported lazily from here.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from worker.llm.errors import AllCandidatesFailedError, ModelCallError, ModelCancelledError
-from worker.summarizer_types import CancelToken, Summarizer, SummaryRequest, SummaryResult, Usage
+from worker.summary_requests import CancelToken, Summarizer, SummaryRequest, SummaryResult, Usage
 
 if TYPE_CHECKING:
     from worker.llm.build import build_summarizer

@@ -10,7 +10,11 @@ from typing import Any
 
 import httpx
 
-from api_client.overflow import is_overflow_text, is_retryable_error_text, parse_retry_after_ms
+from api_client.contract.overflow import (
+    is_overflow_text,
+    is_retryable_error_text,
+    parse_retry_after_ms,
+)
 from worker.llm.errors import (
     AuthenticationFailed,
     BadRequest,

@@ -22,7 +22,7 @@ import httpcore
 import httpx
 
 from worker.llm.errors import ConnectionFailed, ModelCancelledError, ModelTimeout, Who
-from worker.summarizer_types import CancelToken
+from worker.summary_requests import CancelToken
 
 __all__ = ["SLICE_S", "HttpReply", "guarded", "make_client", "post_json"]
 

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from api_client.session import Message
+from api_client.contract.session import Message
 from worker.llm.errors import ContextOverflow
 from worker.memo import IdentityMemo
-from worker.summarizer_types import SummaryRequest
+from worker.summary_requests import SummaryRequest
 from worker.tokens import Tokenizer, counts_of, get_tokenizer
 
 __all__ = [

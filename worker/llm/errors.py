@@ -1,4 +1,4 @@
-"""Typed model errors. Every one is an ``api_client.errors.ModelError``.
+"""Typed model errors. Every one is an ``api_client.contract.errors.ModelError``.
 
 Each class carries the router's classification in ``kind`` (see ``worker.llm.retry_policy``):
 
@@ -8,14 +8,14 @@ Each class carries the router's classification in ``kind`` (see ``worker.llm.ret
 * ``overflow``   — the input does not fit this model: a larger window or a smaller input;
 * ``cancelled``  — the job was cancelled: stop everything.
 
-Stdlib only (plus ``api_client.errors``), so the pure core can import it.
+Stdlib only (plus ``api_client.contract.errors``), so the pure core can import it.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar, Literal, TypedDict
 
-from api_client.errors import ConfigurationError, ModelError
+from api_client.contract.errors import ConfigurationError, ModelError
 
 __all__ = [
     "AllCandidatesFailedError",

@@ -40,7 +40,7 @@ from worker.llm.errors import (
 )
 from worker.llm.providers.base import Provider
 from worker.llm.retry_policy import Failure, RetryPolicy, decide
-from worker.summarizer_types import CancelToken, SummaryRequest, SummaryResult, Usage
+from worker.summary_requests import CancelToken, SummaryRequest, SummaryResult, Usage
 
 __all__ = ["MAX_SHRINKS", "MIN_CHUNK_OUTPUT", "AttemptBudget", "JobSummarizer", "Router"]
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from worker.llm.retry_policy import RetryPolicy
-from worker.summarizer_types import Usage
+from worker.summary_requests import Usage
 
 __all__ = ["DEFAULT_BASE_URLS", "LlmSettings", "ModelCandidate", "ProviderName"]
 

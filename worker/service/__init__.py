@@ -3,7 +3,8 @@ events (ARCHITECTURE "Job lifecycle and invariants"). Celery-free: ``worker.task
 """
 
 from worker.service._control import JobControl
-from worker.service._errors import (
+from worker.service._job import JobOutcome, run_job
+from worker.service._job_stops import (
     TRANSIENT,
     DeadlineExceededError,
     JobCancelled,
@@ -11,7 +12,6 @@ from worker.service._errors import (
     LeaseHeldError,
     LeaseLostError,
 )
-from worker.service._job import JobOutcome, run_job
 from worker.service._sweeper import Sender, Sweeper
 from worker.service.composition import build_runtime, worker_redis
 from worker.service.ports import Runtime

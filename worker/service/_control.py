@@ -11,8 +11,13 @@ import logging
 import threading
 from types import TracebackType
 
-from api_client.errors import CompactorError
-from worker.service._errors import DeadlineExceededError, JobCancelled, JobStopped, LeaseLostError
+from api_client.contract.errors import CompactorError
+from worker.service._job_stops import (
+    DeadlineExceededError,
+    JobCancelled,
+    JobStopped,
+    LeaseLostError,
+)
 from worker.service.ports import SYSTEM_CLOCK, CancelFlags, Clock, JobLeases
 from worker.store.leases import LeaseOutcome
 

@@ -9,15 +9,22 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from api_client.errors import CompactionLoopError, CompactorError
-from api_client.keys import split_job_id
-from api_client.wire import CompactReason, JobEvent, JobKind, JobRecord, JobState, job_error_text
+from api_client.contract.errors import CompactionLoopError, CompactorError
+from api_client.contract.keys import split_job_id
+from api_client.contract.wire import (
+    CompactReason,
+    JobEvent,
+    JobKind,
+    JobRecord,
+    JobState,
+    job_error_text,
+)
 from worker import metrics
-from worker.service._branch import run_branch
-from worker.service._compact import run_compact
-from worker.service._context import JobContext, JobSuccess
+from worker.service._branch_job import run_branch
+from worker.service._compact_job import run_compact
 from worker.service._control import JobControl
-from worker.service._errors import (
+from worker.service._job_context import JobContext, JobSuccess
+from worker.service._job_stops import (
     TRANSIENT,
     JobCancelled,
     JobStopped,
@@ -25,7 +32,7 @@ from worker.service._errors import (
     LeaseLostError,
 )
 from worker.service._outage import ride_out
-from worker.service._prune import run_prune
+from worker.service._prune_job import run_prune
 from worker.service._speculative import count_discarded, run_speculative
 from worker.service.ports import Runtime
 from worker.store.leases import LeaseOutcome

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from api_client.errors import CompactionLoopError
-from api_client.wire import CompactReason, JobRecord
+from api_client.contract.errors import CompactionLoopError
+from api_client.contract.wire import CompactReason, JobRecord
 from worker import metrics
-from worker.service._context import JobContext
+from worker.service._job_context import JobContext
 
 __all__ = ["check_loop", "count_compaction", "guard_threshold", "is_ineffective", "observe_stall"]
 

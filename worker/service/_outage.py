@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from worker.service._control import JobControl
-from worker.service._errors import TRANSIENT
+from worker.service._job_stops import TRANSIENT
 
 __all__ = ["ride_out", "ride_out_until"]
 

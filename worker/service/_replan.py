@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from api_client.errors import StaleSnapshotError
-from api_client.wire import EventType
+from api_client.contract.errors import StaleSnapshotError
+from api_client.contract.wire import EventType
 from worker import metrics
-from worker.service._context import JobContext
-from worker.service._errors import JobCancelled, LeaseLostError
+from worker.service._job_context import JobContext
+from worker.service._job_stops import JobCancelled, LeaseLostError
 from worker.store import CommitOutcome, CommitStatus
 
 __all__ = ["settle", "with_replans"]

@@ -1,5 +1,5 @@
 """Speculative compaction (README "Instant compaction"): plan and summarize exactly as a
-threshold compaction (hooks, models, chunking, fallback: :mod:`worker.service._compact`) on a
+threshold compaction (hooks, models, chunking, fallback: :mod:`worker.service._compact_job`) on a
 snapshot, then store a draft beside the session instead of committing. The session is never
 written. The prune pass does not run: the draft is planned on the path as stored, and the
 threshold compaction that applies it skips its own prune pass (``client.prune`` stays available).
@@ -13,15 +13,15 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from api_client.errors import ConfigurationError
-from api_client.wire import EventType, JobRecord
+from api_client.contract.errors import ConfigurationError
+from api_client.contract.wire import EventType, JobRecord
 from worker import metrics
-from worker.service._compact import _draft, _plan, _tokens_after
-from worker.service._context import JobContext, JobSuccess, calls_summary
-from worker.service._errors import JobCancelled
+from worker.service._compact_job import _draft, _plan, _tokens_after
+from worker.service._job_context import JobContext, JobSuccess, calls_summary
+from worker.service._job_stops import JobCancelled
 from worker.service._loop_guard import check_loop, guard_threshold, observe_stall
 from worker.service.ports import Drafts, Runtime
-from worker.store.drafts import draft_json
+from worker.store.draft_store import draft_json
 
 __all__ = ["count_discarded", "run_draft_applied", "run_speculative"]
 

@@ -24,12 +24,12 @@ from collections.abc import Callable
 
 import redis
 
-from api_client.errors import CompactorError
-from api_client.keys import KeyLayout
-from api_client.wire import TASK_NAMES, JobKind, JobState, Route
-from worker.service._errors import TRANSIENT
+from api_client.contract.errors import CompactorError
+from api_client.contract.keys import KeyLayout
+from api_client.contract.wire import TASK_NAMES, JobKind, JobState, Route
+from worker.service._job_stops import TRANSIENT
 from worker.settings import WorkerSettings
-from worker.store.jobs import JobStore
+from worker.store.job_lifecycle import JobStore
 from worker.store.sweep import JobLook, SweepStore, now_ms
 
 __all__ = ["Sender", "Sweeper"]

@@ -13,9 +13,7 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from api_client.entry_cache import EntryCache
-from api_client.keys import KeyLayout
-from api_client.session_store import SessionStore
+from api_client.contract.keys import KeyLayout
 from worker.compaction.facts import SEARCH as FACT_SEARCH
 from worker.hooks import load_hook_runner
 from worker.llm import Summarizer, build_summarizer
@@ -23,8 +21,10 @@ from worker.service._control import CancelWatch
 from worker.service.ports import SYSTEM_CLOCK, Runtime
 from worker.settings import WorkerSettings
 from worker.store import CommitStore
-from worker.store.drafts import DraftStore
-from worker.store.jobs import JobStore
+from worker.store.draft_store import DraftStore
+from worker.store.entry_cache import EntryCache
+from worker.store.job_lifecycle import JobStore
+from worker.store.snapshot_store import SnapshotStore
 from worker.store.token_counts import RedisTokenCounts
 from worker.tokens import TOKEN_CACHE, choose_counter, get_tokenizer
 
@@ -70,8 +70,7 @@ def build_runtime(settings: WorkerSettings, *,
     on_close.insert(0, cancel_flags.close)
     return Runtime(
         settings=settings,
-        sessions=SessionStore(client, layout,
-                              entry_cache=EntryCache(settings.entry_cache_entries)),
+        sessions=SnapshotStore(client, layout, EntryCache(settings.entry_cache_entries)),
         jobs=jobs,
         commits=CommitStore(client, layout, walk_limit=settings.commit_walk_limit,
                             effect_retention_s=settings.job_ttl_s + settings.visibility_timeout_s),

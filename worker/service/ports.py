@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from api_client.session import Entry, JsonObject
-from api_client.session_store import Snapshot
-from api_client.wire import JobEvent, JobRecord, JobState
+from api_client.contract.session import Entry, JsonObject
+from api_client.contract.snapshots import Snapshot
+from api_client.contract.wire import JobEvent, JobRecord, JobState
 from worker.compaction import CompactionSettings, Preparation
 from worker.hooks import (
     BeforeCompactResult,
@@ -29,7 +29,7 @@ from worker.hooks import (
 from worker.settings import WorkerSettings
 from worker.store import CommitOutcome
 from worker.store.leases import LeaseOutcome
-from worker.summarizer_types import Summarizer
+from worker.summary_requests import Summarizer
 from worker.tokens import Tokenizer
 
 __all__ = [
@@ -135,7 +135,7 @@ class JobRecords(JobLeases, Protocol):
 
 
 class Drafts(Protocol):
-    """Where a speculative job stores its draft (``worker.store.drafts.DraftStore``)."""
+    """Where a speculative job stores its draft (``worker.store.draft_store.DraftStore``)."""
 
     def save(self, job_id: str, draft: str) -> str: ...
 

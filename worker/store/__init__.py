@@ -1,6 +1,6 @@
 """Worker-side Redis I/O (Lua scripts in this folder): the conditional commits
-(:mod:`worker.store._commits`), the job lifecycle (:mod:`worker.store.jobs`, leases in
-:mod:`worker.store.leases`) and progress events (:mod:`worker.store.events`).
+(:mod:`worker.store._commits`), the job lifecycle (:mod:`worker.store.job_lifecycle`, leases in
+:mod:`worker.store.leases`) and progress events (:mod:`worker.store.event_publisher`).
 
 Snapshots and job records are read through api_client's public stores; only what a worker alone
 does lives here.

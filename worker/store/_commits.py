@@ -19,10 +19,11 @@ from typing import Any
 
 import redis
 
-from api_client.errors import SessionNotFoundError
-from api_client.keys import KeyLayout
-from api_client.redis_conn import REDIS_DOWN, lua, unavailable
-from api_client.session import JsonObject, dump_record
+from api_client.contract.errors import SessionNotFoundError
+from api_client.contract.keys import KeyLayout
+from api_client.contract.lua_scripts import lua
+from api_client.contract.redis_conn import REDIS_DOWN, unavailable
+from api_client.contract.session import JsonObject, dump_record
 
 __all__ = ["CommitOutcome", "CommitStatus", "CommitStore", "entry_line_parts", "line_digest"]
 
@@ -53,7 +54,7 @@ class CommitOutcome:
 @cache
 def _script(name: str) -> str:
     """A commit script with the shared helpers in front (Redis scripts cannot import)."""
-    helpers = lua("_walk")  # api_client/lua/_walk.lua: one copy, shared with the client
+    helpers = lua("_walk")  # api_client/contract/lua/_walk.lua: one copy, shared with the client
     return helpers + "\n" + (files("worker.store") / f"{name}.lua").read_text(encoding="utf-8")
 
 
@@ -86,7 +87,7 @@ class CommitStore:
         self.redis = client
         self.layout = layout
         self.walk_limit = walk_limit
-        # Effect markers older than this are trimmed by later commits (see api_client.keys).
+        # Effect markers older than this are trimmed by later commits (api_client.contract.keys).
         self.effect_retention_ms = max(1, int(effect_retention_s * 1000))
         self._entry = client.register_script(_script("commit_entry"))
         self._branch = client.register_script(_script("commit_branch"))

@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 
 import redis
 
-from api_client.errors import JobNotFoundError
-from api_client.keys import KeyLayout
-from api_client.redis_conn import REDIS_DOWN, unavailable
+from api_client.contract.errors import JobNotFoundError
+from api_client.contract.keys import KeyLayout
+from api_client.contract.redis_conn import REDIS_DOWN, unavailable
 
 __all__ = ["LeaseOutcome", "Leases", "guarded", "script_text"]
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import redis
 
-from api_client.keys import KeyLayout
-from api_client.wire import JobState
+from api_client.contract.keys import KeyLayout
+from api_client.contract.wire import JobState
 from worker.store.leases import guarded, script_text
 
 __all__ = ["JobLook", "SweepStore", "now_ms"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Literal, Protocol
 
-from api_client.errors import ConfigurationError
+from api_client.contract.errors import ConfigurationError
 
 __all__ = [
     "COUNTERS",

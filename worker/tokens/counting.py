@@ -17,8 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from api_client.session import Message
-from api_client.session.convert import convert_message
+from api_client.contract.session import Message
+from api_client.contract.session.convert import convert_message
 from worker.jsjson import js_json, js_len
 from worker.memo import DEFAULT_OBJECTS, IdentityMemo, PrefixFolds
 from worker.tokens.bpe import cl100k_counter, tiktoken_encoding
@@ -294,7 +294,7 @@ class JobTokenizer:
     finding a message's text pieces again is not. Keyed by object identity: by default for
     this job only; the worker passes the process-wide ``message_counts(name)``, which serves
     the next job too because unchanged entries are the same objects there
-    (``api_client.entry_cache``). Messages are never changed in place.
+    (``worker.store.entry_cache``). Messages are never changed in place.
     """
 
     def __init__(self, inner: Tokenizer, memo: IdentityMemo[Message, int] | None = None) -> None:
@@ -380,7 +380,7 @@ def counts_of(tokenizer: Tokenizer) -> IdentityMemo[Message, int]:
 PRIME_THREADS = min(4, os.cpu_count() or 1)
 PRIME_SERIAL_CHARS = 4_000
 # The text parsed anew (``Snapshot.parsed_chars``) from which a job primes (when that is most of
-# the session: worker.service._compact): less is counted as the plan goes, as quickly.
+# the session: worker.service._compact_job): less is counted as the plan goes, as quickly.
 PRIME_MIN_CHARS = 200_000
 
 

@@ -16,7 +16,7 @@ from worker.llm.errors import (
 )
 from worker.llm.providers.base import HttpContext, Reply, as_int
 from worker.llm.settings import ModelCandidate
-from worker.summarizer_types import CancelToken, SummaryRequest, Usage
+from worker.summary_requests import CancelToken, SummaryRequest, Usage
 
 __all__ = ["ANTHROPIC_VERSION", "AnthropicProvider"]
 

@@ -9,7 +9,7 @@ import httpx
 
 from worker.llm.errors import ModelCallError
 from worker.llm.settings import ModelCandidate
-from worker.summarizer_types import CancelToken, SummaryRequest, Usage
+from worker.summary_requests import CancelToken, SummaryRequest, Usage
 
 __all__ = ["HttpContext", "Provider", "Reply", "as_int"]
 

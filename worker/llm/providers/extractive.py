@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 
 from worker.llm.errors import ModelCallError
-from worker.llm.providers._facts import (
+from worker.llm.providers._conversation_facts import (
     Facts,
     clip,
     collect_facts,
@@ -20,7 +20,7 @@ from worker.llm.providers._facts import (
 )
 from worker.llm.providers.base import Reply
 from worker.llm.settings import ModelCandidate
-from worker.summarizer_types import CancelToken, SummaryRequest, Usage
+from worker.summary_requests import CancelToken, SummaryRequest, Usage
 
 __all__ = ["ExtractiveProvider", "extractive_summary"]
 

@@ -18,7 +18,7 @@ from worker.llm.errors import (
 )
 from worker.llm.providers.base import HttpContext, Reply
 from worker.llm.settings import ModelCandidate
-from worker.summarizer_types import CancelToken, SummaryRequest, Usage
+from worker.summary_requests import CancelToken, SummaryRequest, Usage
 
 __all__ = ["RemoteEndpointProvider", "check_endpoint_url", "is_loopback_host"]
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from api_client.session import Entry
+from api_client.contract.session import Entry
 from worker.hooks import (
     BeforeCompactResult,
     BeforeTreeResult,

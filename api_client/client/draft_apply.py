@@ -1,0 +1,277 @@
+"""Speculative compaction drafts: their JSON shape and the client's one-round-trip apply.
+
+A speculative job (``compact(reason="speculative")``) plans and summarizes like a threshold
+compaction on a snapshot, then stores a **draft** at ``<p>:session:{<sid>}:draft`` instead of
+committing (the session is untouched). ``compact(reason="threshold" | "overflow")`` without
+custom instructions first runs ``apply_draft.lua``: one EVALSHA that either appends the draft's
+compaction entry as a child of the current leaf and writes a finished (``succeeded``) job record
+with its events, or deletes the draft and names the cause (:data:`DISCARD_CAUSES`); the normal
+job then runs.
+
+A draft is valid while its snapshot leaf is on the current path, no compaction entry was
+appended on that path since, and the entries appended since weigh at most ``keep_recent_tokens``
+(the sum of their stored JSON line lengths / 4, oh-my-pi's bound): those entries then stay in
+the context after the draft's kept region, exactly once.
+
+Draft JSON fields (camelCase): ``jobId``, ``snapshotLeafId``, ``snapshotRevision``,
+``firstKeptEntryId``, ``tokensBefore``, ``tokensAfter`` (of the snapshot's compacted context),
+``summary``, ``shortSummary`` (when the entry has one), ``details``, ``fromExtension``,
+``entry`` (the entry without id/parentId/timestamp), ``lineTail`` (the stored line after
+``timestamp``, filled in by the script), ``snapshotEntries``, ``snapshotTokens``, ``createdAt``,
+``ineffectiveAbove`` (the worker's loop-guard line, tokens).
+
+The same call is the client's loop guard (README "Instant compaction", loop guard): with
+``loop_guard_max`` automatic compactions already counted for the session within the window, it
+writes nothing and the client records the refusal (:func:`refuse`) instead of applying or
+enqueuing; an applied draft is counted like a worker's commit and judged ``ineffective`` by the
+same line (the request's ``context_window`` when it named one, else the worker's).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from api_client.client.jobs import check_context_window
+from api_client.client.json_templates import SLOTS, Template, escaped, template
+from api_client.contract.errors import CompactionLoopError, InvalidRequestError
+from api_client.contract.job_records import event_fields
+from api_client.contract.keys import KeyLayout
+from api_client.contract.lua_scripts import CLIENT_SCRIPTS
+from api_client.contract.redis_flows import Command, Flow, Pipeline, Script, cmd
+from api_client.contract.settings import ClientSettings
+from api_client.contract.wire import (
+    QUEUE_COMPACT,
+    CompactReason,
+    EventType,
+    JobEvent,
+    JobKind,
+    JobRecord,
+    JobState,
+    job_error_text,
+    now_iso,
+    route_for,
+)
+
+__all__ = [
+    "DISCARD_CAUSES", "DraftOutcome", "apply_draft", "check_draft", "discard_note",
+    "ineffective_above", "read_draft", "refuse", "uses_draft",
+]
+
+DISCARD_CAUSES: tuple[str, ...] = (
+    "nodraft", "nosession", "corrupt", "offpath", "compacted", "grown", "noid",
+)
+_WALK_LIMIT = 10_000
+_CANDIDATES = 4
+
+
+@dataclass(frozen=True, slots=True)
+class DraftOutcome:
+    """What an apply (or check) did: ``applied`` with the new job and entry, ``valid`` (check),
+    or ``discarded`` with the cause (``nodraft``: there was none)."""
+
+    status: str
+    job_id: str | None = None
+    entry: dict[str, Any] | None = None
+    cause: str | None = None
+    growth_tokens: int | None = None
+    ineffective: bool | None = None
+    stall_ms: float | None = None
+    guard_count: int | None = None  # guarded: automatic compactions within the window
+    enqueue_reply: tuple[Any, ...] | None = None  # enqueued: enqueue.lua's reply
+
+    @property
+    def applied(self) -> bool:
+        return self.status == "applied"
+
+
+def uses_draft(reason: CompactReason | str, instructions: str | None) -> bool:
+    """Only automatic compactions without custom instructions may take a draft."""
+    return reason in (CompactReason.THRESHOLD, CompactReason.OVERFLOW) and not instructions
+
+
+def _record(job_id: str, session_id: str, reason: CompactReason, ts: str,
+            context_window: int | None = None, state: JobState = JobState.SUCCEEDED,
+            **fields: Any) -> JobRecord:
+    route = route_for(JobKind.COMPACT, reason)
+    return JobRecord(id=job_id, kind=JobKind.COMPACT, session_id=session_id, state=state,
+                     reason=reason, priority=route.priority, queue=route.queue, created_at=ts,
+                     started_at=ts, finished_at=ts, context_window=context_window, **fields)
+
+
+def ineffective_above(settings: ClientSettings, context_window: int | None) -> int | None:
+    """The loop guard's line for a request that named the agent's window: ``loop_guard_share
+    × (window - reserve_tokens)`` tokens (the worker's rule, ``worker.service._loop_guard``)."""
+    if not context_window or context_window <= settings.reserve_tokens:
+        return None
+    return int(settings.loop_guard_share * (context_window - settings.reserve_tokens))
+
+
+@dataclass(frozen=True, slots=True)
+class _DraftTexts:
+    """A draft job's record fields (one JSON array of field/value pairs: apply_draft.lua decodes
+    it only when a draft applies, so the common call carries one argument, not thirty) and its
+    two events, with stand-ins for job, session and time: rendered by the wire models once per
+    reason, filled per call."""
+
+    fields: Template
+    compacted: Template
+    done: Template
+
+    def fill(self, job_id: str, session_id: str, ts: str) -> tuple[str, str, str]:
+        raw = {"job": job_id, "sid": session_id, "ts": ts}
+        in_json = {name: escaped(value) for name, value in raw.items()}
+        return (self.fields.fill(raw, in_json), self.compacted.fill(raw, in_json),
+                self.done.fill(raw, in_json))
+
+
+@lru_cache(maxsize=8)
+def _draft_texts(reason: CompactReason) -> _DraftTexts:
+    ts = SLOTS["ts"]
+    record = _record(SLOTS["job"], SLOTS["sid"], reason, ts)
+    compacted = JobEvent.for_record(record, EventType.SESSION_COMPACT, timestamp=ts)
+    done = JobEvent.completion(record, JobState.SUCCEEDED, duration_ms=0, timestamp=ts)
+    fields = [x for pair in record.to_redis().items() for x in pair]
+    return _DraftTexts(template(json.dumps(fields, ensure_ascii=False, separators=(",", ":"))),
+                       template(compacted.to_json()), template(done.to_json()))
+
+
+def _call(layout: KeyLayout, settings: ClientSettings, session_id: str, reason: CompactReason,
+          mode: str, context_window: int | None = None) -> tuple[Script, str]:
+    s = layout.session(session_id)
+    job_id = layout.new_job_id(session_id)
+    ts = now_iso()
+    fields, compacted, done = _draft_texts(reason).fill(job_id, session_id, ts)
+    if context_window is not None:  # the record's one field that is not a stand-in
+        fields = f'{fields[:-1]},"contextWindow","{context_window}"]'
+    record_key = layout.job_record_prefix(session_id) + job_id.rpartition(":")[2]
+    keys = [*s.data(), s.effects, s.draft, record_key, s.events, s.compactions]
+    above = ineffective_above(settings, context_window)
+    candidates = secrets.token_hex(4 * _CANDIDATES)  # _CANDIDATES ids of 8 hex digits
+    args = [mode, job_id, str(_WALK_LIMIT), str(settings.keep_recent_tokens), ts,
+            " ".join(candidates[i:i + 8] for i in range(0, len(candidates), 8)),
+            str(settings.job_ttl_s), str(settings.session_event_maxlen), compacted, done,
+            str(settings.loop_guard_max), repr(float(settings.loop_guard_window_s)),
+            repr(time.time()), "" if above is None else str(above), fields]
+    return Script("apply_draft", keys, args, package=CLIENT_SCRIPTS), job_id
+
+
+def _global_copies(layout: KeyLayout, settings: ClientSettings, job_id: str,
+                   events: tuple[tuple[str, str], ...], stall_ms: float | None) -> Pipeline:
+    # As the worker's commits: the session stream got the events atomically; the global stream
+    # (another Cluster slot) gets its copies right after, with the measured stall (call →
+    # entry in hand) on the record for the worker's stall metric.
+    calls = [Command("xadd", (layout.global_events, {"type": kind, "job": job_id, "data": data}),
+                     {"maxlen": settings.event_stream_maxlen, "approximate": True})
+             for kind, data in events]
+    if stall_ms is not None:
+        calls.append(cmd("hset", layout.job(job_id).record, "stallMs", str(stall_ms)))
+    return Pipeline(tuple(calls), transaction=False)
+
+
+def apply_draft(layout: KeyLayout, settings: ClientSettings, session_id: str,
+                reason: CompactReason | str, *, use_draft: bool = True,
+                context_window: int | None = None, started: float | None = None,
+                then: Script | None = None) -> Flow[DraftOutcome]:
+    """The loop guard, then (``use_draft``) the session's draft if it is still valid: one
+    EVALSHA (see the module doc). ``guarded``: the guard refused, nothing written yet (see
+    :func:`refuse`); ``clear``: the guard let a request without a draft pass. ``started``
+    (``time.perf_counter()`` at the call) stores the measured stall on the record.
+
+    ``then`` (enqueue.lua's call) runs in the same script when there was no draft to apply and
+    the guard let the request pass (``compact_auto.lua``): ``enqueued`` with its reply.
+    """
+    why = CompactReason(reason)
+    if why not in (CompactReason.THRESHOLD, CompactReason.OVERFLOW):
+        raise InvalidRequestError(f"a draft is applied by a threshold or overflow compaction, "
+                                  f"not {why.value}")
+    # The window goes into the record's JSON argument as written: a number, or nothing.
+    context_window = check_context_window(context_window)
+    script, job_id = _call(layout, settings, session_id, why, "apply" if use_draft else "guard",
+                           context_window)
+    if then is not None:
+        script = Script("compact_auto", [*script.keys, *then.keys],
+                        [str(len(script.keys)), str(len(script.args)), *script.args, *then.args],
+                        then.rescue, CLIENT_SCRIPTS)
+    raw = yield script
+    if str(raw[0]) == "enqueued":
+        return DraftOutcome("enqueued", enqueue_reply=tuple(raw[1:]))
+    reply = [str(x) for x in raw]
+    if reply[0] == "guarded":
+        return DraftOutcome("guarded", guard_count=int(reply[1]))
+    if reply[0] != "applied":
+        return DraftOutcome(reply[0], cause=reply[1] if len(reply) > 1 else None)
+    _, _, _, line, result, ev1, ev2 = reply
+    stall_ms = None if started is None else round((time.perf_counter() - started) * 1000, 3)
+    yield _global_copies(layout, settings, job_id, (
+        (EventType.SESSION_COMPACT.value, ev1), (EventType.COMPACTION_END.value, ev2)),
+        stall_ms)
+    return DraftOutcome("applied", job_id=job_id, entry=dict(json.loads(line)),
+                        ineffective=json.loads(result).get("ineffective"), stall_ms=stall_ms)
+
+
+def refuse(layout: KeyLayout, settings: ClientSettings, session_id: str,
+           reason: CompactReason | str, count: int,
+           context_window: int | None = None) -> Flow[str]:
+    """The loop guard refused an automatic compaction at the client: a failed job record and
+    its ``compaction_end`` event, exactly as a worker's refusal (``result.loopGuard``; ``wait()``
+    raises :class:`CompactionLoopError`), without a task message or a model call. One pipeline;
+    returns the job id."""
+    why = CompactReason(reason)
+    job_id = layout.new_job_id(session_id)
+    err = CompactionLoopError.tripped(session_id, count, settings.loop_guard_max,
+                                      settings.loop_guard_window_s)
+    error = job_error_text(JobKind.COMPACT, JobState.FAILED, why, str(err))
+    result = {"loopGuard": err.to_result()}
+    record = _record(job_id, session_id, why, now_iso(), context_window, JobState.FAILED,
+                     error=error, result=result)
+    fields = event_fields(JobEvent.completion(record, JobState.FAILED, error=error,
+                                              result=result, duration_ms=0))
+    key = layout.job(job_id).record
+    yield Pipeline((
+        Command("hset", (key,), {"mapping": record.to_redis()}),
+        cmd("expire", key, settings.job_ttl_s),
+        Command("xadd", (layout.session(session_id).events, fields),
+                {"maxlen": settings.session_event_maxlen, "approximate": True}),
+        Command("xadd", (layout.global_events, fields),
+                {"maxlen": settings.event_stream_maxlen, "approximate": True}),
+    ), transaction=False)
+    return job_id
+
+
+def check_draft(layout: KeyLayout, settings: ClientSettings,
+                session_id: str) -> Flow[DraftOutcome]:
+    """Is the draft still valid? Read-only unless invalid (then it is deleted)."""
+    script, _ = _call(layout, settings, session_id, CompactReason.THRESHOLD, "check")
+    reply = [str(x) for x in (yield script)]
+    if reply[0] == "valid":
+        return DraftOutcome("valid", growth_tokens=int(reply[1]))
+    return DraftOutcome("discarded", cause=reply[1])
+
+
+def discard_note(layout: KeyLayout, settings: ClientSettings, session_id: str, job_id: str,
+                 reason: CompactReason | str, cause: str, *, created: bool) -> Flow[None]:
+    """After a discarded draft: the ``draft_discarded`` event (on the job that runs instead) and,
+    on a job this request created, its ``draftDiscarded`` field (the worker's metric)."""
+    record = JobRecord(id=job_id, kind=JobKind.COMPACT, session_id=session_id,
+                       reason=CompactReason(reason), queue=QUEUE_COMPACT)
+    event = JobEvent.for_record(record, EventType.DRAFT_DISCARDED, error=cause)
+    fields = event_fields(event)
+    calls: list[Command] = []
+    if created:
+        calls.append(cmd("hset", layout.job(job_id).record, "draftDiscarded", cause))
+    calls.append(Command("xadd", (layout.session(session_id).events, fields),
+                         {"maxlen": settings.session_event_maxlen, "approximate": True}))
+    calls.append(Command("xadd", (layout.global_events, fields),
+                         {"maxlen": settings.event_stream_maxlen, "approximate": True}))
+    yield Pipeline(tuple(calls), transaction=False)
+
+
+def read_draft(layout: KeyLayout, session_id: str) -> Flow[dict[str, Any] | None]:
+    """The stored draft (for inspection), or None."""
+    raw = yield cmd("get", layout.session(session_id).draft)
+    return None if raw is None else dict(json.loads(raw))

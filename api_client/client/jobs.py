@@ -1,0 +1,299 @@
+"""Job records in Redis as a platform sees them: single-flight enqueue, records, cancel.
+
+:class:`JobStore` (sync) and :class:`AsyncJobStore` run the same flows (:class:`_JobCore`). A
+job's end (``finish.lua``) is the contract's (:mod:`api_client.contract.job_records`): the
+client ends a job it could not send (failed) and a queued one it cancels; the worker the rest.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+import redis.asyncio
+
+from api_client.client.task_messages import task_push
+from api_client.contract.errors import (
+    InvalidRequestError,
+    JobConflictError,
+)
+from api_client.contract.job_records import (
+    checked_enum,
+    finish_call,
+    finish_job,
+    get_record,
+    global_copy,
+    job_rescue,
+)
+from api_client.contract.keys import INFLIGHT_SPECULATIVE, KeyLayout
+from api_client.contract.lua_scripts import CLIENT_SCRIPTS
+from api_client.contract.redis_flows import (
+    AsyncShell,
+    Flow,
+    Script,
+    SyncShell,
+    cmd,
+)
+from api_client.contract.session.validate import check_entry_id, check_json_value
+from api_client.contract.settings import ClientSettings
+from api_client.contract.wire import (
+    CompactReason,
+    JobEvent,
+    JobKind,
+    JobRecord,
+    JobState,
+    Route,
+    job_error_text,
+    now_iso,
+    route_for,
+)
+
+__all__ = [
+    "AsyncJobStore", "EnqueueCall", "EnqueueResult", "JobStore", "check_context_window",
+    "enqueue_call", "parse_enqueue",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueResult:
+    job_id: str
+    outcome: str            # created | coalesced | upgraded
+    state: JobState         # of the job returned (queued for a new one)
+    since: str              # last id of the session's event stream when the script ran
+    route: Route            # where to send the task (the upgraded route when upgraded)
+    pushed: bool = False    # the enqueue script already pushed the task message
+
+    @property
+    def coalesced(self) -> bool:
+        return self.outcome != "created"
+
+    @property
+    def upgraded(self) -> bool:
+        return self.outcome == "upgraded"
+
+    @property
+    def must_send(self) -> bool:
+        return self.outcome in ("created", "upgraded") and not self.pushed
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueCall:
+    """enqueue.lua's call for one new job and where its task goes, for a flow that runs the
+    script alone or inside ``compact_auto.lua``."""
+
+    script: Script
+    route: Route
+
+
+def enqueue_call(layout: KeyLayout, settings: ClientSettings, session_id: str, kind: object,
+                 reason: object, instructions: str | None, target_id: str | None,
+                 broker_db: int | None = None,
+                 context_window: int | None = None) -> tuple[list[str], list[str], Route]:
+    """KEYS and ARGV of enqueue.lua for a new job (plain strings: this is the request path).
+
+    With ``broker_db`` (the broker is this Redis, that database) the script also pushes the
+    Celery message and the task-sent event: enqueue is then one round trip.
+    """
+    job_kind: JobKind = checked_enum(JobKind, kind, "job kind")
+    why: CompactReason | None = None
+    if job_kind is JobKind.COMPACT:
+        why = checked_enum(CompactReason, reason or "manual", "compaction reason")
+    if job_kind is JobKind.BRANCH_SUMMARY and not target_id:
+        raise InvalidRequestError("a branch summary needs a target entry id")
+    if target_id is not None:
+        check_entry_id(target_id, what="branch target", source=f"branch_summary {session_id}")
+    if instructions is not None:
+        check_json_value(instructions, source=f"instructions for {session_id}")
+    route = route_for(job_kind, why)
+    job_id = layout.new_job_id(session_id)
+    skeys = layout.session(session_id)
+    record_prefix = layout.job_record_prefix(session_id)
+    fields = [
+        "id", job_id, "kind", job_kind.value, "sessionId", session_id, "state", "queued",
+        "priority", str(route.priority), "queue", route.queue, "attempts", "0",
+        "createdAt", now_iso(), "cancelRequested", "0",
+    ]
+    window = check_context_window(context_window)
+    for name, value in (("reason", why), ("instructions", instructions), ("targetId", target_id),
+                        ("contextWindow", window)):
+        if value:
+            fields += [name, str(value)]
+    push = None
+    if broker_db is not None:
+        push = task_push(route.task, job_id, route.queue, route.priority, db=broker_db,
+                         sent_event=settings.send_sent_event)
+    # A speculative compaction flies apart: a real one must never coalesce into it.
+    slot = INFLIGHT_SPECULATIVE if why is CompactReason.SPECULATIVE else job_kind.value
+    # Without a push KEYS[6] is never touched; a key of the session's slot stands in for it, so
+    # the script stays in one Redis Cluster slot (the queue list lives elsewhere).
+    keys = [skeys.inflight(slot), record_prefix + job_id.rpartition(":")[2],
+            skeys.events, skeys.header, skeys.entries,
+            push.queue_key if push else skeys.inflight(slot)]
+    # With the broker in this (single) Redis the script indexes the job itself (one round
+    # trip); otherwise the caller does, with a command of its own (a Cluster slot apart).
+    due = ""
+    if push is not None:
+        keys.append(layout.jobs_due)
+        due = str(due_ms(settings))
+    args = [job_id, record_prefix, str(route.priority), route.queue, why.value if why else "",
+            target_id or "", str(settings.job_pending_ttl_s), str(settings.job_pending_ttl_s),
+            instructions or "", push.message if push else "", push.channel if push else "",
+            push.event if push else "", due, *fields]
+    return keys, args, route
+
+
+def check_context_window(value: object) -> int | None:
+    """The agent's context window a request may name (None = not given)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InvalidRequestError(f"context_window must be a positive int, not {value!r}")
+    return value
+
+
+def due_ms(settings: ClientSettings) -> int:
+    """When the workers' sweep first looks at a new job (``requeue_after_s`` from now)."""
+    return int((time.time() + settings.requeue_after_s) * 1000)
+
+
+def parse_enqueue(reply: Sequence[Any], route: Route, pushed: bool = False) -> EnqueueResult:
+    outcome, job_id, state, since = (str(x) for x in reply[:4])
+    if outcome == "conflict":
+        what = "a branch summary to another target" if reply[4] == "target" else (
+            "other instructions" if state == "queued" else "instructions it cannot take now")
+        raise JobConflictError(
+            f"job {job_id} of this kind is {state} for the session with {what}; cancel it or "
+            "wait for it before asking again", job_id=job_id)
+    return EnqueueResult(job_id, outcome, JobState(state), since, route,
+                         pushed=pushed and outcome == "created")
+
+
+class _JobCore:
+    """Every client-side job operation as a flow (:mod:`api_client.contract.redis_flows`)."""
+
+    def __init__(self, settings: ClientSettings | None, layout: KeyLayout | None) -> None:
+        self.settings = settings or ClientSettings()
+        self.layout = layout or KeyLayout(self.settings.key_prefix)
+
+    def _enqueue(self, session_id: str, kind: JobKind | str, reason: CompactReason | str | None,
+                 instructions: str | None, target_id: str | None,
+                 broker_db: int | None = None,
+                 context_window: int | None = None) -> Flow[EnqueueResult]:
+        call = self.enqueue_script(session_id, kind, reason, instructions, target_id, broker_db,
+                                   context_window)
+        job_id, indexed = str(call.script.args[0]), broker_db is not None
+        if not indexed:
+            # Indexed before the record exists: a client that dies between the two leaves a job
+            # the workers' sweep still finds (an entry without a record is simply dropped).
+            yield cmd("zadd", self.layout.jobs_due, {job_id: due_ms(self.settings)}, nx=True)
+        reply = yield call.script
+        if not indexed and str(reply[0]) != "created":
+            yield cmd("zrem", self.layout.jobs_due, job_id)
+        return parse_enqueue(reply, call.route, indexed)
+
+    def enqueue_script(self, session_id: str, kind: JobKind | str,
+                       reason: CompactReason | str | None, instructions: str | None,
+                       target_id: str | None, broker_db: int | None = None,
+                       context_window: int | None = None) -> EnqueueCall:
+        """enqueue.lua's call for a new job (``broker_db``: the script pushes its task and
+        indexes it too)."""
+        keys, args, route = enqueue_call(self.layout, self.settings, session_id, kind, reason,
+                                         instructions, target_id, broker_db, context_window)
+        return EnqueueCall(Script("enqueue", keys, args, job_rescue("", session_id),
+                                  CLIENT_SCRIPTS), route)
+
+    def _get(self, job_id: str) -> Flow[JobRecord]:
+        return (yield from get_record(self.layout, job_id))
+
+    def _request_cancel(self, job_id: str) -> Flow[JobState]:
+        record = yield from self._get(job_id)
+        if record.state.terminal:
+            return record.state
+        text = job_error_text(record.kind, JobState.CANCELLED)
+        event = JobEvent.completion(record, JobState.CANCELLED, error=text)
+        keys, args = finish_call(self.layout, self.settings, job_id, JobState.CANCELLED, event,
+                                 "cancel", ["error", text])
+        changed, before, _ = yield Script("finish", keys, args, job_rescue(job_id))
+        if int(changed):
+            yield global_copy(self.layout, self.settings, event)
+            return JobState.CANCELLED
+        return JobState(before)
+
+    def _finish(self, job_id: str, state: JobState | str, event: JobEvent | None,
+                record: JobRecord | None, result: Mapping[str, Any]) -> Flow[bool]:
+        return (yield from finish_job(self.layout, self.settings, job_id, state, event, record,
+                                      result))
+
+
+class JobStore(_JobCore):
+    """Job records for one Redis (``client`` must decode responses)."""
+
+    def __init__(self, client: redis.Redis[str], settings: ClientSettings | None = None,
+                 layout: KeyLayout | None = None) -> None:
+        super().__init__(settings, layout)
+        self.redis = client
+        self._io = SyncShell(client)
+
+    def enqueue(self, session_id: str, kind: JobKind | str, *,
+                reason: CompactReason | str | None = None, instructions: str | None = None,
+                target_id: str | None = None, broker_db: int | None = None,
+                context_window: int | None = None) -> EnqueueResult:
+        """Create a queued job record, or return the in-flight one of the same kind (coalesced).
+
+        A more urgent compaction than the queued one upgrades it (``upgraded``: re-send it on
+        ``result.route``). Instructions join a queued job that has none; other instructions, a
+        running job asked for instructions, or a branch summary to another target raise
+        :class:`JobConflictError`. A missing session or target raises before anything is
+        written. With ``broker_db`` the script also pushes the task message (``pushed``).
+        ``context_window`` (the agent's) is stored on a new record for the loop guard.
+        """
+        return self._io.run(self._enqueue(session_id, kind, reason, instructions, target_id,
+                                          broker_db, context_window))
+
+    def get(self, job_id: str) -> JobRecord:
+        return self._io.run(self._get(job_id))
+
+    def request_cancel(self, job_id: str) -> JobState:
+        """Cancel a queued job at once; ask a running one to stop. Returns the state now:
+        ``cancelled``, ``running`` (the worker sees the flag and stops), or the state the job
+        had already ended in."""
+        return self._io.run(self._request_cancel(job_id))
+
+    def finish(self, job_id: str, state: JobState | str, *, event: JobEvent | None = None,
+               record: JobRecord | None = None, **result: Any) -> bool:
+        """End the job once (see the module doc). ``result``: ``entry`` (dict), ``result_entry_id``,
+        ``error``, ``model``, ``usage`` (TokenUsage, a mapping or the model layer's Usage),
+        ``result`` (prune: PruneResult fields), plus event-only fields (``tokens_before``,
+        ``tokens_after``, ``duration_ms``, ``old_leaf_id``, ``new_leaf_id``, ...) used when
+        ``event`` is not given. Returns True if this call ended the job."""
+        return self._io.run(self._finish(job_id, state, event, record, result))
+
+
+class AsyncJobStore(_JobCore):
+    """:class:`JobStore` for asyncio: the same operations, awaited."""
+
+    def __init__(self, client: redis.asyncio.Redis[str], settings: ClientSettings | None = None,
+                 layout: KeyLayout | None = None) -> None:
+        super().__init__(settings, layout)
+        self.redis = client
+        self._io = AsyncShell(client)
+
+    async def enqueue(self, session_id: str, kind: JobKind | str, *,
+                      reason: CompactReason | str | None = None, instructions: str | None = None,
+                      target_id: str | None = None, broker_db: int | None = None,
+                      context_window: int | None = None) -> EnqueueResult:
+        return await self._io.run(self._enqueue(session_id, kind, reason, instructions,
+                                                target_id, broker_db, context_window))
+
+    async def get(self, job_id: str) -> JobRecord:
+        return await self._io.run(self._get(job_id))
+
+    async def request_cancel(self, job_id: str) -> JobState:
+        return await self._io.run(self._request_cancel(job_id))
+
+    async def finish(self, job_id: str, state: JobState | str, *, event: JobEvent | None = None,
+                     record: JobRecord | None = None, **result: Any) -> bool:
+        return await self._io.run(self._finish(job_id, state, event, record, result))

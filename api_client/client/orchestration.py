@@ -1,0 +1,238 @@
+"""What a client call does, written once as flows (no I/O): enqueue, compact (from a draft when
+one is valid), observe, warm. :class:`~api_client.client.sync_client.CompactionClient` and
+:class:`~api_client.client.async_client.AsyncCompactionClient` only run these flows on their
+transport and wrap the jobs they name in handles.
+
+Enqueue is one Lua call: it writes the record and single-flight key and, when the broker is
+the sessions' Redis, pushes the Celery task message (whose only argument is the job id); a
+separate Redis broker gets it in one pipeline, RabbitMQ through kombu. With Redis or the broker
+down the client raises :class:`BrokerUnavailableError` within ``enqueue_timeout_s``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+
+from api_client.client.draft_apply import (
+    DraftOutcome,
+    apply_draft,
+    check_draft,
+    discard_note,
+    refuse,
+    uses_draft,
+)
+from api_client.client.jobs import EnqueueResult, _JobCore, parse_enqueue
+from api_client.client.task_messages import task_push
+from api_client.client.thresholds import should_compact, should_precompute
+from api_client.client.transport import BrokerMode, ClientFlow, OnBroker, Publish
+from api_client.contract.errors import BrokerUnavailableError, CompactorError
+from api_client.contract.keys import KeyLayout
+from api_client.contract.lua_scripts import CLIENT_SCRIPTS, CONTRACT_SCRIPTS, lua, script_names
+from api_client.contract.redis_flows import Pipeline, cmd
+from api_client.contract.session.context import LlmContext, llm_context
+from api_client.contract.settings import ClientSettings
+from api_client.contract.snapshots import load_snapshot
+from api_client.contract.wire import (
+    DRAFT_APPLIED_ROUTE,
+    CompactReason,
+    JobKind,
+    JobState,
+    Route,
+)
+
+__all__ = ["GUARDED", "JobRef", "ObservePlan", "Orchestration", "Request"]
+
+log = logging.getLogger("api_client.client")
+
+# Counted and refused by the loop guard (README "Instant compaction"; manual never is).
+GUARDED = (CompactReason.THRESHOLD, CompactReason.OVERFLOW)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    kind: JobKind
+    reason: CompactReason | str | None = None
+    instructions: str | None = None
+    target_id: str | None = None
+    context_window: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobRef:
+    """A job a call enqueued, coalesced into or finished: what its handle is made of."""
+
+    job_id: str
+    session_id: str
+    kind: JobKind
+    coalesced: bool = False
+    upgraded: bool = False
+    since: str | None = None
+    from_draft: bool = False  # finished on the spot by applying a speculative draft
+
+
+@dataclass(frozen=True, slots=True)
+class ObservePlan:
+    """What observe did: ``none``, ``precompute`` or ``compact`` (see ``ObserveResult``)."""
+
+    action: str
+    job: JobRef | None = None
+    draft_ready: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Tried:
+    finished: str | None = None  # job id of a finished job: the applied draft, or a refusal
+    from_draft: bool = False
+    cause: str | None = None  # a discarded draft's cause worth reporting
+    enqueued: EnqueueResult | None = None  # no draft: the job enqueued in the same script
+
+
+def broker_down(err: BrokerUnavailableError) -> BrokerUnavailableError:
+    return BrokerUnavailableError(str(err).replace("Redis unavailable", "broker unavailable", 1))
+
+
+class Orchestration:
+    """The client's calls as flows, for one settings object (thread-safe: no state)."""
+
+    def __init__(self, settings: ClientSettings, layout: KeyLayout, broker: BrokerMode) -> None:
+        self.settings = settings
+        self.layout = layout
+        self.broker = broker
+        self.jobs = _JobCore(settings, layout)
+
+    def compact(self, session_id: str, request: Request) -> ClientFlow[JobRef]:
+        """Threshold/overflow first try the loop guard and a valid draft (with the enqueue in
+        the same script when the broker is this Redis); else a plain enqueue."""
+        tried = yield from self._attempt(session_id, request, time.perf_counter())
+        if tried.finished is not None:
+            if tried.from_draft:
+                yield from self._notify_draft_applied(tried.finished)
+            return JobRef(tried.finished, session_id, JobKind.COMPACT,
+                          from_draft=tried.from_draft)
+        return (yield from self.enqueue(session_id, request, tried.cause, tried.enqueued))
+
+    def enqueue(self, session_id: str, request: Request, discarded: str | None = None,
+                result: EnqueueResult | None = None) -> ClientFlow[JobRef]:
+        if result is None:  # else compact_auto.lua enqueued it already
+            result = yield from self.jobs._enqueue(
+                session_id, request.kind, request.reason, request.instructions,
+                request.target_id, self.broker.inline_db, request.context_window)
+        if discarded:
+            yield from discard_note(self.layout, self.settings, session_id, result.job_id,
+                                    request.reason or CompactReason.MANUAL, discarded,
+                                    created=result.outcome == "created")
+        if result.must_send:
+            try:
+                yield from self._send(result.job_id, result.route, resend=result.upgraded)
+            except BrokerUnavailableError as err:
+                yield from self._unsent(result, err)
+        return JobRef(result.job_id, session_id, request.kind, coalesced=result.coalesced,
+                      upgraded=result.upgraded, since=result.since)
+
+    def observe(self, session_id: str, context_tokens: int,
+                context_window: int) -> ClientFlow[ObservePlan]:
+        """Compact above the threshold (from a valid draft when there is one), precompute a
+        draft inside the band below it (coalesced), else nothing."""
+        s = self.settings
+        if should_compact(context_tokens, context_window, s):
+            job = yield from self.compact(session_id, Request(
+                JobKind.COMPACT, CompactReason.THRESHOLD, context_window=context_window))
+            return ObservePlan("compact", job)
+        if not should_precompute(context_tokens, context_window, s):
+            return ObservePlan("none")
+        if (yield from check_draft(self.layout, s, session_id)).status == "valid":
+            return ObservePlan("none", draft_ready=True)
+        job = yield from self.compact(session_id, Request(
+            JobKind.COMPACT, CompactReason.SPECULATIVE, context_window=context_window))
+        return ObservePlan("precompute", job)
+
+    def job(self, job_id: str) -> ClientFlow[JobRef]:
+        record = yield from self.jobs._get(job_id)
+        return JobRef(record.id, record.session_id, record.kind)
+
+    def context(self, session_id: str) -> ClientFlow[LlmContext]:
+        snapshot = yield from load_snapshot(self.layout, session_id)
+        return llm_context(snapshot.session.tree(), snapshot.leaf_id, revision=snapshot.revision)
+
+    @staticmethod
+    def ping() -> ClientFlow[bool]:
+        return bool((yield cmd("ping")))
+
+    def warm(self) -> ClientFlow[None]:
+        """Load every packaged script, so no first EVALSHA meets NOSCRIPT."""
+        loads = tuple(cmd("script_load", lua(name, package))
+                      for package in (CONTRACT_SCRIPTS, CLIENT_SCRIPTS)
+                      for name in script_names(package))
+        if self.settings.redis_cluster:
+            # A cluster pipeline refuses SCRIPT LOAD; a command of its own goes to every primary.
+            # (Not `yield from loads`: the shell sends each reply in, and a tuple takes none.)
+            for load in loads:  # noqa: UP028
+                yield load
+        else:
+            yield Pipeline(loads, transaction=False)
+
+    def _attempt(self, session_id: str, request: Request, started: float) -> ClientFlow[_Tried]:
+        """The loop guard, the draft and — when no draft was there — the enqueue, in one round
+        trip (automatic reasons only; ``compact_auto.lua``)."""
+        if request.reason not in GUARDED:
+            return _Tried()
+        reason, db = CompactReason(request.reason), self.broker.inline_db
+        # Combined only when the script can index the job itself (the broker is this Redis):
+        # else the due index lies in another Cluster slot; the caller then enqueues alone.
+        job = None if db is None else self.jobs.enqueue_script(
+            session_id, JobKind.COMPACT, reason, request.instructions, None, db,
+            request.context_window)
+        outcome: DraftOutcome = yield from apply_draft(
+            self.layout, self.settings, session_id, reason,
+            use_draft=uses_draft(reason, request.instructions),
+            context_window=request.context_window, started=started,
+            then=None if job is None else job.script)
+        if job is not None and outcome.status == "enqueued" and outcome.enqueue_reply:
+            return _Tried(enqueued=parse_enqueue(outcome.enqueue_reply, job.route, pushed=True))
+        if outcome.status == "guarded" and outcome.guard_count is not None:
+            job_id = yield from refuse(self.layout, self.settings, session_id, reason,
+                                       outcome.guard_count, request.context_window)
+            return _Tried(finished=job_id)
+        if not outcome.applied or outcome.job_id is None:
+            return _Tried(cause=None if outcome.cause in (None, "nodraft") else outcome.cause)
+        return _Tried(finished=outcome.job_id, from_draft=True)
+
+    def _notify_draft_applied(self, job_id: str) -> ClientFlow[None]:
+        """The session_compact hooks run on a worker; the entry is committed either way."""
+        try:
+            yield from self._send(job_id, DRAFT_APPLIED_ROUTE)
+        except BrokerUnavailableError as err:
+            log.warning("draft applied for job %s; session_compact hooks not notified: %s",
+                        job_id, err)
+
+    def _send(self, job_id: str, route: Route, *, resend: bool = False) -> ClientFlow[None]:
+        """The task message: through kombu, or LPUSH (+ the task-sent event) to a Redis broker."""
+        if self.broker.name == "kombu":
+            yield Publish(job_id, route, resend)
+            return
+        push = task_push(route.task, job_id, route.queue, route.priority,
+                         task_id=f"{job_id}-p{route.priority}" if resend else None,
+                         db=self.broker.db or 0, sent_event=self.settings.send_sent_event)
+        calls = [cmd("lpush", push.queue_key, push.message)]
+        if push.event:
+            calls.append(cmd("publish", push.channel, push.event))
+        pipe = Pipeline(tuple(calls), transaction=False)
+        try:
+            yield pipe if self.broker.name == "inline" else OnBroker(pipe)
+        except BrokerUnavailableError as err:
+            raise broker_down(err) from err
+
+    def _unsent(self, result: EnqueueResult, err: BrokerUnavailableError) -> ClientFlow[None]:
+        """The task could not be sent: an upgraded job keeps its first message (and its old
+        priority); a new one is failed, so the next request does not coalesce into it."""
+        if result.upgraded:
+            log.warning("could not re-send upgraded job %s: %s", result.job_id, err)
+            return
+        with contextlib.suppress(CompactorError):
+            yield from self.jobs._finish(result.job_id, JobState.FAILED, None, None,
+                                         {"error": str(err)})
+        raise err
+

@@ -1,0 +1,311 @@
+"""The session store over Redis (layout: :mod:`api_client.contract.keys`), sync and asyncio.
+
+Each operation is one flow of :class:`_SessionCore` (the Redis calls it makes and how it reads
+their replies); :class:`SessionStore` and :class:`AsyncSessionStore` only run it.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NoReturn
+
+import redis
+import redis.asyncio
+
+from api_client.contract.errors import (
+    CompactorError,
+    EntryExistsError,
+    EntryNotFoundError,
+    SessionExistsError,
+    SessionFormatError,
+    SessionNotFoundError,
+)
+from api_client.contract.keys import KeyLayout, SessionKeys, check_session_id
+from api_client.contract.lua_scripts import CLIENT_SCRIPTS
+from api_client.contract.redis_flows import (
+    AsyncShell,
+    Flow,
+    Pipeline,
+    Rescue,
+    Script,
+    SyncShell,
+    cmd,
+)
+from api_client.contract.session import (
+    CURRENT_VERSION,
+    IdFactory,
+    JsonObject,
+    Session,
+    dump_record,
+    load_session,
+    parse_entry,
+    random_entry_id,
+)
+from api_client.contract.session.validate import check_entry, check_json_value
+from api_client.contract.snapshots import Snapshot, load_snapshot
+from api_client.contract.wire import now_iso
+
+__all__ = ["AsyncSessionStore", "SessionStore", "Snapshot", "new_session_header"]
+
+_CANDIDATES = 4  # fresh ids offered per append; the script takes the first unused one
+
+
+def new_session_header(session_id: str, cwd: str, title: str | None) -> JsonObject:
+    header: JsonObject = {
+        "type": "session", "version": CURRENT_VERSION, "id": session_id,
+        "timestamp": now_iso(), "cwd": cwd,
+    }
+    if title is not None:
+        header["title"] = title
+    check_json_value(header, source=f"create {session_id}")
+    return header
+
+
+def as_entry(item: object, source: str) -> JsonObject:
+    """A full entry dict, or a bare message wrapped in a ``message`` entry (validated)."""
+    if not isinstance(item, Mapping):
+        raise SessionFormatError(f"an entry must be a JSON object, got {type(item).__name__}",
+                                 source=source)
+    if "type" not in item:  # a bare message (one without a role is refused as such)
+        raw: JsonObject = {"type": "message", "message": dict(item)}
+    else:
+        raw = dict(item)
+    if raw.get("type") == "session":
+        raise SessionFormatError("cannot append a session header", source=source)
+    check_entry(raw, source=source)  # before parse_entry: its messages are more precise
+    parse_entry(raw, source=source)
+    return raw
+
+
+def append_args(items: Sequence[object], source: str) -> list[str]:
+    """ARGV for append.lua: the entry JSON split around the id and parentId the script fills in."""
+    args = [str(len(items))]
+    for item in items:
+        raw = as_entry(item, source)
+        given = raw.pop("id", None)
+        raw.pop("parentId", None)
+        rest: JsonObject = {"timestamp": raw.pop("timestamp", None) or now_iso()}
+        kind = raw.pop("type")
+        rest.update(raw)
+        body = dump_record(rest)
+        args.append('{"type":' + json.dumps(kind, ensure_ascii=False) + ',"id":')
+        args.append("," + body[1:])
+        ids = [secrets.token_hex(4) for _ in range(_CANDIDATES)]
+        args.append("=" + given if given else " ".join(ids))
+    return args
+
+
+def import_args(session: Session, session_id: str, replace: bool) -> list[str]:
+    header = dict(session.header)
+    header["id"] = session_id
+    check_json_value(header, source=session.source, line=1)
+    args = ["1" if replace else "0", dump_record(header), ""]
+    seen: set[str] = set()
+    for entry in session.entries:
+        if not entry.id:
+            raise SessionFormatError("entry has no id", source=session.source, line=entry.line)
+        if entry.id in seen:
+            raise SessionFormatError(f"duplicate entry id {entry.id}", source=session.source,
+                                     line=entry.line)
+        seen.add(entry.id)
+        check_entry(entry.raw, source=session.source, line=entry.line)
+        args += [entry.id, dump_record(entry.raw)]
+    if session.entries:
+        args[2] = session.entries[-1].id
+    return args
+
+
+def script_error(err: redis.ResponseError, session_id: str) -> CompactorError | None:
+    """Map a ``COMPACTOR_*`` error reply of our scripts to the typed error; None if foreign."""
+    code, _, arg = str(err).partition(" ")
+    if code == "COMPACTOR_NOSESSION":
+        return SessionNotFoundError(f"Session {session_id} not found")
+    if code == "COMPACTOR_NOENTRY":
+        return EntryNotFoundError(arg)
+    if code == "COMPACTOR_EXISTS":
+        return EntryExistsError(arg)
+    if code == "COMPACTOR_SESSION_EXISTS":
+        return SessionExistsError(f"Session {session_id} already exists")
+    if code == "COMPACTOR_NOID":
+        return EntryExistsError("<8 random ids all taken>")
+    return None
+
+
+def export_text(session_id: str, replies: Sequence[Any]) -> str:
+    header_text, order, stored = replies
+    if header_text is None:
+        raise SessionNotFoundError(f"Session {session_id} not found")
+    return "\n".join([header_text, *(stored[i] for i in order if i in stored)]) + "\n"
+
+
+def parse_import(text: str, session_id: str | None, new_id: IdFactory) -> tuple[Session, str]:
+    session = load_session(text, source="<import>", new_id=new_id)
+    return session, check_session_id(session_id if session_id is not None else session.id)
+
+
+def _rescue(session_id: str) -> Rescue:
+    def rescue(err: redis.ResponseError) -> NoReturn:
+        mapped = script_error(err, session_id)
+        if mapped is None:
+            raise err
+        raise mapped from err
+    return rescue
+
+
+class _SessionCore:
+    """Every session operation as a flow (:mod:`api_client.contract.redis_flows`)."""
+
+    def __init__(self, layout: KeyLayout | None) -> None:
+        self.layout = layout or KeyLayout()
+
+    def keys(self, session_id: str) -> SessionKeys:
+        return self.layout.session(session_id)
+
+    def _script(self, name: str, session_id: str, keys: Sequence[str],
+                args: Sequence[str]) -> Script:
+        return Script(name, keys, args, _rescue(session_id), CLIENT_SCRIPTS)
+
+    def _create(self, session_id: str | None, cwd: str, title: str | None) -> Flow[str]:
+        sid = check_session_id(session_id if session_id is not None else str(uuid.uuid4()))
+        k = self.keys(sid)
+        header = dump_record(new_session_header(sid, cwd, title))
+        yield self._script("import", sid, (*k.data(), k.effects, k.effects_at), ["0", header, ""])
+        return sid
+
+    def _append_many(self, session_id: str, items: Iterable[Mapping[str, Any]]) -> Flow[list[str]]:
+        batch = list(items)
+        if not batch:
+            return []
+        args = append_args(batch, f"append to {session_id}")
+        ids = yield self._script("append", session_id, self.keys(session_id).data(), args)
+        return [str(i) for i in ids[:-1]]
+
+    def _navigate(self, session_id: str, entry_id: str | None) -> Flow[int]:
+        k = self.keys(session_id)
+        keys = (k.header, k.entries, k.leaf, k.rev)
+        return int((yield self._script("navigate", session_id, keys, [entry_id or ""])))
+
+    def _load(self, session_id: str) -> Flow[Snapshot]:
+        return (yield from load_snapshot(self.layout, session_id))
+
+    def _revision(self, session_id: str) -> Flow[int]:
+        return int((yield cmd("get", self.keys(session_id).rev)) or 0)
+
+    def _import(self, text: str, session_id: str | None, replace: bool,
+                new_id: IdFactory) -> Flow[str]:
+        session, sid = parse_import(text, session_id, new_id)
+        k = self.keys(sid)
+        yield self._script("import", sid, (*k.data(), k.effects, k.effects_at),
+                           import_args(session, sid, replace))
+        return sid
+
+    def _export(self, session_id: str) -> Flow[str]:
+        k = self.keys(session_id)
+        replies = yield Pipeline((cmd("get", k.header), cmd("lrange", k.order, 0, -1),
+                                  cmd("hgetall", k.entries)))
+        return export_text(session_id, replies)
+
+    def _exists(self, session_id: str) -> Flow[bool]:
+        return bool((yield cmd("exists", self.keys(session_id).header)))
+
+    def _delete(self, session_id: str) -> Flow[bool]:
+        return bool((yield cmd("delete", *self.keys(session_id).all())))
+
+
+class SessionStore(_SessionCore):
+    """Sessions in Redis: create, append, navigate, load, import/export pi JSONL.
+
+    ``client`` must decode responses (see :func:`api_client.contract.redis_conn.make_redis`). A down
+    server raises :class:`BrokerUnavailableError`; a missing session :class:`SessionNotFoundError`.
+    """
+
+    def __init__(self, client: redis.Redis[str], layout: KeyLayout | None = None) -> None:
+        super().__init__(layout)
+        self.redis = client
+        self._io = SyncShell(client)
+
+    def create(self, session_id: str | None = None, *, cwd: str = "",
+               title: str | None = None) -> str:
+        """Store a new empty v3 session; returns its id (a fresh UUID when not given)."""
+        return self._io.run(self._create(session_id, cwd, title))
+
+    def append(self, session_id: str, entry_or_message: Mapping[str, Any]) -> str:
+        """Append one entry (or bare message) as a child of the leaf; returns its id."""
+        return self.append_many(session_id, [entry_or_message])[0]
+
+    def append_many(self, session_id: str, items: Iterable[Mapping[str, Any]]) -> list[str]:
+        """Append a chain of entries atomically (one revision bump); returns their ids."""
+        return self._io.run(self._append_many(session_id, items))
+
+    def navigate(self, session_id: str, entry_id: str | None) -> int:
+        """Move the leaf to ``entry_id`` (None: reset). Returns the new revision."""
+        return self._io.run(self._navigate(session_id, entry_id))
+
+    def load(self, session_id: str) -> Snapshot:
+        return self._io.run(self._load(session_id))
+
+    def revision(self, session_id: str) -> int:
+        return self._io.run(self._revision(session_id))
+
+    def import_jsonl(self, text: str, session_id: str | None = None, *, replace: bool = False,
+                     new_id: IdFactory = random_entry_id) -> str:
+        """Store a pi JSONL session (v1/v2 migrated to v3); leaf = last entry. Returns the id.
+
+        ``session_id`` defaults to the header's id (and replaces it in the stored header).
+        """
+        return self._io.run(self._import(text, session_id, replace, new_id))
+
+    def export_jsonl(self, session_id: str) -> str:
+        """The stored session as v3 JSONL (header, then entries in stored order, byte-exact)."""
+        return self._io.run(self._export(session_id))
+
+    def exists(self, session_id: str) -> bool:
+        return self._io.run(self._exists(session_id))
+
+    def delete(self, session_id: str) -> bool:
+        """Delete the session's keys (job records expire on their own). True if it existed."""
+        return self._io.run(self._delete(session_id))
+
+
+class AsyncSessionStore(_SessionCore):
+    """Sessions in Redis from asyncio code; each method does what :class:`SessionStore`'s does."""
+
+    def __init__(self, client: redis.asyncio.Redis[str], layout: KeyLayout | None = None) -> None:
+        super().__init__(layout)
+        self.redis = client
+        self._io = AsyncShell(client)
+
+    async def create(self, session_id: str | None = None, *, cwd: str = "",
+                     title: str | None = None) -> str:
+        return await self._io.run(self._create(session_id, cwd, title))
+
+    async def append(self, session_id: str, entry_or_message: Mapping[str, Any]) -> str:
+        return (await self.append_many(session_id, [entry_or_message]))[0]
+
+    async def append_many(self, session_id: str, items: Iterable[Mapping[str, Any]]) -> list[str]:
+        return await self._io.run(self._append_many(session_id, items))
+
+    async def navigate(self, session_id: str, entry_id: str | None) -> int:
+        return await self._io.run(self._navigate(session_id, entry_id))
+
+    async def load(self, session_id: str) -> Snapshot:
+        return await self._io.run(self._load(session_id))
+
+    async def revision(self, session_id: str) -> int:
+        return await self._io.run(self._revision(session_id))
+
+    async def import_jsonl(self, text: str, session_id: str | None = None, *,
+                           replace: bool = False, new_id: IdFactory = random_entry_id) -> str:
+        return await self._io.run(self._import(text, session_id, replace, new_id))
+
+    async def export_jsonl(self, session_id: str) -> str:
+        return await self._io.run(self._export(session_id))
+
+    async def exists(self, session_id: str) -> bool:
+        return await self._io.run(self._exists(session_id))
+
+    async def delete(self, session_id: str) -> bool:
+        return await self._io.run(self._delete(session_id))

@@ -1,0 +1,153 @@
+"""A job's record and its events, as both sides read and end them.
+
+``finish`` ends a job exactly once: it sets the terminal state, clears the single-flight key,
+drops the lease, sets the record TTL and publishes the completion event atomically
+(``finish.lua``); a second call changes nothing and publishes nothing. The worker finishes the
+jobs it ran; the client finishes a job it could not send (failed) and a queued one it cancels.
+Each operation is a flow (:mod:`api_client.contract.redis_flows`), run by either side's shell.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Any, NoReturn
+
+import redis
+
+from api_client.contract.errors import (
+    EntryNotFoundError,
+    InvalidRequestError,
+    JobNotFoundError,
+    SessionNotFoundError,
+)
+from api_client.contract.keys import KeyLayout
+from api_client.contract.redis_flows import Command, Flow, Rescue, Script, cmd
+from api_client.contract.settings import ClientSettings
+from api_client.contract.wire import JobEvent, JobKind, JobRecord, JobState, TokenUsage, now_iso
+
+__all__ = [
+    "checked_enum", "completion_for", "decode_event", "event_fields", "finish_call",
+    "finish_job", "get_record", "global_copy", "job_rescue", "result_fields",
+]
+
+
+def checked_enum(cls: type[StrEnum], value: object, what: str) -> Any:
+    try:
+        return cls(value)  # type: ignore[arg-type]
+    except ValueError:
+        allowed = ", ".join(m.value for m in cls)  # type: ignore[attr-defined]
+        raise InvalidRequestError(f"invalid {what} {value!r} (one of: {allowed})") from None
+
+
+def event_fields(event: JobEvent) -> dict[str, str]:
+    return {"type": event.type.value, "job": event.job_id, "data": event.to_json()}
+
+
+def decode_event(stream_id: str, fields: Mapping[str, str]) -> JobEvent:
+    event = JobEvent.model_validate_json(fields["data"])
+    return event.model_copy(update={"stream_id": stream_id})
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _usage(usage: Any) -> TokenUsage | None:
+    if usage is None or isinstance(usage, TokenUsage):
+        return usage
+    if isinstance(usage, Mapping):
+        return TokenUsage.model_validate(usage)
+    # The model layer's Usage dataclass (input, output, cache_read, cache_write).
+    return TokenUsage(**{k: getattr(usage, k, 0) for k in ("input", "output", "cache_read",
+                                                            "cache_write")})
+
+
+def result_fields(**result: Any) -> list[str]:
+    """Record field pairs for finish(): entry, resultEntryId, error, model, usage, result."""
+    out: list[str] = []
+    usage = _usage(result.get("usage"))
+    if usage is not None:
+        out += ["usage", _dump(usage.to_wire())]
+    for key, field, as_json in (("entry", "entry", True), ("result", "result", True),
+                                ("result_entry_id", "resultEntryId", False),
+                                ("error", "error", False), ("model", "model", False)):
+        value = result.get(key)
+        if value is not None:
+            out += [field, _dump(value) if as_json else str(value)]
+    if "resultEntryId" not in out and isinstance(result.get("entry"), Mapping):
+        entry_id = result["entry"].get("id")
+        if isinstance(entry_id, str):
+            out += ["resultEntryId", entry_id]
+    return out
+
+
+def finish_call(layout: KeyLayout, settings: ClientSettings, job_id: str, state: JobState,
+                event: JobEvent | None, mode: str, extra: list[str]) -> tuple[list[str], list[str]]:
+    jk = layout.job(job_id)
+    keys = [jk.record, jk.lease, *(jk.session.inflight(k.value) for k in JobKind),
+            jk.session.events]
+    fields = event_fields(event) if event is not None else {"type": "", "data": ""}
+    args = [job_id, state.value, now_iso(), str(settings.job_ttl_s),
+            str(settings.session_event_maxlen), fields["type"], fields["data"], mode, *extra]
+    return keys, args
+
+
+def completion_for(state: JobState | str, event: JobEvent | None, record: JobRecord | None,
+                   result: Mapping[str, Any]) -> tuple[JobState, JobEvent]:
+    """The terminal state and completion event for finish() (built from the record if needed)."""
+    final: JobState = checked_enum(JobState, state, "job state")
+    if not final.terminal:
+        raise InvalidRequestError(f"finish() needs a terminal state, not {final.value}")
+    if event is None:
+        assert record is not None
+        payload = {k: v for k, v in result.items() if k not in ("result_entry_id", "usage")}
+        event = JobEvent.completion(record, final, **payload)
+    return final, event
+
+
+def job_rescue(job_id: str, session_id: str = "") -> Rescue:
+    """Error replies of the job scripts: ``COMPACTOR_NOJOB`` → :class:`JobNotFoundError`,
+    enqueue's ``COMPACTOR_NOSESSION`` / ``COMPACTOR_NOENTRY <id>`` → the session's errors."""
+    def rescue(err: redis.ResponseError) -> NoReturn:
+        code, _, arg = str(err).partition(" ")
+        if code == "COMPACTOR_NOJOB":
+            raise JobNotFoundError(job_id) from err
+        if code == "COMPACTOR_NOSESSION":
+            raise SessionNotFoundError(f"Session {session_id} not found") from err
+        if code == "COMPACTOR_NOENTRY":
+            raise EntryNotFoundError(arg) from err
+        raise err
+    return rescue
+
+
+def get_record(layout: KeyLayout, job_id: str) -> Flow[JobRecord]:
+    fields = yield cmd("hgetall", layout.job(job_id).record)
+    if not fields:
+        raise JobNotFoundError(job_id)
+    return JobRecord.from_redis(fields)
+
+
+def global_copy(layout: KeyLayout, settings: ClientSettings, event: JobEvent) -> Command:
+    """The completion event's copy on the global stream. The session stream got it atomically;
+    the copy follows it (lost only if the process dies in between)."""
+    return cmd("xadd", layout.global_events, event_fields(event),
+               maxlen=settings.event_stream_maxlen, approximate=True)
+
+
+def finish_job(layout: KeyLayout, settings: ClientSettings, job_id: str,
+               state: JobState | str, event: JobEvent | None, record: JobRecord | None,
+               result: Mapping[str, Any]) -> Flow[bool]:
+    """End the job once; True if this call ended it. ``result``: ``entry`` (dict),
+    ``result_entry_id``, ``error``, ``model``, ``usage``, ``result`` (prune), plus event-only
+    fields (``tokens_before``, ``duration_ms``, ...) used when ``event`` is not given."""
+    if event is None and record is None:
+        record = yield from get_record(layout, job_id)
+    final, event = completion_for(state, event, record, result)
+    keys, args = finish_call(layout, settings, job_id, final, event, "finish",
+                             result_fields(**result))
+    changed = int((yield Script("finish", keys, args, job_rescue(job_id)))[0])
+    if changed:
+        yield global_copy(layout, settings, event)
+    return bool(changed)

@@ -1,0 +1,202 @@
+"""The Redis key layout. Every key Compactor writes is named here, nowhere else.
+
+All keys of one session share the hash tag ``{<session_id>}``, so every Lua script and
+transaction on a session (including its jobs) touches a single Cluster slot. Only the global
+event stream and the jobs-due index live elsewhere: each is one key in a slot of its own, only
+ever touched by single-key commands or scripts, never together with a session's keys. ``<p>``
+is the configurable prefix (``COMPACTOR_KEY_PREFIX``, default ``compactor``).
+
+=========================================  ======  =================================================
+key                                        type    content
+=========================================  ======  =================================================
+``<p>:session:{<sid>}:header``             string  the v3 session header, JSON (its presence = the
+                                                   session exists)
+``<p>:session:{<sid>}:entries``            hash    entry id → the entry's JSON line, exactly as
+                                                   stored
+``<p>:session:{<sid>}:order``              list    entry ids in append (= file) order
+``<p>:session:{<sid>}:leaf``               string  id of the current leaf; empty = reset (next
+                                                   append makes a new root)
+``<p>:session:{<sid>}:rev``                string  integer revision, +1 on every mutation (create,
+                                                   import, append, navigate, worker commit)
+``<p>:session:{<sid>}:effects``            hash    job id → id of the entry that job wrote (the
+                                                   worker's exactly-once commit marker); kept
+                                                   ``job_ttl_s`` (a job commits only while its
+                                                   record says running, and no record lives
+                                                   longer), then trimmed by later commits
+``<p>:session:{<sid>}:effects:at``         sorted  job id → when (Unix ms) its effect marker was
+                                           set     written (drives the trim above)
+``<p>:session:{<sid>}:events``             stream  this session's job events (``MAXLEN ~``
+                                                   ``session_event_maxlen``; expires
+                                                   ``job_ttl_s`` after the last event)
+``<p>:session:{<sid>}:inflight:<kind>``    string  job id of the queued/running job of that kind
+                                                   (single-flight; expires as a safety net);
+                                                   ``<kind>`` is a job kind or ``speculative``
+                                                   (speculative compactions fly apart)
+``<p>:session:{<sid>}:draft``              string  the session's one speculative compaction draft,
+                                                   JSON (applied by the client's
+                                                   ``draft_apply``); ``EX`` ``draft_ttl_s``;
+                                                   never on the session's path
+``<p>:session:{<sid>}:compactions``        zset    job id → epoch seconds of each committed
+                                                   automatic compaction (loop guard; trimmed to and
+                                                   ``EXPIRE`` ``loop_guard_window_s``)
+``<p>:session:{<sid>}:tokens``             hash    content digest (hex) → cl100k count of a text of
+                                                   the session, written by a cold worker, read by
+                                                   the next (a cache; ``EXPIRE``
+                                                   ``token_counts_ttl_s``)
+``<p>:session:{<sid>}:job:<token>``        hash    the job record (fields: :class:`JobRecord`)
+``<p>:session:{<sid>}:job:<token>:lease``  string  worker id holding the job (``PX`` lease)
+``<p>:events``                             stream  every job event of every session (``MAXLEN ~``)
+``<queue>``, ``<queue>:<step>``            list    Celery task messages (kombu's Redis transport;
+                                                   the client's enqueue script LPUSHes them when the
+                                                   broker is this Redis: see
+                                                   :mod:`api_client.client.task_messages`)
+``/<db>.celeryev/task.sent``               pubsub  task-sent events (kombu fanout; not a key)
+``<p>:jobs:due``                           sorted  job id → when (Unix ms) a worker's sweep must
+                                           set     look at the job: its lease's end (running) or the
+                                                   time to re-send it (queued); see
+                                                   :mod:`worker.store.sweep`
+=========================================  ======  =================================================
+
+A job id is ``<sid>:<token>`` (token = 16 hex digits), so the job's keys can be derived from the
+id alone and stay in the session's slot. Session ids may not contain ``{``, ``}``, whitespace or
+control characters, and are at most 256 characters long.
+
+Stream entries have the fields ``type`` (event type), ``job`` (job id) and ``data`` (the
+:class:`~api_client.JobEvent` as JSON, camelCase).
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass
+from functools import lru_cache
+
+from api_client.contract.errors import ConfigurationError, InvalidIdError
+
+__all__ = [
+    "INFLIGHT_SPECULATIVE",
+    "JOB_KINDS",
+    "JobKeys",
+    "KeyLayout",
+    "SessionKeys",
+    "check_session_id",
+    "split_job_id",
+]
+
+# Kept here (not imported from _wire) so the layout has no pydantic dependency.
+JOB_KINDS: tuple[str, ...] = ("compact", "prune", "branch_summary")
+# The single-flight slot of speculative compactions (a real compaction never coalesces into one).
+INFLIGHT_SPECULATIVE = "speculative"
+
+_SESSION_ID = re.compile(r"[^\s{}\x00-\x1f\x7f]{1,256}")
+_TOKEN = re.compile(r"[0-9a-f]{16}")
+
+
+def check_session_id(session_id: object) -> str:
+    """Return the id if it can name Redis keys, else raise :class:`InvalidIdError`."""
+    if not isinstance(session_id, str) or not _SESSION_ID.fullmatch(session_id):
+        raise InvalidIdError(
+            f"invalid session id {session_id!r}: 1-256 characters, no braces, spaces or controls"
+        )
+    return session_id
+
+
+def split_job_id(job_id: object) -> tuple[str, str]:
+    """``<sid>:<token>`` → (sid, token); :class:`InvalidIdError` for anything else."""
+    if isinstance(job_id, str):
+        sid, sep, token = job_id.rpartition(":")
+        if sep and _TOKEN.fullmatch(token) and _SESSION_ID.fullmatch(sid):
+            return sid, token
+    raise InvalidIdError(f"invalid job id {job_id!r}: expected '<session id>:<16 hex digits>'")
+
+
+@dataclass(frozen=True, slots=True)
+class SessionKeys:
+    header: str
+    entries: str
+    order: str
+    leaf: str
+    rev: str
+    effects: str
+    effects_at: str
+    events: str
+    inflight_prefix: str  # + kind
+    draft: str
+    compactions: str
+    token_counts: str  # cl100k counts of its texts, shared by the workers (a cache)
+
+    def inflight(self, kind: str) -> str:
+        return self.inflight_prefix + kind
+
+    def data(self) -> tuple[str, str, str, str, str]:
+        """The five keys every session script takes, in script order."""
+        return (self.header, self.entries, self.order, self.leaf, self.rev)
+
+    def all(self) -> tuple[str, ...]:
+        """Every per-session key except job records (they expire on their own)."""
+        return (
+            self.header, self.entries, self.order, self.leaf, self.rev, self.effects,
+            self.effects_at, self.events,
+            *(self.inflight(k) for k in (*JOB_KINDS, INFLIGHT_SPECULATIVE)),
+            self.draft, self.compactions, self.token_counts,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JobKeys:
+    job_id: str
+    session_id: str
+    record: str
+    lease: str
+    session: SessionKeys
+
+
+@lru_cache(maxsize=4096)
+def _session_keys(prefix: str, session_id: str) -> SessionKeys:
+    """Cached: an automatic compaction names one session's keys three times (~3 µs each)."""
+    base = f"{prefix}:session:{{{check_session_id(session_id)}}}:"
+    return SessionKeys(
+        header=base + "header",
+        entries=base + "entries",
+        order=base + "order",
+        leaf=base + "leaf",
+        rev=base + "rev",
+        effects=base + "effects",
+        effects_at=base + "effects:at",
+        events=base + "events",
+        inflight_prefix=base + "inflight:",
+        draft=base + "draft",
+        compactions=base + "compactions",
+        token_counts=base + "tokens",
+    )
+
+
+class KeyLayout:
+    """Names the keys for one prefix. Cheap to build; holds no connection."""
+
+    __slots__ = ("global_events", "jobs_due", "prefix")
+
+    def __init__(self, prefix: str = "compactor") -> None:
+        if not prefix or any(c in prefix for c in "{} \t\r\n"):
+            raise ConfigurationError(f"invalid key prefix {prefix!r}: no braces or whitespace")
+        self.prefix = prefix
+        self.global_events = f"{prefix}:events"
+        self.jobs_due = f"{prefix}:jobs:due"
+
+    def session(self, session_id: str) -> SessionKeys:
+        if not isinstance(session_id, str):  # unhashable ids reach the typed error, not the cache
+            check_session_id(session_id)
+        return _session_keys(self.prefix, session_id)
+
+    def job_record_prefix(self, session_id: str) -> str:
+        """``<p>:session:{<sid>}:job:`` — a record key is this plus the token."""
+        return f"{self.prefix}:session:{{{check_session_id(session_id)}}}:job:"
+
+    def job(self, job_id: str) -> JobKeys:
+        sid, token = split_job_id(job_id)
+        record = self.job_record_prefix(sid) + token
+        return JobKeys(job_id, sid, record, record + ":lease", self.session(sid))
+
+    def new_job_id(self, session_id: str) -> str:
+        return f"{check_session_id(session_id)}:{secrets.token_hex(8)}"

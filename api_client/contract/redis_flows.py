@@ -1,0 +1,240 @@
+"""Redis calls as data, and the two shells that run them (sans I/O, as httpx's ``BaseClient``).
+
+Every client operation is written once, as a generator (a *flow*) that yields the Redis calls it
+needs (:class:`Command`, :class:`Pipeline`, :class:`Script`), receives each reply (or, thrown in
+at the ``yield``, the error it raised) and returns the operation's result. :class:`SyncShell`
+runs a flow on a ``redis.Redis``, :class:`AsyncShell` on a ``redis.asyncio.Redis``; neither knows
+any operation. A dead server becomes :class:`BrokerUnavailableError` in one place per shell
+(:meth:`SyncShell.execute`, :meth:`AsyncShell.execute`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Generic, NoReturn, TypeAlias, TypeVar
+
+import redis
+import redis.asyncio
+from redis.exceptions import NoScriptError
+
+from api_client.contract.lua_scripts import CONTRACT_SCRIPTS, lua
+from api_client.contract.redis_conn import REDIS_DOWN, check_decoding, unavailable
+
+_Pack: TypeAlias = Callable[[tuple[Any, ...]], bytes]
+pack_command: _Pack | None
+try:  # redis[hiredis]: the C packer (redis-py's own adds ~0.4 µs per argument in Python)
+    from hiredis import pack_command
+except ImportError:  # without hiredis the shell sends scripts through redis-py
+    pack_command = None
+
+__all__ = [
+    "AsyncShell",
+    "Call",
+    "Command",
+    "Done",
+    "Flow",
+    "Pause",
+    "Pipeline",
+    "Rescue",
+    "Script",
+    "SyncShell",
+    "advance",
+    "cmd",
+]
+
+T = TypeVar("T")
+R = TypeVar("R", "redis.Redis[str]", "redis.asyncio.Redis[str]")
+
+# What to make of an error reply: raise a typed error (or the reply's own), or return a value
+# that stands in for the reply.
+Rescue: TypeAlias = Callable[[redis.ResponseError], Any]
+
+
+def reraise(err: redis.ResponseError) -> NoReturn:
+    raise err
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One redis-py command by method name (``hgetall``, ``xread``, ...)."""
+
+    name: str
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    rescue: Rescue = reraise
+    # On the connection without a read timeout (XREAD BLOCK may wait longer than any timeout).
+    blocking: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Pipeline:
+    """Commands sent in one round trip (MULTI/EXEC when ``transaction``); replies as a list."""
+
+    commands: tuple[Command, ...]
+    transaction: bool = True
+    rescue: Rescue = reraise
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """A packaged Lua script (``<package>/lua/<name>.lua``) by EVALSHA."""
+
+    name: str
+    keys: Sequence[str]
+    args: Sequence[str]
+    rescue: Rescue = reraise
+    package: str = CONTRACT_SCRIPTS
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """No Redis call: the shell sleeps this long (``time.sleep`` / ``asyncio.sleep``), for a
+    flow that waits for Redis to come back."""
+
+    seconds: float
+
+
+Call: TypeAlias = Command | Pipeline | Script | Pause
+Flow: TypeAlias = Generator[Call, Any, T]
+
+
+def cmd(name: str, *args: Any, **kwargs: Any) -> Command:
+    return Command(name, args, kwargs)
+
+
+class _Shell(Generic[R]):
+    def __init__(self, client: R, blocking: Callable[[], R] | None = None) -> None:
+        check_decoding(client)
+        self.redis: R = client
+        self._blocking: Callable[[], R] | None = blocking
+        self._scripts: dict[tuple[str, str], Any] = {}
+
+    def _script(self, call: Script) -> Any:
+        """redis-py's script object (EVALSHA, loading the script on NOSCRIPT)."""
+        key = (call.package, call.name)
+        script = self._scripts.get(key)
+        if script is None:
+            script = self._scripts[key] = self.redis.register_script(lua(call.name, call.package))
+        return script
+
+    def _bound(self, call: Command | Pipeline | Script) -> Callable[[], Any]:
+        """The call as a redis-py callable (no I/O yet: it runs when called)."""
+        if isinstance(call, Script):
+            return partial(self._script(call), keys=list(call.keys), args=list(call.args))
+        if isinstance(call, Pipeline):
+            pipe = self.redis.pipeline(transaction=call.transaction)
+            for c in call.commands:
+                getattr(pipe, c.name)(*c.args, **c.kwargs)
+            return pipe.execute
+        target = self._blocking() if call.blocking and self._blocking else self.redis
+        method: Callable[..., Any] = getattr(target, call.name)
+        return partial(method, *call.args, **call.kwargs)
+
+
+@dataclass(frozen=True, slots=True)
+class Done(Generic[T]):
+    value: T
+
+
+def advance(flow: Generator[Any, Any, T], reply: Any, error: Exception | None) -> Any:
+    """Hand the flow the last call's reply (or throw its error in): the next item it yields, or
+    :class:`Done` with its result."""
+    try:
+        return flow.throw(error) if error is not None else flow.send(reply)
+    except StopIteration as done:
+        return Done(done.value)
+
+
+class SyncShell(_Shell["redis.Redis[str]"]):
+    def __init__(self, client: redis.Redis[str],
+                 blocking: Callable[[], redis.Redis[str]] | None = None) -> None:
+        super().__init__(client, blocking)
+        # Scripts go straight to a pooled connection on a plain redis.Redis (not a cluster,
+        # not a subclass with its own execute_command).
+        self._pack: _Pack | None = pack_command if type(client) is redis.Redis else None
+
+    def run(self, flow: Flow[T]) -> T:
+        reply: Any = None
+        error: Exception | None = None
+        while not isinstance(call := advance(flow, reply, error), Done):
+            reply, error = self.attempt(call)
+        return call.value  # type: ignore[no-any-return]
+
+    def attempt(self, call: Call) -> tuple[Any, Exception | None]:
+        """(reply, None) or (None, the error): the flow decides what an error means."""
+        try:
+            return self.execute(call), None
+        except Exception as err:
+            return None, err
+
+    def execute(self, call: Call) -> Any:
+        if isinstance(call, Pause):
+            time.sleep(call.seconds)
+            return None
+        try:
+            if self._pack is not None and isinstance(call, Script):
+                return self._evalsha(call, self._pack)
+            return self._bound(call)()
+        except redis.ResponseError as err:
+            return call.rescue(err)
+        except REDIS_DOWN as err:
+            raise unavailable(err) from err
+
+    def _evalsha(self, call: Script, pack: _Pack) -> Any:
+        """EVALSHA packed in C and sent on a pooled connection. Kept because ``make bench``
+        shows it: redis-py's ``execute_command`` (its retry wrapper, hooks and per-argument
+        packing) made ``compact()`` 1.45x slower (bench_enqueue, issue 28). The same retry rule
+        as :func:`~api_client.contract.redis_conn.make_redis`: one immediate retry on a dropped
+        connection; a timeout is not re-sent."""
+        script = self._script(call)
+        packed = [pack(("EVALSHA", script.sha, len(call.keys), *call.keys, *call.args))]
+        try:
+            return self._send(packed)
+        except NoScriptError:  # a restarted or flushed server: load it, as redis-py does
+            self.redis.script_load(script.script)  # type: ignore[no-untyped-call]
+            return self._send(packed)
+
+    def _send(self, packed: list[bytes]) -> Any:
+        pool = self.redis.connection_pool
+        for attempt in (1, 2):
+            conn = pool.get_connection()
+            try:
+                # The connection disconnects itself on a socket error; a reply error is read.
+                conn.send_packed_command(packed)
+                return conn.read_response()
+            except redis.ConnectionError:
+                if attempt == 2:
+                    raise
+            finally:
+                pool.release(conn)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+class AsyncShell(_Shell["redis.asyncio.Redis[str]"]):
+    async def run(self, flow: Flow[T]) -> T:
+        reply: Any = None
+        error: Exception | None = None
+        while not isinstance(call := advance(flow, reply, error), Done):
+            reply, error = await self.attempt(call)
+        return call.value  # type: ignore[no-any-return]
+
+    async def attempt(self, call: Call) -> tuple[Any, Exception | None]:
+        try:
+            return await self.execute(call), None
+        except Exception as err:
+            return None, err
+
+    async def execute(self, call: Call) -> Any:
+        if isinstance(call, Pause):
+            await asyncio.sleep(call.seconds)
+            return None
+        try:
+            return await self._bound(call)()
+        except redis.ResponseError as err:
+            return call.rescue(err)
+        except REDIS_DOWN as err:
+            raise unavailable(err) from err

@@ -1,0 +1,48 @@
+"""The loop guard's counters: committed automatic compactions per session, in Redis.
+
+``SessionKeys.compactions`` is a sorted set (job id → epoch seconds of the commit), so every
+worker and client sees the same count; members are job ids, so counting a job twice (a
+redelivery) counts it once. Entries older than the window are trimmed on every read and write,
+and the key expires one window after the last commit.
+"""
+
+from __future__ import annotations
+
+import math
+
+import redis
+
+from api_client.contract.keys import KeyLayout
+from api_client.contract.redis_conn import REDIS_DOWN, unavailable
+
+__all__ = ["CompactionCounter"]
+
+
+class CompactionCounter:
+    def __init__(self, client: redis.Redis[str], layout: KeyLayout) -> None:
+        self.redis = client
+        self.layout = layout
+
+    def recent(self, session_id: str, now: float, window_s: float) -> int:
+        """Automatic compactions of the session committed within ``window_s`` before ``now``."""
+        key = self.layout.session(session_id).compactions
+        try:
+            with self.redis.pipeline(transaction=True) as pipe:
+                pipe.zremrangebyscore(key, "-inf", f"({now - window_s}")
+                pipe.zcard(key)
+                _, count = pipe.execute()
+        except REDIS_DOWN as err:
+            raise unavailable(err) from err
+        return int(count)
+
+    def count(self, session_id: str, job_id: str, now: float, window_s: float) -> None:
+        """Record the commit of ``job_id`` at ``now``."""
+        key = self.layout.session(session_id).compactions
+        try:
+            with self.redis.pipeline(transaction=True) as pipe:
+                pipe.zadd(key, {job_id: now})
+                pipe.zremrangebyscore(key, "-inf", f"({now - window_s}")
+                pipe.expire(key, max(1, math.ceil(window_s)))
+                pipe.execute()
+        except REDIS_DOWN as err:
+            raise unavailable(err) from err

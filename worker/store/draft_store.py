@@ -1,0 +1,74 @@
+"""Speculative drafts, the worker's side: build the draft JSON and store it (save_draft.lua).
+
+The shape and the client's apply are in :mod:`api_client.client.draft_apply`; the key is
+``SessionKeys.draft``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from functools import cache
+from importlib.resources import files
+from typing import Any
+
+import redis
+
+from api_client.contract.keys import KeyLayout
+from api_client.contract.redis_conn import REDIS_DOWN, unavailable
+from api_client.contract.wire import now_iso
+from worker.store._commits import entry_line_parts
+
+__all__ = ["DraftStore", "draft_json"]
+
+
+@cache
+def _script() -> str:
+    return (files("worker.store") / "save_draft.lua").read_text(encoding="utf-8")
+
+
+def draft_json(job_id: str, snapshot_leaf: str, revision: int, entry: Mapping[str, Any], *,
+               from_extension: bool, tokens_after: int | None, snapshot_entries: int,
+               snapshot_tokens: int, ineffective_above: int | None = None) -> str:
+    """The draft (fields: :mod:`api_client.client.draft_apply`). ``entry`` is the planned compaction
+    entry; its id, parentId and timestamp are filled in when the draft is applied."""
+    body = {k: v for k, v in entry.items() if k not in ("id", "parentId", "timestamp")}
+    _, tail = entry_line_parts({"type": "compaction", **body})
+    draft: dict[str, Any] = {
+        "jobId": job_id, "snapshotLeafId": snapshot_leaf, "snapshotRevision": revision,
+        "firstKeptEntryId": entry.get("firstKeptEntryId"),
+        "tokensBefore": entry.get("tokensBefore"), "tokensAfter": tokens_after,
+        "summary": entry.get("summary"), "details": entry.get("details"),
+        "fromExtension": from_extension, "entry": body, "lineTail": tail,
+        "snapshotEntries": snapshot_entries, "snapshotTokens": snapshot_tokens,
+        "createdAt": now_iso(),
+    }
+    if ineffective_above is not None:  # the worker's loop-guard line (apply_draft.lua)
+        draft["ineffectiveAbove"] = ineffective_above
+    if entry.get("shortSummary") is not None:
+        draft["shortSummary"] = entry["shortSummary"]
+    return json.dumps(draft, ensure_ascii=False, separators=(",", ":"))
+
+
+class DraftStore:
+    def __init__(self, client: redis.Redis[str], layout: KeyLayout, ttl_s: int) -> None:
+        self.redis = client
+        self.layout = layout
+        self.ttl_s = ttl_s
+        self._save = client.register_script(_script())
+
+    def save(self, job_id: str, draft: str) -> str:
+        """'saved', or why not: 'cancelled' | 'finished' | 'nosession'."""
+        jk = self.layout.job(job_id)
+        keys = [jk.session.header, jk.record, jk.session.draft]
+        try:
+            return str(self._save(keys=keys, args=[draft, str(self.ttl_s)]))
+        except REDIS_DOWN as err:
+            raise unavailable(err) from err
+
+    def get(self, session_id: str) -> dict[str, Any] | None:
+        try:
+            raw = self.redis.get(self.layout.session(session_id).draft)
+        except REDIS_DOWN as err:
+            raise unavailable(err) from err
+        return None if raw is None else dict(json.loads(raw))

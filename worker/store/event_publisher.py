@@ -1,0 +1,43 @@
+"""The worker's progress events: XADD to the session's stream and to the global one.
+
+Completion events are not published here: ``finish`` writes each atomically with the job's
+terminal state (api_client's finish.lua) and then copies it to the global stream.
+"""
+
+from __future__ import annotations
+
+import redis
+
+from api_client.contract.job_records import event_fields
+from api_client.contract.keys import KeyLayout
+from api_client.contract.redis_conn import REDIS_DOWN, unavailable
+from api_client.contract.settings import ClientSettings
+from api_client.contract.wire import JobEvent
+
+__all__ = ["EventPublisher"]
+
+
+class EventPublisher:
+    """Publishes non-terminal events (start, session_compact, branch_summary, stale)."""
+
+    def __init__(self, client: redis.Redis[str], settings: ClientSettings,
+                 layout: KeyLayout | None = None) -> None:
+        self.redis = client
+        self.settings = settings
+        self.layout = layout or KeyLayout(settings.key_prefix)
+
+    def publish(self, event: JobEvent) -> str:
+        """XADD to the session's stream and the global one; returns the session stream id."""
+        fields = event_fields(event)
+        stream = self.layout.session(event.session_id).events
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.xadd(stream, fields,  # type: ignore[arg-type]
+                  maxlen=self.settings.session_event_maxlen, approximate=True)
+        pipe.expire(stream, self.settings.job_ttl_s)  # as finish.lua: lives as long as records
+        pipe.xadd(self.layout.global_events, fields,  # type: ignore[arg-type]
+                  maxlen=self.settings.event_stream_maxlen, approximate=True)
+        try:
+            session_id, _, _ = pipe.execute()
+        except REDIS_DOWN as err:
+            raise unavailable(err) from err
+        return str(session_id)

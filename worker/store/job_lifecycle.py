@@ -1,0 +1,108 @@
+"""The worker's side of a job: its record, lease, ``running`` state, cancel flag, events, end.
+
+For each delivery a worker calls:
+
+1. ``acquire_lease(job_id, worker_id, ttl_s)`` (see :mod:`worker.store.leases`);
+2. ``mark_running(job_id)`` → the attempt number (``None``: finished meanwhile);
+3. while working: ``renew_lease``, ``is_cancel_requested``, ``publish(JobEvent(...))``;
+4. ``finish(job_id, state, ...)`` exactly once: the contract's flow
+   (:func:`api_client.contract.job_records.finish_job`), the one the client runs when it
+   cancels a queued job or cannot send one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+
+from api_client.contract.job_records import finish_job, get_record
+from api_client.contract.keys import KeyLayout
+from api_client.contract.redis_flows import SyncShell
+from api_client.contract.settings import ClientSettings
+from api_client.contract.wire import JobEvent, JobRecord, JobState, now_iso
+from worker.store.compaction_counter import CompactionCounter
+from worker.store.event_publisher import EventPublisher
+from worker.store.leases import LeaseOutcome, Leases, guarded, script_text
+from worker.store.sweep import now_ms
+
+__all__ = ["JobStore"]
+
+
+class JobStore:
+    """Job records for one Redis, as a worker uses them (``client`` must decode responses)."""
+
+    def __init__(self, client: redis.Redis[str], settings: ClientSettings | None = None,
+                 layout: KeyLayout | None = None) -> None:
+        self.redis = client
+        self.settings = settings or ClientSettings()
+        self.layout = layout or KeyLayout(self.settings.key_prefix)
+        self._io = SyncShell(client)
+        self.leases = Leases(client, self.layout)
+        self.events = EventPublisher(client, self.settings, self.layout)
+        self._running = client.register_script(script_text("running"))
+        self.compactions = CompactionCounter(client, self.layout)
+
+    def get(self, job_id: str) -> JobRecord:
+        return self._io.run(get_record(self.layout, job_id))
+
+    def finish(self, job_id: str, state: JobState | str, *, event: JobEvent | None = None,
+               record: JobRecord | None = None, **result: Any) -> bool:
+        """End the job once; True if this call ended it (see ``finish_job`` for ``result``)."""
+        return self._io.run(finish_job(self.layout, self.settings, job_id, state, event, record,
+                                       result))
+
+    def acquire_lease(self, job_id: str, worker_id: str, ttl_s: float) -> LeaseOutcome:
+        outcome = self.leases.acquire(job_id, worker_id, ttl_s)
+        if outcome is LeaseOutcome.ACQUIRED:
+            # The sweep looks again when this lease would end (the worker died if it did).
+            due: dict[str | bytes, float] = {job_id: now_ms() + int(ttl_s * 1000)}
+            guarded(job_id, lambda: self.redis.zadd(self.layout.jobs_due, due))
+        return outcome
+
+    def renew_lease(self, job_id: str, worker_id: str, ttl_s: float) -> bool:
+        return self.leases.renew(job_id, worker_id, ttl_s)
+
+    def lease_holder(self, job_id: str) -> str | None:
+        return self.leases.holder(job_id)
+
+    def release_lease(self, job_id: str, worker_id: str) -> bool:
+        return self.leases.release(job_id, worker_id)
+
+    def mark_running(self, job_id: str, attempt: int | None = None) -> int | None:
+        """Set ``running`` and count the attempt; None when the job already finished. The
+        record then lives ``job_ttl_s`` (its pending TTL only bounds the wait in the queue)."""
+        args = [now_iso(), "" if attempt is None else str(attempt), str(self.settings.job_ttl_s)]
+        keys = [self.layout.job(job_id).record]
+        value = int(guarded(job_id, lambda: self._running(keys=keys, args=args)))
+        return None if value < 0 else value
+
+    def is_cancel_requested(self, job_id: str) -> bool:
+        record = self.layout.job(job_id).record
+        return guarded(job_id, lambda: self.redis.hget(record, "cancelRequested")) == "1"
+
+    def cancel_requested_among(self, job_ids: Sequence[str]) -> set[str]:
+        """The ids in ``job_ids`` whose cancel flag is set: one pipelined round trip."""
+        if not job_ids:
+            return set()
+
+        def read() -> list[str | None]:
+            pipe = self.redis.pipeline(transaction=False)
+            for job_id in job_ids:
+                pipe.hget(self.layout.job(job_id).record, "cancelRequested")
+            return pipe.execute()
+
+        flags = guarded(job_ids[0], read)
+        return {job_id for job_id, flag in zip(job_ids, flags, strict=True) if flag == "1"}
+
+    def publish(self, event: JobEvent) -> str:
+        """A non-terminal event (compaction_start, session_compact, branch_summary, stale)."""
+        return self.events.publish(event)
+
+    def recent_compactions(self, session_id: str, now: float, window_s: float) -> int:
+        """The loop guard's count (:mod:`worker.store.compaction_counter`)."""
+        return self.compactions.recent(session_id, now, window_s)
+
+    def count_compaction(self, session_id: str, job_id: str, now: float, window_s: float) -> None:
+        self.compactions.count(session_id, job_id, now, window_s)
