@@ -141,9 +141,25 @@ def export_text(session_id: str, replies: Sequence[Any]) -> str:
     return "\n".join([header_text, *(stored[i] for i in order if i in stored)]) + "\n"
 
 
-def parse_import(text: str, session_id: str | None, new_id: IdFactory) -> tuple[Session, str]:
-    session = load_session(text, source="<import>", new_id=new_id)
+def parse_import(text: str, session_id: str | None, new_id: IdFactory,
+                 source: str = "<import>") -> tuple[Session, str]:
+    """The session to store, refused whole (nothing stored) when any line is unusable: a line
+    that is not a JSON object, a parent that names no entry, a cycle (as ``inspect`` does)."""
+    session = load_session(text, source=source, new_id=new_id)
+    if session.warnings:
+        more = len(session.warnings) - 1
+        raise SessionFormatError(session.warnings[0].split(": ", 1)[1]
+                                 + (f" (and {more} more such lines)" if more else ""),
+                                 source=source, line=_warning_line(session.warnings[0]))
+    session.tree().check_all()
     return session, check_session_id(session_id if session_id is not None else session.id)
+
+
+def _warning_line(warning: str) -> int | None:
+    """The line number of a ``source:line: problem`` warning."""
+    where = warning.split(": ", 1)[0]
+    number = where.rpartition(":")[2]
+    return int(number) if number.isdigit() else None
 
 
 def _rescue(session_id: str) -> Rescue:
@@ -195,8 +211,8 @@ class _SessionCore:
         return int((yield cmd("get", self.keys(session_id).rev)) or 0)
 
     def _import(self, text: str, session_id: str | None, replace: bool,
-                new_id: IdFactory) -> Flow[str]:
-        session, sid = parse_import(text, session_id, new_id)
+                new_id: IdFactory, source: str = "<import>") -> Flow[str]:
+        session, sid = parse_import(text, session_id, new_id, source)
         k = self.keys(sid)
         yield self._script("import", sid, (*k.data(), k.effects, k.effects_at),
                            import_args(session, sid, replace))
@@ -251,12 +267,14 @@ class SessionStore(_SessionCore):
         return self._io.run(self._revision(session_id))
 
     def import_jsonl(self, text: str, session_id: str | None = None, *, replace: bool = False,
-                     new_id: IdFactory = random_entry_id) -> str:
+                     new_id: IdFactory = random_entry_id, source: str = "<import>") -> str:
         """Store a pi JSONL session (v1/v2 migrated to v3); leaf = last entry. Returns the id.
 
-        ``session_id`` defaults to the header's id (and replaces it in the stored header).
+        ``session_id`` defaults to the header's id (and replaces it in the stored header). A
+        session with an unusable line (not JSON, a dangling parent, a cycle) is refused whole
+        with :class:`SessionFormatError` naming ``source`` and the line; nothing is stored.
         """
-        return self._io.run(self._import(text, session_id, replace, new_id))
+        return self._io.run(self._import(text, session_id, replace, new_id, source))
 
     def export_jsonl(self, session_id: str) -> str:
         """The stored session as v3 JSONL (header, then entries in stored order, byte-exact)."""
@@ -298,8 +316,9 @@ class AsyncSessionStore(_SessionCore):
         return await self._io.run(self._revision(session_id))
 
     async def import_jsonl(self, text: str, session_id: str | None = None, *,
-                           replace: bool = False, new_id: IdFactory = random_entry_id) -> str:
-        return await self._io.run(self._import(text, session_id, replace, new_id))
+                           replace: bool = False, new_id: IdFactory = random_entry_id,
+                           source: str = "<import>") -> str:
+        return await self._io.run(self._import(text, session_id, replace, new_id, source))
 
     async def export_jsonl(self, session_id: str) -> str:
         return await self._io.run(self._export(session_id))

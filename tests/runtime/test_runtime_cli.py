@@ -202,3 +202,69 @@ def test_global_redis_url_over_a_real_process(cli: object, redis_url: str,
     done = subprocess.run([sys.executable, "-m", "worker", *at, "cancel", job], env=env,
                           capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout, done.stderr) == (0, f"cancelled {job} (was queued)\n", "")
+
+
+def test_global_redis_url_after_the_command(cli: object, redis_url: str) -> None:
+    code, out, _ = cli("session", "import", str(DEMO),  # type: ignore[operator]
+                       "--session-id", "cli-after", "--redis-url", redis_url)
+    assert (code, out) == (0, "cli-after\n")
+    code, _, err = cli("session", "export", "cli-after")  # type: ignore[operator]
+    assert code == 2 and "cli-after" in err  # stored in --redis-url's Redis, not the module's
+    code, out, _ = cli("session", "export", "cli-after",  # type: ignore[operator]
+                       f"--redis-url={redis_url}")
+    assert code == 0 and out.splitlines()[1:] == DEMO.read_text().splitlines()[1:]
+
+
+@pytest.mark.parametrize(("line", "problem"), [
+    ('{"type":"message","id":"zz000001","parentId":"nothere1","timestamp":"2025-01-01T00:00:00Z",'
+     '"message":{"role":"user","content":"x","timestamp":1}}', "names no entry"),
+    ("this is not json", "not JSON"),
+])
+def test_import_refuses_what_it_cannot_use_naming_the_file_and_line(
+        cli: object, tmp_path: Path, line: str, problem: str) -> None:
+    lines = DEMO.read_text(encoding="utf-8").splitlines()
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("\n".join([*lines[:5], line, *lines[5:]]) + "\n", encoding="utf-8")
+    code, out, err = cli("session", "import", str(broken),  # type: ignore[operator]
+                         "--session-id", "cli-broken")
+    assert (code, out) == (2, "") and err.startswith(f"compactor: error: {broken}:6: ")
+    assert problem in err and err.count("\n") == 1
+    code, _, err = cli("session", "export", "cli-broken")  # type: ignore[operator]
+    assert code == 2 and "not found" in err  # nothing stored
+
+
+def test_long_lists_are_cut_unless_full(cli: object) -> None:
+    from worker.cli.runtime_commands import LIST_SHOWN, shortened
+
+    ids = [f"e{i:07d}" for i in range(LIST_SHOWN + 25)]
+    cut = shortened({"result": {"prunedEntryIds": ids, "tokensSaved": 9}})
+    assert cut["result"]["prunedEntryIds"] == ids[:LIST_SHOWN]
+    assert cut["result"]["prunedEntryIdsOmitted"] == 25 and cut["result"]["tokensSaved"] == 9
+    assert shortened({"ids": ids}, full=True) == {"ids": ids}
+    _import(cli, "cli-prune-list")
+    code, out, _ = cli("prune", "cli-prune-list", "--wait", "--json")  # type: ignore[operator]
+    assert code == 0
+    pruned = json.loads(out)["result"].get("prunedEntryIds", [])
+    assert len(pruned) <= LIST_SHOWN
+
+
+def test_events_since_and_a_closed_pipe(cli: object, module_redis: str) -> None:
+    import os
+    import subprocess
+    import sys
+
+    _import(cli, "cli-since")
+    assert cli("compact", "cli-since", "--wait", "--json")[0] == 0  # type: ignore[operator]
+    code, out, _ = cli("events", "--session", "cli-since", "--json")  # type: ignore[operator]
+    events = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and len(events) >= 2
+    first = events[0]["streamId"]
+    code, out, _ = cli("events", "--session", "cli-since", "--json",  # type: ignore[operator]
+                       "--since", first)
+    assert [json.loads(line)["streamId"] for line in out.splitlines()] == [
+        e["streamId"] for e in events[1:]]
+    env = {**os.environ, "COMPACTOR_REDIS_URL": module_redis}
+    shell = f"{sys.executable} -m worker events --json | head -n 1"
+    done = subprocess.run(["bash", "-o", "pipefail", "-c", shell], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and done.stderr == "" and done.stdout.count("\n") == 1

@@ -139,6 +139,30 @@ def test_cycle_and_dangling_parent_raise_typed_errors() -> None:
     assert [e.id for e in tree(dangling).path_to("e0", strict=False)] == ["e0"]
 
 
+def _side(entry_id: str, parent: str | None) -> dict:
+    return {"type": "message", "message": user(entry_id), "id": entry_id, "parentId": parent}
+
+
+@pytest.mark.parametrize(("extra", "error", "named"), [
+    ([], None, None),                                          # a chain: fine
+    ([_side("b1", "e0"), _side("b2", "b1")], None, None),      # a side branch: fine
+    ([_side("x1", "ghost")], DanglingParentError, "ghost"),    # off the leaf's path, still found
+    ([_side("c1", "c2"), _side("c2", "c1")], SessionCycleError, "cycle"),  # a cycle off the path
+    ([_side("s1", "s1")], SessionCycleError, "own parent"),
+])
+def test_check_all_finds_what_any_path_would_meet(extra: list, error: type | None,
+                                                  named: str | None) -> None:
+    # Import checks every entry, not only the leaf's path: a later navigation must not fail.
+    entries = chain(user("a"), user("b"))
+    entries += chain(*extra, start=10)
+    checked = tree(entries)
+    if error is None:
+        checked.check_all()
+        return
+    with pytest.raises(error, match=named):
+        checked.check_all()
+
+
 def test_labels_are_rebuilt_from_every_label_entry() -> None:
     entries = chain(user("a"), {"type": "label", "targetId": "e0", "label": "x"},
                     {"type": "label", "targetId": "e0", "label": "y"},

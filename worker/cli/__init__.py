@@ -6,14 +6,15 @@
 - ``celery_commands``: ``worker`` and ``flower`` (their ``--help`` adds Celery's / Flower's own);
 - ``runtime_commands``: ``session import|export``, the job commands, ``demo``.
 
-The global ``--redis-url`` (before the command) overrides ``COMPACTOR_REDIS_URL`` for every
-command that talks to Redis.
+The global ``--redis-url`` (before or after the command) overrides ``COMPACTOR_REDIS_URL`` for
+every command that talks to Redis.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import sys
 from collections.abc import Sequence
 
@@ -50,6 +51,39 @@ def build_parser() -> argparse.ArgumentParser:
 WORKER_EXTRA = ("celery", "httpx", "tiktoken", "pluggy", "prometheus_client")
 
 
+GLOBAL_OPTIONS = ("--redis-url",)
+
+
+def global_options_first(argv: Sequence[str]) -> list[str]:
+    """``argv`` with the global options moved before the command, so that
+    ``compactor compact ID --redis-url URL`` means what ``compactor --redis-url URL compact ID``
+    does. Stops at ``--`` (what follows belongs to Celery)."""
+    front: list[str] = []
+    rest: list[str] = []
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            rest += args[i:]
+            break
+        name = arg.split("=", 1)[0]
+        if name in GLOBAL_OPTIONS:
+            takes_value = "=" not in arg and i + 1 < len(args)
+            front += args[i:i + 2] if takes_value else [arg]
+            i += 2 if takes_value else 1
+            continue
+        rest.append(arg)
+        i += 1
+    return front + rest
+
+
+def _quiet_on_closed_pipe() -> int:
+    """stdout's reader went away (``| head``): stop quietly, as Unix tools do."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     missing = [name for name in WORKER_EXTRA if importlib.util.find_spec(name) is None]
     if missing:
@@ -57,7 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               "pip install 'compactor[worker]'", file=sys.stderr)
         return EXIT_USAGE
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    args, extra = parser.parse_known_args(
+        global_options_first(sys.argv[1:] if argv is None else argv))
     if extra and not getattr(args, "accepts_extra", False):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.extra = extra
@@ -69,4 +104,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return _quiet_on_closed_pipe()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return _quiet_on_closed_pipe()
     return code

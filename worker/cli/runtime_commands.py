@@ -48,7 +48,9 @@ def _session_import(args: argparse.Namespace) -> int:
         raise SessionFormatError(f"cannot read file ({type(err).__name__}: {err})",
                                  source=args.file) from err
     with _client(args) as client:
-        print(client.sessions.import_jsonl(text, args.session_id, replace=args.replace))
+        source = "<stdin>" if args.file == "-" else args.file
+        print(client.sessions.import_jsonl(text, args.session_id, replace=args.replace,
+                                           source=source))
     return 0
 
 
@@ -59,9 +61,39 @@ def _session_export(args: argparse.Namespace) -> int:
 
 
 # -- jobs -------------------------------------------------------------------------------------
-def record_json(record: JobRecord) -> dict[str, Any]:
+# A list longer than this (a prune's entry ids: thousands on a long session) is shown by its
+# first items and a count, unless --full.
+LIST_SHOWN = 10
+
+
+def shortened(value: Any, full: bool = False) -> Any:
+    """``value`` with every list longer than :data:`LIST_SHOWN` cut to its first items and a
+    ``<key>Omitted`` count beside it (JSON objects) or a trailing note (lists of lists)."""
+    if full:
+        return value
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if isinstance(item, list) and len(item) > LIST_SHOWN:
+                out[key] = [shortened(x) for x in item[:LIST_SHOWN]]
+                out[f"{key}Omitted"] = len(item) - LIST_SHOWN
+            else:
+                out[key] = shortened(item)
+        return out
+    if isinstance(value, list):
+        return [shortened(x) for x in value]
+    return value
+
+
+def record_json(record: JobRecord, full: bool = True) -> dict[str, Any]:
     """The ``--wait`` / ``job --json`` shape: every key always present (null when unknown);
-    ``costUsd`` is the record's cost at the candidates' prices when the worker stored one."""
+    ``costUsd`` is the record's cost at the candidates' prices when the worker stored one.
+    Without ``full``, long lists are shortened (:func:`shortened`)."""
+    shown: dict[str, Any] = shortened(_record_json(record), full)
+    return shown
+
+
+def _record_json(record: JobRecord) -> dict[str, Any]:
     wire = record.to_wire()
     return {
         "jobId": record.id, "kind": record.kind.value,
@@ -75,7 +107,7 @@ def record_json(record: JobRecord) -> dict[str, Any]:
     }
 
 
-def _describe(record: JobRecord) -> str:
+def _describe(record: JobRecord, full: bool = False) -> str:
     lines = [f"job {record.id}: {record.state.value} ({record.kind.value}"
              + (f", {record.reason.value}" if record.reason else "")
              + f", attempts {record.attempts})"]
@@ -95,7 +127,10 @@ def _describe(record: JobRecord) -> str:
         if isinstance(entry.get("summary"), str):
             lines.append(entry["summary"])
     if record.result:
-        lines.append("result: " + json.dumps(record.result, ensure_ascii=False))
+        result = shortened(record.result, full)
+        lines.append("result: " + json.dumps(result, ensure_ascii=False))
+        if not full and result != record.result:
+            lines.append(f"(lists cut to {LIST_SHOWN} items: --full shows all)")
     if record.model:
         usage = record.usage.to_wire() if record.usage else {}
         lines.append(f"model: {record.model} usage: {json.dumps(usage)}")
@@ -142,9 +177,9 @@ def _finish(args: argparse.Namespace, client: CompactionClient, handle: JobHandl
     _wait(handle, args.timeout)
     record = handle.record()
     if args.json:
-        _print_json(record_json(record))
+        _print_json(record_json(record, args.full))
     else:
-        print(_describe(record))
+        print(_describe(record, args.full))
     if record.state.value in ("queued", "running"):
         print(f"compactor: error: job {record.id} did not finish within {args.timeout:g} s",
               file=sys.stderr)
@@ -193,21 +228,17 @@ def _job(args: argparse.Namespace) -> int:
     with _client(args) as client:
         record = client.jobs.get(args.job_id)
     if args.json:
-        _print_json(record_json(record))
+        _print_json(record_json(record, args.full))
     else:
-        print(_describe(record))
+        print(_describe(record, args.full))
     return 0
 
 
 def _events(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        reader = client.events(args.session, follow=args.follow)
+        reader = client.events(args.session, follow=args.follow, since=args.since)
         try:
             _print_events(args, reader)
-        except BrokenPipeError:  # e.g. piped into head: stop quietly
-            import os
-
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         finally:
             reader.close()
     return 0
@@ -215,8 +246,9 @@ def _events(args: argparse.Namespace) -> int:
 
 def _print_events(args: argparse.Namespace, reader: Any) -> None:
     for event in reader:
-        if args.json:
-            print(event.to_json(), flush=True)
+        if args.json:  # with its stream id: what --since takes to go on from it
+            _print_json({**json.loads(event.to_json()), "streamId": event.stream_id})
+            sys.stdout.flush()
         else:
             what = event.state.value if event.state else ""
             error = f" {event.error}" if event.error else ""
@@ -238,6 +270,13 @@ def _job_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
                         help="how long --wait waits (default: %(default)g)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    _full_option(parser)
+
+
+def _full_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--full", action="store_true",
+                        help=f"print every item of long lists (default: the first {LIST_SHOWN} "
+                             "and a count)")
 
 
 def _session_commands(commands: Any) -> None:
@@ -287,6 +326,7 @@ def _job_commands(commands: Any) -> None:
     job = commands.add_parser("job", help="show a job record")
     job.add_argument("job_id", metavar="ID", help="job id")
     job.add_argument("--json", action="store_true", help="print the record as one JSON object")
+    _full_option(job)
     job.set_defaults(handler=_job)
 
 
@@ -297,6 +337,9 @@ def register(commands: Any) -> None:
     events = commands.add_parser("events", help="print job events")
     events.add_argument("--session", metavar="ID", help="one session's events (default: all)")
     events.add_argument("--follow", action="store_true", help="wait for new events")
+    events.add_argument("--since", metavar="ID",
+                        help="'start', 'now' or a stream id (an event's streamId): the events "
+                             "after it (default: 'now' with --follow, else 'start')")
     events.add_argument("--json", action="store_true", help="one JSON object per line")
     events.set_defaults(handler=_events)
 

@@ -67,6 +67,27 @@ class SessionTree:
         path.reverse()
         return path
 
+    def check_all(self) -> None:
+        """Every entry's path resolves: no parent names a missing entry, no cycle (what a
+        session must satisfy before it is stored; each entry is walked once)."""
+        rooted: set[str] = set()
+        for entry in self.entries:
+            walked: list[str] = []
+            current: Entry | None = entry
+            while current is not None and current.id not in rooted:
+                if len(walked) > len(self.by_id):
+                    self._raise_cycle(entry.id)
+                walked.append(current.id)
+                parent = current.parent_id
+                if parent is None:
+                    break
+                current = self.by_id.get(parent)
+                if current is None:
+                    raise DanglingParentError(
+                        f"entry {walked[-1]} has parentId {parent!r}, which names no entry",
+                        source=self.source, line=self.by_id[walked[-1]].line)
+            rooted.update(walked)
+
     def _raise_cycle(self, entry_id: str) -> NoReturn:
         """The walk from ``entry_id`` with its guard: the error names the first repeated id."""
         seen: set[str] = set()
