@@ -133,7 +133,8 @@ class StartupCheck(bootsteps.Step):  # type: ignore[misc]
     def __init__(self, worker: Any, **kwargs: Any) -> None:
         app: CompactorCelery = worker.app
         settings: WorkerSettings = app.compactor_settings
-        check_startup(settings)
+        # This process may serve metrics already (another app of the same process started it).
+        check_startup(settings, check_port=metrics.server_address() is None)
         _quiet_cancel_warning()
         if settings.metrics_enabled:
             start_metrics(settings)

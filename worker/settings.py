@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 from ipaddress import IPv4Address
 from typing import Literal
 
@@ -111,8 +112,13 @@ class WorkerSettings(LlmSettings, ClientSettings):
         return self.worker_name or f"{socket.gethostname()}:{os.getpid()}"
 
 
-def check_startup(settings: WorkerSettings) -> None:
-    """Refuse settings a worker must not run with (raises :class:`ConfigurationError`)."""
+def check_startup(settings: WorkerSettings, environ: Mapping[str, str] | None = None, *,
+                  check_port: bool = True) -> None:
+    """Refuse settings a worker must not run with (raises :class:`ConfigurationError`): found at
+    start, a bad model chain or a busy metrics port costs one line, not a failed job later."""
+    check_model_chain(settings, os.environ if environ is None else environ)
+    if settings.metrics_enabled and check_port:
+        check_port_free(str(settings.metrics_address), int(settings.metrics_port or 0))
     if settings.visibility_timeout_s <= settings.job_deadline_s:
         raise ConfigurationError(
             f"visibility timeout ({settings.visibility_timeout_s:g} s) must be longer than the job "
@@ -120,3 +126,33 @@ def check_startup(settings: WorkerSettings) -> None:
             "be delivered to a second worker. Raise COMPACTOR_VISIBILITY_TIMEOUT_S or lower "
             "COMPACTOR_JOB_DEADLINE_S."
         )
+
+
+def check_model_chain(settings: WorkerSettings, environ: Mapping[str, str]) -> None:
+    """Every candidate that names its key's variable finds it set (else its calls would fail
+    with the provider's 401 at job time)."""
+    for number, candidate in enumerate(settings.models, start=1):
+        env = candidate.api_key_env
+        if candidate.api_key is None and env and not environ.get(env):
+            raise ConfigurationError(
+                f"model {number} ({candidate.label}) reads its API key from ${env}, which is not "
+                "set in the worker's environment")
+
+
+def model_chain_text(settings: WorkerSettings) -> str:
+    """The fallback chain by name (never a key), for the start-up log."""
+    names = [c.label for c in settings.models]
+    return " -> ".join(names) if names else "the deterministic summarizer (no COMPACTOR_MODELS)"
+
+
+def check_port_free(address: str, port: int) -> None:
+    """The metrics server can listen there (a busy port used to end the worker in a trace)."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((address, port))
+        except OSError as err:
+            raise ConfigurationError(
+                f"metrics port {port} on {address} is not free ({err.strerror}); set "
+                "COMPACTOR_METRICS_PORT to a free port, or 0 to serve no metrics") from err

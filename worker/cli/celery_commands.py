@@ -10,6 +10,7 @@ import argparse
 import io
 import os
 import re
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -80,10 +81,11 @@ def _option_value(extra: list[str], name: str) -> str | None:
 def _worker(args: argparse.Namespace) -> int:
     from api_client.contract.wire import QUEUES
     from worker.app import create_app
-    from worker.settings import check_startup
+    from worker.settings import check_startup, model_chain_text
 
     settings = load_settings(args)
     check_startup(settings)
+    print(f"compactor: model chain: {model_chain_text(settings)}", file=sys.stderr)
     argv = ["worker", "--pool", settings.pool, "--concurrency", str(settings.concurrency),
             "--queues", ",".join(QUEUES)]
     if not _has_option(args.extra, "-l", "--loglevel"):

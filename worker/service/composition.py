@@ -19,7 +19,7 @@ from worker.hooks import load_hook_runner
 from worker.llm import Summarizer, build_summarizer
 from worker.service._control import CancelWatch
 from worker.service.ports import SYSTEM_CLOCK, Runtime
-from worker.settings import WorkerSettings
+from worker.settings import WorkerSettings, model_chain_text
 from worker.store import CommitStore
 from worker.store.draft_store import DraftStore
 from worker.store.entry_cache import EntryCache
@@ -55,6 +55,7 @@ def build_runtime(settings: WorkerSettings, *,
     client = worker_redis(settings)
     layout = KeyLayout(settings.key_prefix)
     tokenizer = get_tokenizer(settings.tokenizer)
+    log.info("model chain: %s", model_chain_text(settings))
     if settings.tokenizer == "tiktoken":  # load the counter now, not in the first job
         log.info("cl100k counts by %s", choose_counter(settings.cl100k_counter).name)
     log.info("fact ledger looks facts up by %s", FACT_SEARCH.name)  # the fast extra or not
