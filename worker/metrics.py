@@ -71,6 +71,13 @@ _DEFINITIONS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     ("compactor_jobs_total", "counter", "Jobs ended by this worker", ("kind", "reason", "outcome")),
     ("compactor_job_duration_seconds", "histogram", "Run time of one job delivery, start to end",
      ("kind", "outcome")),
+    ("compactor_job_failures_total", "counter",
+     "Jobs that did not succeed, by cause (worker.service.failure_causes: model_auth, "
+     "model_overflow, model_unavailable, deadline, cancelled, storage, hook, ...)",
+     ("kind", "cause")),
+    ("compactor_tokens_saved_total", "counter",
+     "Context tokens a committed compaction or prune removed (tokens before - after)",
+     ("kind",)),
     ("compactor_job_queue_wait_seconds", "histogram",
      "Enqueue to first start of a job (the record's createdAt to startedAt)", ("kind", "reason")),
     ("compactor_stale_total", "counter", "Commits refused because the session moved on",
@@ -203,6 +210,16 @@ def observe_job(kind: str, reason: str | None, outcome: str, seconds: float) -> 
     if _metrics:
         _metrics["compactor_jobs_total"].labels(kind, reason or NO_REASON, outcome).inc()
         _metrics["compactor_job_duration_seconds"].labels(kind, outcome).observe(seconds)
+
+
+def observe_failure(kind: str, cause: str) -> None:
+    if _metrics:
+        _metrics["compactor_job_failures_total"].labels(kind, cause).inc()
+
+
+def observe_tokens_saved(kind: str, tokens: int) -> None:
+    if _metrics and tokens > 0:
+        _metrics["compactor_tokens_saved_total"].labels(kind).inc(tokens)
 
 
 def observe_stale(kind: str) -> None:

@@ -148,6 +148,12 @@ def test_threads_worker_metrics_follow_real_jobs(own_redis: Any, model: ModelSer
                  reason="manual") == 3
     assert value(after, "compactor_job_queue_wait_seconds_count", kind="prune", reason="none") == 1
     assert value(after, "compactor_queue_depth", queue="compactor.compact") == 0
+    # Causes, not triggers: the cancelled job is counted by its cause; what the compactions
+    # removed from the context is counted too (the prune job says its own saving).
+    assert value(after, "compactor_job_failures_total", kind="compact", cause="cancelled") == 1
+    assert total(after, "compactor_job_failures_total") == 1
+    assert value(after, "compactor_tokens_saved_total", kind="compact") > 0
+    assert value(after, "compactor_tokens_saved_total", kind="prune") >= 0
     # The dead candidate fails once per model call, the loopback one then answers it.
     failed = value(after, "compactor_model_calls_total", candidate="openai/dead",
                    outcome="ConnectionFailed")

@@ -34,6 +34,7 @@ from worker.service._job_stops import (
 from worker.service._outage import ride_out
 from worker.service._prune_job import run_prune
 from worker.service._speculative import count_discarded, run_speculative
+from worker.service.failure_causes import failure_cause
 from worker.service.ports import Runtime
 from worker.store.leases import LeaseOutcome
 
@@ -135,17 +136,18 @@ def _run_leased(rt: Runtime, job_id: str, owner: str) -> JobOutcome:
         except TRANSIENT:
             raise
         except CompactionLoopError as err:  # the client raises it again from loopGuard
-            return _fail(ctx, str(err), result={"loopGuard": err.to_result()})
+            return _fail(ctx, str(err), result={"loopGuard": err.to_result()},
+                         cause="loop_guard")
         except CompactorError as err:
             # A summarizer stopped by the token raises its own error: report the real reason.
             return (_stopped(ctx, control.stop_reason) if control.stop_reason
-                    else _fail(ctx, str(err)))
+                    else _fail(ctx, str(err), cause=failure_cause(err)))
         except Exception as err:  # a bug must still end the job, or it stays "running"
             log.exception("job %s: unexpected error", job_id)
             # The record and events are visible to platforms: name the error type only, the
             # text may quote session content (the log above keeps the details for operators).
             return _fail(ctx, f"internal error ({type(err).__name__}); see the worker log for "
-                              f"job {job_id}")
+                              f"job {job_id}", cause="internal")
     return _succeed(ctx, success)
 
 
@@ -178,6 +180,11 @@ def _succeed(ctx: JobContext, success: JobSuccess) -> JobOutcome:
     ride_out(ctx.control, "finish", lambda: ctx.rt.jobs.finish(
         ctx.job_id, JobState.SUCCEEDED, event=event, entry=success.entry, model=success.model,
         usage=success.usage, result=success.result))
+    before, after = success.event.get("tokens_before"), success.event.get("tokens_after")
+    saved = (before - after if isinstance(before, int) and isinstance(after, int)
+             else (success.result or {}).get("tokensSaved"))  # a prune job says it itself
+    if isinstance(saved, int):
+        metrics.observe_tokens_saved(ctx.record.kind.value, saved)
     entry_id = success.entry.get("id") if success.entry else None
     log.info("job %s succeeded in %d ms (entry %s)", ctx.job_id, ctx.control.elapsed_ms(), entry_id)
     return _observed(ctx, JobOutcome(ctx.job_id, JobState.SUCCEEDED.value, entry_id))
@@ -187,14 +194,16 @@ def _error_text(record: JobRecord, message: str) -> str:
     return job_error_text(record.kind, JobState.FAILED, record.reason, message)
 
 
-def _fail(ctx: JobContext, message: str, result: dict[str, Any] | None = None) -> JobOutcome:
+def _fail(ctx: JobContext, message: str, result: dict[str, Any] | None = None, *,
+          cause: str = "other") -> JobOutcome:
     error = _error_text(ctx.record, message)
     event = JobEvent.completion(ctx.record, JobState.FAILED, error=error, result=result,
                                 duration_ms=ctx.control.elapsed_ms())
     extra: dict[str, Any] = {} if result is None else {"result": result}
     ride_out(ctx.control, "finish", lambda: ctx.rt.jobs.finish(
         ctx.job_id, JobState.FAILED, event=event, error=error, **extra))
-    log.info("job %s failed: %s", ctx.job_id, error)
+    log.info("job %s failed (%s): %s", ctx.job_id, cause, error)
+    metrics.observe_failure(ctx.record.kind.value, cause)
     return _observed(ctx, JobOutcome(ctx.job_id, JobState.FAILED.value, error=error))
 
 
@@ -205,11 +214,12 @@ def _stopped(ctx: JobContext, stop: JobStopped) -> JobOutcome:
         log.warning("job %s: taken over by another worker; this delivery stops", ctx.job_id)
         return JobOutcome(ctx.job_id, "abandoned")
     if not isinstance(stop, JobCancelled):
-        return _fail(ctx, str(stop))
+        return _fail(ctx, str(stop), cause=failure_cause(stop))
     text = job_error_text(ctx.record.kind, JobState.CANCELLED)
     event = JobEvent.completion(ctx.record, JobState.CANCELLED, error=text, aborted=True,
                                 duration_ms=ctx.control.elapsed_ms())
     ride_out(ctx.control, "finish", lambda: ctx.rt.jobs.finish(
         ctx.job_id, JobState.CANCELLED, event=event, error=text))
     log.info("job %s cancelled", ctx.job_id)
+    metrics.observe_failure(ctx.record.kind.value, "cancelled")
     return _observed(ctx, JobOutcome(ctx.job_id, JobState.CANCELLED.value, error=text))
