@@ -21,6 +21,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from celery.exceptions import Ignore, Reject
+from celery.worker.request import Request
 
 from api_client.contract.errors import InvalidIdError, JobFailedError, JobNotFoundError
 from api_client.contract.keys import split_job_id
@@ -47,6 +48,7 @@ def run_task(task: Any, job_id: object) -> dict[str, Any]:
         log.error("rejected a task: %s", err)
         raise
     assert isinstance(job_id, str)
+    task.request.compactor_started = time.monotonic()  # the revoked event's runtime
     app: CompactorCelery = task.app
     settings = app.compactor_settings
     for attempt in range(settings.task_max_retries + 1):
@@ -116,12 +118,29 @@ def _report(task: Any, app: CompactorCelery, outcome: JobOutcome) -> dict[str, A
     if state == JobState.FAILED:
         raise JobFailedError(error or "job failed", job_id=outcome.job_id)
     if state == JobState.CANCELLED:
-        # Celery has no "cancelled by the task" end; REVOKED is what Flower shows for it.
-        task.send_event("task-revoked", terminated=False, signum=None, expired=False)
+        # Celery has no "cancelled by the task" end; REVOKED is what Flower shows for it, with
+        # the delivery's run time (Celery's own revoked event carries none).
+        task.send_event("task-revoked", terminated=False, signum=None, expired=False,
+                        runtime=_runtime(task))
         raise Ignore()  # acks the message; no task-succeeded/-failed event follows
     if state == "abandoned":
         raise Ignore()  # the worker now holding the lease reports this job's end
     return outcome.to_json()
+
+
+def _runtime(task: Any) -> float | None:
+    started = getattr(task.request, "compactor_started", None)
+    return None if started is None else round(time.monotonic() - started, 6)
+
+
+class JobRequest(Request):  # type: ignore[misc]
+    """Celery's request, with the run time on a failed delivery's event: Celery sends it only
+    with task-succeeded, so Flower showed no runtime for failed jobs."""
+
+    def send_event(self, type: str, **fields: Any) -> None:
+        if type == "task-failed" and "runtime" not in fields and self.time_start:
+            fields["runtime"] = max(0.0, time.time() - self.time_start)
+        super().send_event(type, **fields)
 
 
 def register_tasks(app: CompactorCelery) -> None:
@@ -131,7 +150,8 @@ def register_tasks(app: CompactorCelery) -> None:
         # worker finishes or dies (Celery's default of 3 turned a long model call into a
         # FAILURE of the waiting duplicate; retry(max_retries=None) means "the default").
         app.task(name=name, bind=True, shared=False, acks_late=True, max_retries=None,
-                 reject_on_worker_lost=True, throws=EXPECTED_FAILURES)(_task_body(name))
+                 reject_on_worker_lost=True, throws=EXPECTED_FAILURES,
+                 Request=JobRequest)(_task_body(name))
     app.task(name=TASK_DRAFT_APPLIED, bind=True, shared=False)(_draft_applied)
 
 

@@ -17,6 +17,7 @@ from api_client.contract.wire import (
     broker_priority,
     is_amqp,
     queue_arguments,
+    shown_kwargs,
 )
 
 if TYPE_CHECKING:
@@ -83,7 +84,8 @@ class TaskProducer:
             self.app().send_task(
                 route.task, args=[job_id], queue=route.queue,
                 priority=broker_priority(route.priority, self.settings.resolved_broker_url),
-                task_id=task_id, retry=False, argsrepr=repr([job_id]), kwargsrepr="{}",
+                task_id=task_id, retry=False, argsrepr=repr([job_id]),
+                kwargsrepr=shown_kwargs(route),
             )
         except down as err:
             raise unavailable(err, "broker") from err

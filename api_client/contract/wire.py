@@ -57,6 +57,7 @@ __all__ = [
     "now_iso",
     "queue_arguments",
     "route_for",
+    "shown_kwargs",
     "terminal_event_type",
 ]
 
@@ -183,6 +184,13 @@ def route_for(kind: JobKind, reason: CompactReason | None = None) -> Route:
     if kind is JobKind.COMPACT:
         return _COMPACT_ROUTES[reason or CompactReason.MANUAL]
     return _ROUTES[kind]
+
+
+def shown_kwargs(route: Route) -> str:
+    """What Flower shows as a task's kwargs (``kwargsrepr``): a compaction's reason. The task
+    itself takes only the job id; its name already says the kind."""
+    reason = next((r for r, known in _COMPACT_ROUTES.items() if known == route), None)
+    return "{}" if reason is None else repr({"reason": reason.value})
 
 
 def all_routes() -> list[Route]:

@@ -152,6 +152,8 @@ def test_a_job_whose_only_model_answers_401_is_failure_with_the_jobs_error(
     task = final_state(flower, handle.id, {"FAILURE", "SUCCESS"})
     assert task["state"] == "FAILURE"
     assert task["exception"] == repr(JobFailedError(str(failed.value)))
+    assert task["runtime"] is not None and task["runtime"] > 0  # Celery sends none on failure
+    assert task["kwargs"] == "{'reason': 'manual'}"
     assert "401" in str(failed.value)
     # Acked on failure: nothing is left unacked for a redelivery, and it ran once.
     state, raised = DELIVERIES.wait(handle.id)
@@ -175,6 +177,8 @@ def test_a_job_cancelled_mid_call_is_revoked(
         handle.wait(30)
     task = final_state(flower, handle.id, {"REVOKED", "FAILURE", "SUCCESS"})
     assert task["state"] == "REVOKED"
+    assert task["runtime"] is not None and task["runtime"] > 0
+    assert "'cause': 'cancelled'" not in str(task["result"])  # a revoked task has no result
     # The REVOKED event and the ack of the message are separate steps: the ack follows.
     eventually(lambda: client.redis.hlen("unacked") == 0, 10, "the cancelled job's ack")
 
@@ -212,3 +216,14 @@ def test_a_successful_job_is_success(flower: Flower, client: CompactionClient,
     task = final_state(flower, handle.id, {"SUCCESS", "FAILURE"})
     assert task["state"] == "SUCCESS"
     assert f"'entryId': '{entry['id']}'" in task["result"]  # type: ignore[index]
+    # The task page names the request and who answered it.
+    assert "'reason': 'manual'" in task["result"] and f"'model': 'openai/{MODEL}'" in task[
+        "result"]
+    assert task["kwargs"] == "{'reason': 'manual'}"
+
+
+def test_the_broker_tab_reads_the_queues(flower: Flower) -> None:
+    # It said "'redis' broker is not supported": Flower saw the worker's transport class name.
+    queues = eventually(lambda: flower.get("/api/queues/length").get("active_queues"), 30,
+                        "the queue lengths")
+    assert {q["name"] for q in queues} >= {"compactor.compact", "compactor.urgent"}

@@ -106,7 +106,11 @@ def _flower(args: argparse.Namespace) -> int:
         )
     if _option_value(extra, "--address") is None:
         extra.append(f"--address={address}")  # tornado options need the = form
-    code = create_app(load_settings(args)).start(["flower", *extra])
+    app = create_app(load_settings(args))
+    # Flower consumes nothing: the stock transport, so its Broker tab knows the redis:// URL
+    # (the worker's transport class would make the URL "worker.broker_transport:Transport://").
+    app.conf.broker_transport = None
+    code = app.start(["flower", *extra])
     return int(code or 0)
 
 

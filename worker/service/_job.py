@@ -67,10 +67,15 @@ class JobOutcome:
     state: str
     entry_id: str | None = None
     error: str | None = None
+    # What Flower shows on the task's page (its result): the request and who answered it.
+    reason: str | None = None
+    model: str | None = None
+    cause: str | None = None  # why it failed (worker.service.failure_causes)
 
     def to_json(self) -> dict[str, Any]:
+        shown = {"reason": self.reason, "model": self.model, "cause": self.cause}
         return {"jobId": self.job_id, "state": self.state, "entryId": self.entry_id,
-                "error": self.error}
+                "error": self.error, **{k: v for k, v in shown.items() if v is not None}}
 
 
 def run_job(rt: Runtime, job_id: str) -> JobOutcome:
@@ -187,7 +192,8 @@ def _succeed(ctx: JobContext, success: JobSuccess) -> JobOutcome:
         metrics.observe_tokens_saved(ctx.record.kind.value, saved)
     entry_id = success.entry.get("id") if success.entry else None
     log.info("job %s succeeded in %d ms (entry %s)", ctx.job_id, ctx.control.elapsed_ms(), entry_id)
-    return _observed(ctx, JobOutcome(ctx.job_id, JobState.SUCCEEDED.value, entry_id))
+    return _observed(ctx, JobOutcome(ctx.job_id, JobState.SUCCEEDED.value, entry_id,
+                                     reason=_reason(ctx), model=success.model))
 
 
 def _error_text(record: JobRecord, message: str) -> str:
@@ -204,7 +210,8 @@ def _fail(ctx: JobContext, message: str, result: dict[str, Any] | None = None, *
         ctx.job_id, JobState.FAILED, event=event, error=error, **extra))
     log.info("job %s failed (%s): %s", ctx.job_id, cause, error)
     metrics.observe_failure(ctx.record.kind.value, cause)
-    return _observed(ctx, JobOutcome(ctx.job_id, JobState.FAILED.value, error=error))
+    return _observed(ctx, JobOutcome(ctx.job_id, JobState.FAILED.value, error=error,
+                                     reason=_reason(ctx), cause=cause))
 
 
 def _stopped(ctx: JobContext, stop: JobStopped) -> JobOutcome:
@@ -222,4 +229,9 @@ def _stopped(ctx: JobContext, stop: JobStopped) -> JobOutcome:
         ctx.job_id, JobState.CANCELLED, event=event, error=text))
     log.info("job %s cancelled", ctx.job_id)
     metrics.observe_failure(ctx.record.kind.value, "cancelled")
-    return _observed(ctx, JobOutcome(ctx.job_id, JobState.CANCELLED.value, error=text))
+    return _observed(ctx, JobOutcome(ctx.job_id, JobState.CANCELLED.value, error=text,
+                                     reason=_reason(ctx), cause="cancelled"))
+
+
+def _reason(ctx: JobContext) -> str | None:
+    return ctx.record.reason.value if ctx.record.reason else None
