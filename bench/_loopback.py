@@ -31,11 +31,15 @@ __all__ = ["REPO", "SAMPLE", "LoopbackModel", "loopback_model", "turns_session",
 
 
 class LoopbackModel:
-    """An OpenAI-compatible chat endpoint answering every call after ``delay_s``."""
+    """An OpenAI-compatible chat endpoint answering every call after ``delay_s``. It counts the
+    calls and their input tokens (the request's message texts, characters / 4: what a provider
+    would bill, to within its tokenizer) and reports them as the call's ``prompt_tokens``, so
+    the job records' usage is what the calls cost."""
 
     def __init__(self, delay_s: float) -> None:
         self.delay_s = delay_s
         self.calls = 0
+        self.input_tokens = 0
         self._lock = threading.Lock()
         model = self
 
@@ -46,13 +50,15 @@ class LoopbackModel:
                 pass
 
             def do_POST(self) -> None:
-                self.rfile.read(int(self.headers["Content-Length"]))
+                request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                prompt = sum(len(str(m.get("content", ""))) for m in request.get("messages", []))
                 with model._lock:
                     model.calls += 1
+                    model.input_tokens += prompt // 4
                 time.sleep(model.delay_s)
                 body = json.dumps({"choices": [{"index": 0, "finish_reason": "stop", "message": {
                     "role": "assistant", "content": "## Goal\nBenchmark summary."}}],
-                    "usage": {"prompt_tokens": 1000, "completion_tokens": 10}}).encode()
+                    "usage": {"prompt_tokens": prompt // 4, "completion_tokens": 10}}).encode()
                 # Head and body in one write: written apart, the body waits ~40 ms for the
                 # client's delayed ACK (Nagle), a stall a production endpoint does not have.
                 head = (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
