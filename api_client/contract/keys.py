@@ -70,7 +70,6 @@ from __future__ import annotations
 import re
 import secrets
 from dataclasses import dataclass
-from functools import lru_cache
 
 from api_client.contract.errors import ConfigurationError, InvalidIdError
 
@@ -152,9 +151,7 @@ class JobKeys:
     session: SessionKeys
 
 
-@lru_cache(maxsize=4096)
 def _session_keys(prefix: str, session_id: str) -> SessionKeys:
-    """Cached: an automatic compaction names one session's keys three times (~3 µs each)."""
     base = f"{prefix}:session:{{{check_session_id(session_id)}}}:"
     return SessionKeys(
         header=base + "header",
