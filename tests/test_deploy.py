@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from api_client.server.settings import ServerSettings
 from worker.settings import WorkerSettings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -17,7 +18,7 @@ COMPOSE = REPO / "docker-compose.yml"
 
 
 def _setting_names() -> set[str]:
-    fields = set(WorkerSettings.model_fields)
+    fields = set(WorkerSettings.model_fields) | set(ServerSettings.model_fields)
     return {f"COMPACTOR_{name.upper()}" for name in fields}
 
 
@@ -27,6 +28,11 @@ def test_compose_services_and_redis_durability() -> None:
     assert {"redis", "worker", "flower"} <= set(services)
     redis_command = " ".join(services["redis"]["command"])
     assert "noeviction" in redis_command and "--appendonly yes" in redis_command
+    # Full at maxmemory (writes refused, typed), never killed at the container's limit.
+    args = services["redis"]["command"]
+    maxmemory_mb = int(args[args.index("--maxmemory") + 1].removesuffix("mb"))
+    limit_mb = int(services["redis"]["mem_limit"].removesuffix("g")) * 1024
+    assert 0.5 * limit_mb <= maxmemory_mb <= 0.8 * limit_mb
     assert services["redis"]["healthcheck"]["test"]
     assert "FLOWER_BASIC_AUTH" in services["flower"]["environment"]
     assert services["worker"]["build"]["dockerfile"] == "deploy/Dockerfile"
@@ -64,21 +70,31 @@ def _compose_config(tmp_path: Path, dotenv: str, **env: str) -> subprocess.Compl
 EXAMPLE = (REPO / "deploy" / "compactor.env.example").read_text()
 
 
+TOKENS = '{"0123456789abcdef-token":"default"}'
+
+
 def test_compose_config_when_a_compose_cli_is_installed(tmp_path: Path) -> None:
-    result = _compose_config(tmp_path, EXAMPLE, FLOWER_BASIC_AUTH="a:b")
+    result = _compose_config(tmp_path, EXAMPLE, FLOWER_BASIC_AUTH="a:b",
+                             COMPACTOR_API_TOKENS=TOKENS)
     assert result.returncode == 0, result.stderr
 
 
 def test_compose_refuses_without_flower_auth(tmp_path: Path) -> None:
-    result = _compose_config(tmp_path, EXAMPLE)
+    result = _compose_config(tmp_path, EXAMPLE, COMPACTOR_API_TOKENS=TOKENS)
     assert result.returncode != 0
     assert "set FLOWER_BASIC_AUTH=user:password in .env or the shell" in result.stderr
+
+
+def test_compose_refuses_an_api_without_tokens(tmp_path: Path) -> None:
+    result = _compose_config(tmp_path, EXAMPLE, FLOWER_BASIC_AUTH="a:b")
+    assert result.returncode != 0
+    assert "set COMPACTOR_API_TOKENS (JSON, token to \"default\") in .env" in result.stderr
 
 
 def test_every_variable_of_the_env_file_reaches_the_containers(tmp_path: Path) -> None:
     dotenv = ("COMPACTOR_REDIS_URL=redis://localhost:6379/0\nCOMPACTOR_LLM_ATTEMPT_BUDGET=7\n"
               "COMPACTOR_MODELS=[]\nANTHROPIC_API_KEY=sk-test\nCOMPACTOR_HOOKS_TIMEOUT_S=3\n"
-              "FLOWER_BASIC_AUTH=ops:secret\n")
+              "FLOWER_BASIC_AUTH=ops:secret\n" f"COMPACTOR_API_TOKENS={TOKENS}\n")
     result = _compose_config(tmp_path, dotenv)
     assert result.returncode == 0, result.stderr
     services = yaml.safe_load(result.stdout)["services"]
@@ -91,6 +107,9 @@ def test_every_variable_of_the_env_file_reaches_the_containers(tmp_path: Path) -
     assert worker["environment"]["COMPACTOR_METRICS_PORT"] == "9808"
     assert worker["environment"]["COMPACTOR_METRICS_ADDRESS"] == "0.0.0.0"
     assert services["flower"]["environment"]["FLOWER_BASIC_AUTH"] == "ops:secret"
+    api = services["api"]["environment"]
+    assert api["COMPACTOR_API_TOKENS"] == TOKENS and api["COMPACTOR_LLM_ATTEMPT_BUDGET"] == "7"
+    assert api["COMPACTOR_REDIS_URL"] == "redis://redis:6379/0"
 
 
 def _seconds(duration: str) -> float:
@@ -108,7 +127,20 @@ def test_compose_worker_stops_gracefully_and_serves_metrics() -> None:
     assert worker["ports"] == ["127.0.0.1::9808"]  # loopback only on the host, one per replica
     assert "/readyz" in " ".join(worker["healthcheck"]["test"])
     assert services["flower"]["restart"].startswith("on-failure:")
-    assert "EXPOSE 5555 9808" in (REPO / "deploy" / "Dockerfile").read_text()
+    assert "EXPOSE 5555 8080 9808" in (REPO / "deploy" / "Dockerfile").read_text()
+
+
+def test_the_image_has_what_every_service_runs_and_compose_serves_the_api() -> None:
+    """The worker and Flower need the worker extra, ``compactor serve`` the server extra."""
+    dockerfile = (REPO / "deploy" / "Dockerfile").read_text()
+    [extras] = re.findall(r"pip install '\.\[([a-z,]+)\]'", dockerfile)
+    assert {"worker", "server"} <= set(extras.split(","))
+    api = yaml.safe_load(COMPOSE.read_text())["services"]["api"]
+    assert api["command"][:2] == ["compactor", "serve"]
+    assert "--insecure-no-auth" not in api["command"]
+    assert api["environment"]["COMPACTOR_API_TOKENS"].startswith("${COMPACTOR_API_TOKENS:?")
+    assert api["ports"] == ["127.0.0.1:8080:8080"]  # the host's loopback: TLS goes in front
+    assert "/readyz" in " ".join(api["healthcheck"]["test"])
 
 
 def test_the_env_example_lists_every_setting() -> None:

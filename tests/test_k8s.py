@@ -16,10 +16,10 @@ import pytest
 import yaml
 
 from api_client.contract.wire import (
-    BROKER_TRANSPORT_OPTIONS,
     QUEUES,
     CompactReason,
     JobKind,
+    redis_transport_options,
     route_for,
 )
 from worker.settings import WorkerSettings
@@ -169,11 +169,23 @@ def test_every_container_has_requests_and_limits(directory: Path) -> None:
         assert container["securityContext"]["allowPrivilegeEscalation"] is False
 
 
+def _bytes(quantity: str) -> int:
+    """``1536mb`` (redis.conf) or ``2Gi`` (Kubernetes) in bytes."""
+    units = {"gb": 2**30, "mb": 2**20, "kb": 2**10, "gi": 2**30, "mi": 2**20, "ki": 2**10}
+    number, unit = quantity[:-2], quantity[-2:].lower()
+    return int(number) * units[unit]
+
+
 def test_redis_is_durable_and_never_evicts() -> None:
     objs = render(K8S / "base")
     redis = named(objs, "StatefulSet", "compactor-redis")
-    args = " ".join(redis["spec"]["template"]["spec"]["containers"][0]["args"])
+    container = redis["spec"]["template"]["spec"]["containers"][0]
+    args = " ".join(container["args"])
     assert "--appendonly yes" in args and "--maxmemory-policy noeviction" in args
+    # Full at maxmemory (writes refused, typed), never killed at the container's limit.
+    maxmemory = container["args"][container["args"].index("--maxmemory") + 1]
+    limit = _bytes(container["resources"]["limits"]["memory"])
+    assert 0.5 * limit <= _bytes(maxmemory) <= 0.8 * limit
     [claim] = redis["spec"]["volumeClaimTemplates"]
     assert claim["spec"]["resources"]["requests"]["storage"]
     assert config(objs)["COMPACTOR_REDIS_URL"] == "redis://compactor-redis:6379/0"
@@ -214,14 +226,15 @@ BROKER = {"redis-broker": "redis", "rabbitmq-broker": "rabbitmq"}
 
 
 def _redis_lists() -> set[str]:
-    """Every Redis list a job can land in: kombu's ``<queue><sep><step>`` per route."""
-    steps, sep = BROKER_TRANSPORT_OPTIONS["priority_steps"], BROKER_TRANSPORT_OPTIONS["sep"]
+    """Every Redis list a job can land in: kombu's ``<prefix><queue><sep><step>`` per route."""
+    options = redis_transport_options(WorkerSettings.model_fields["key_prefix"].default)
+    steps, sep, prefix = options["priority_steps"], options["sep"], options["global_keyprefix"]
     routes = {route_for(JobKind.COMPACT, reason) for reason in CompactReason}
     routes |= {route_for(kind) for kind in JobKind if kind is not JobKind.COMPACT}
     lists = set()
     for route in routes:
         step = steps[bisect.bisect(steps, route.priority) - 1]  # kombu's priority()
-        lists.add(f"{route.queue}{sep}{step}" if step else route.queue)
+        lists.add(prefix + (f"{route.queue}{sep}{step}" if step else route.queue))
     return lists
 
 
@@ -273,3 +286,31 @@ def _check_rabbitmq_triggers(target: Obj, triggers: list[Obj]) -> None:
         assert trigger["metadata"]["mode"] == "QueueLength"
         assert trigger["metadata"]["hostFromEnv"] in env  # KEDA reads it from the container
     assert "COMPACTOR_BROKER_URL" in env
+
+
+# -- the HTTP API ---------------------------------------------------------------------------
+@pytest.mark.parametrize("directory", OVERLAYS, ids=lambda p: p.name)
+def test_the_api_serves_with_tokens_from_a_secret_and_probes(directory: Path) -> None:
+    objs = render(directory)
+    api = named(objs, "Deployment", "compactor-api")
+    [container] = api["spec"]["template"]["spec"]["containers"]
+    assert container["command"][:2] == ["compactor", "serve"]
+    assert "--insecure-no-auth" not in container["command"]
+    [tokens] = [e for e in container["env"] if e["name"] == "COMPACTOR_API_TOKENS"]
+    assert tokens["valueFrom"]["secretKeyRef"] == {"name": "compactor-api-tokens",
+                                                   "key": "tokens"}  # required: no optional
+    paths = {kind: container[kind]["httpGet"]["path"]
+             for kind in ("startupProbe", "livenessProbe", "readinessProbe")}
+    assert paths == {"startupProbe": "/livez", "livenessProbe": "/livez",
+                     "readinessProbe": "/readyz"}
+    [port] = container["ports"]
+    assert container["command"][-2:] == ["--port", str(port["containerPort"])]
+    service = named(objs, "Service", "compactor-api")
+    assert service["spec"]["ports"][0]["targetPort"] == port["name"]
+    policy = named(objs, "NetworkPolicy", "compactor-api")
+    assert policy["spec"]["ingress"] == [{"ports": [{"port": "http", "protocol": "TCP"}]}]
+    if directory.name == "rabbitmq-broker":  # a client: the task goes to RabbitMQ
+        env = {e["name"] for e in container["env"]}
+        assert "COMPACTOR_BROKER_URL" in env
+        egress = {p["port"] for rule in policy["spec"]["egress"] for p in rule["ports"]}
+        assert {5671, 5672} <= egress

@@ -22,6 +22,10 @@ CHECK = ("import sys, importlib; importlib.import_module({module!r}); "
         # The thin client on a Redis broker: no Celery, kombu, tokenizer or HTTP library.
         ("api_client.client.sync_client", ["worker", "tiktoken", "httpx", "celery", "kombu"]),
         ("api_client.client.async_client", ["worker", "tiktoken", "httpx", "celery", "kombu"]),
+        # The HTTP API: FastAPI over the asyncio client, nothing of the worker's.
+        ("api_client.server.asgi", ["worker", "tiktoken", "httpx", "celery", "kombu"]),
+        # The CLI registers ``serve`` without loading the web framework.
+        ("worker.cli", ["fastapi", "starlette", "uvicorn"]),
     ],
 )
 def test_import_does_not_load(module: str, banned: list[str]) -> None:
@@ -82,6 +86,18 @@ def test_the_workers_job_path_imports_the_contract_and_nothing_else_of_api_clien
 def test_the_client_never_imports_the_worker_nor_the_contract_the_client(
         package: str, banned: tuple[str, ...]) -> None:
     assert _offending(package, banned) == []
+
+
+def test_the_http_api_uses_the_public_client_and_the_contract_only() -> None:
+    """api_client/server is a platform of the client: ``from api_client import ...``, the
+    contract and its own modules; never the client's insides, never the worker."""
+    offenders = [f"{where} {module}" for path in sorted((ROOT / "api_client" / "server")
+                                                        .rglob("*.py"))
+                 for where, module in _api_client_imports(path)
+                 if module.count(".") > 1 and not module.startswith(
+                     ("api_client.contract.", "api_client.server."))]
+    assert offenders == []
+    assert _offending("api_client/server", ("worker", "api_client.client")) == []
 
 
 def _class_bases(path: Path) -> list[tuple[str, str]]:
@@ -145,6 +161,7 @@ def test_the_workers_job_lifecycle_is_not_in_api_client() -> None:
 # --- static layering: which worker packages may import which (every import statement counts,
 # lazy ones inside functions and TYPE_CHECKING ones included) ---------------------------------
 LEAVES = ["worker/tokens", "worker/jsjson.py", "worker/summary_requests.py",
+          "worker/deadline_http.py", "worker/bounded_json.py",
           *[p for p in ("worker/memo.py",) if (ROOT / p).exists()]]  # memo: while it exists
 
 
@@ -230,7 +247,7 @@ def test_cli_command_modules_are_registered_in_one_place() -> None:
     """Only worker/cli/__init__.py imports the command modules; they share session_files."""
     commands = {"worker.cli.file_commands", "worker.cli.inspect_commands",
                 "worker.cli.prompt_commands", "worker.cli.runtime_commands",
-                "worker.cli.celery_commands"}
+                "worker.cli.celery_commands", "worker.cli.serve_command"}
     for path in (ROOT / "worker" / "cli").glob("*.py"):
         if path.name != "__init__.py":
             assert not commands & set(_imported_modules(path)), path.name

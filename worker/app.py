@@ -18,13 +18,15 @@ from urllib.parse import urlsplit
 from celery import Celery, bootsteps
 from kombu.entity import Queue
 
+from api_client.contract.keys import KeyLayout
+from api_client.contract.settings import tls_options
 from api_client.contract.wire import (
-    BROKER_TRANSPORT_OPTIONS,
     QUEUE_COMPACT,
     QUEUES,
     Route,
     broker_priority,
     queue_arguments,
+    redis_transport_options,
 )
 from worker import log_redaction, metrics
 from worker.health import HealthStep, worker_health
@@ -74,14 +76,15 @@ class CompactorCelery(Celery):  # type: ignore[misc]
 
 
 def broker_transport_options(settings: WorkerSettings) -> dict[str, Any]:
-    """Redis transport: the client's queue naming plus fast recovery of a dead worker's job.
+    """Redis transport: the client's queue naming and key prefix plus fast recovery of a dead
+    worker's job.
 
     A message a worker took and never acked comes back after ``visibility_timeout``; live workers
     sweep for such messages every ``unacked_restore_interval`` s (throttle 1: every sweep scans),
     so a killed worker's job is running again about one interval after the timeout.
     """
     return {
-        **BROKER_TRANSPORT_OPTIONS,
+        **redis_transport_options(settings.key_prefix),
         "visibility_timeout": settings.visibility_timeout_s,
         "unacked_restore_interval": settings.unacked_restore_interval_s,
         "unacked_restore_throttle": 1,
@@ -114,7 +117,10 @@ def configure(app: Celery, settings: WorkerSettings) -> None:
         # and cancelling it would throw away a model call that may already have finished.
         worker_cancel_long_running_tasks_on_connection_loss=False,
         broker_transport_options=broker_transport_options(settings),
-        result_backend_transport_options={"socket_connect_timeout": 5},
+        # Celery's result keys (none are written: task_ignore_result) under the prefix too.
+        result_backend_transport_options={
+            "socket_connect_timeout": 5,
+            "global_keyprefix": KeyLayout(settings.key_prefix).broker},
         result_expires=settings.job_ttl_s,
         task_queues=[Queue(name, routing_key=name,  # type: ignore[no-untyped-call]
                            queue_arguments=queue_arguments(settings.resolved_broker_url))
@@ -124,7 +130,22 @@ def configure(app: Celery, settings: WorkerSettings) -> None:
         worker_pool=settings.pool, worker_concurrency=settings.concurrency,
         worker_hijack_root_logger=False,
         **_time_limits(settings),
+        **_tls(settings),
     )
+
+
+def _tls(settings: WorkerSettings) -> dict[str, Any]:
+    """TLS for ``rediss://`` broker and result URLs, certificates required by default: kombu
+    would otherwise connect to a ``rediss://`` broker without checking the certificate, and
+    Celery's result backend refuses a URL without ``ssl_cert_reqs`` (the worker exited)."""
+    conf: dict[str, Any] = {}
+    broker = tls_options(settings.resolved_broker_url)
+    if broker is not None:
+        conf["broker_use_ssl"] = broker
+    backend = tls_options(settings.resolved_result_backend)
+    if backend is not None:
+        conf["redis_backend_use_ssl"] = backend
+    return conf
 
 
 class StartupCheck(bootsteps.Step):  # type: ignore[misc]
@@ -152,15 +173,25 @@ def start_metrics(settings: WorkerSettings) -> None:
 
     from worker.queue_depth import QueueDepthCollector
 
-    depth = QueueDepthCollector(settings.resolved_broker_url, QUEUES)
+    depth = QueueDepthCollector(settings.resolved_broker_url, QUEUES,
+                                prefix=KeyLayout(settings.key_prefix).broker)
     health = worker_health()
     # Probes must answer within their timeout: a client of their own with short timeouts.
     sessions = redis.Redis.from_url(settings.redis_url, socket_timeout=2, socket_connect_timeout=2)
     health.dependencies = {"redis": sessions.ping, "broker": depth.read}
     assert settings.metrics_port
     metrics.start(settings.metrics_port, address=str(settings.metrics_address),
-                  multiprocess_mode=settings.pool == "prefork", collectors=[depth],
+                  multiprocess_mode=settings.pool == "prefork",
+                  collectors=[depth, _cooldown_gauge(settings, sessions)],
                   live=health.live, ready=health.ready)
+
+
+def _cooldown_gauge(settings: WorkerSettings, client: Any) -> Any:
+    from worker.cooldown_gauge import CooldownCollector
+    from worker.llm.cooldown import RedisCooldownStore
+
+    store = RedisCooldownStore(client, prefix=settings.llm_cooldown_prefix)
+    return CooldownCollector(store, {c.cooldown_key: c.label for c in settings.models})
 
 
 class SweepStep(bootsteps.StartStopStep):  # type: ignore[misc]
@@ -201,7 +232,9 @@ def create_app(settings: WorkerSettings | None = None, *,
                           broker=settings.resolved_broker_url,
                           backend=settings.resolved_result_backend, set_as_current=False)
     configure(app, settings)
-    if urlsplit(settings.resolved_broker_url).scheme == "redis":
+    if urlsplit(settings.resolved_broker_url).scheme in ("redis", "rediss"):
+        # The stock transport with the connection-loss and full-memory fixes; TLS comes from
+        # broker_use_ssl (_tls), as this transport name no longer says rediss.
         app.conf.broker_transport = "worker.broker_transport:Transport"
     app.steps["worker"].add(StartupCheck)
     app.steps["consumer"].add(HealthStep)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from api_client.contract.errors import ConfigurationError
+from api_client.contract.redaction import mask_url
 
 __all__ = ["embedded_redis", "run_demo", "worker_thread"]
 
@@ -226,11 +227,11 @@ def run_demo(out: TextIO | None = None, redis_url: str | None = None) -> int:
     started = time.perf_counter()
     if configured and _answers(configured):
         source = "--redis-url" if redis_url else "COMPACTOR_REDIS_URL"
-        report.say(f"redis: {configured} ({source})")
+        report.say(f"redis: {mask_url(configured)} ({source})")
         redis_cm: contextlib.AbstractContextManager[str] = contextlib.nullcontext(configured)
     else:
         if configured:
-            report.say(f"redis: {configured} does not answer; starting an embedded one")
+            report.say(f"redis: {mask_url(configured)} does not answer; starting an embedded one")
         redis_cm = embedded_redis()
     with redis_cm as url:
         if not configured or url != configured:

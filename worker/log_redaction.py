@@ -1,25 +1,23 @@
-"""Keep credentials out of log lines: URL userinfo (``scheme://user:password@host``) is redacted.
+"""Keep credentials out of log lines: URL userinfo (``scheme://user:password@host``), bearer
+tokens, key-like values and the configured API keys are replaced by ``***``.
 
 httpx logs every request's full URL at INFO ("HTTP Request: POST http://user:pw@host/..."), and
-error texts from Redis or HTTP clients may quote a URL too. :func:`install` wraps the logging
-record factory of the worker process, so every record (of any logger, before any handler or
-formatter sees it) has such userinfo replaced by ``***``.
+error texts from Redis, HTTP clients or model providers may quote a URL or a key.
+:func:`install` wraps the logging record factory of the worker process, so every record (of any
+logger, before any handler or formatter sees it) is cleaned by
+:func:`api_client.contract.redaction.redact_secrets`.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any
+
+from api_client.contract.redaction import redact_secrets, redact_userinfo
 
 __all__ = ["install", "redact"]
 
-_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@:]*(?::[^/\s@]*)?@")
-
-
-def redact(text: str) -> str:
-    """``http://user:pw@host`` → ``http://***@host`` (anywhere in ``text``)."""
-    return _USERINFO.sub(r"\g<scheme>***@", text)
+redact = redact_userinfo  # ``http://user:pw@host`` → ``http://***@host`` (anywhere in a text)
 
 
 def _redacting(factory: Any) -> Any:
@@ -29,10 +27,9 @@ def _redacting(factory: Any) -> Any:
             message = record.getMessage()
         except Exception:  # a broken format string: leave it to logging's own error report
             return record
-        if "@" in message:
-            cleaned = redact(message)
-            if cleaned != message:
-                record.msg, record.args = cleaned, None
+        cleaned = redact_secrets(message)
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
         return record
 
     make.compactor_redacting = True  # type: ignore[attr-defined]
@@ -40,7 +37,7 @@ def _redacting(factory: Any) -> Any:
 
 
 def install() -> None:
-    """Redact userinfo in every log record of this process (idempotent)."""
+    """Redact credentials in every log record of this process (idempotent)."""
     current = logging.getLogRecordFactory()
     if not getattr(current, "compactor_redacting", False):
         logging.setLogRecordFactory(_redacting(current))

@@ -42,6 +42,7 @@ __all__ = [
     "Probe",
     "enabled",
     "observe_draft",
+    "observe_draft_tokens",
     "observe_facts",
     "observe_job",
     "observe_loop_guard",
@@ -94,7 +95,12 @@ _DEFINITIONS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
      "Fact-ledger facts of committed summaries by kind; outcome inSummary, appended or dropped",
      ("job", "kind", "outcome")),
     ("compactor_drafts_total", "counter",
-     "Speculative drafts: computed, applied, discarded (by cause)", ("outcome", "cause")),
+     "Speculative drafts: computed, applied, extended (a stale one built on), discarded "
+     "(by cause)", ("outcome", "cause")),
+    ("compactor_draft_tokens_total", "counter",
+     "Model tokens of speculation, apart: computed (speculative jobs' calls), used (of drafts "
+     "that ended in a committed compaction: applied, or extended by the job that committed)",
+     ("outcome", "direction")),
     ("compactor_compaction_stall_seconds", "histogram",
      "What the platform waited: compact() call to entry (source job: createdAt to commit; "
      "draft: the client's measured apply)", ("reason", "source")),
@@ -107,7 +113,8 @@ _DEFINITIONS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
 )
 # Served by the scrape-time collector of worker.queue_depth (not stored per process).
 _SCRAPED: dict[str, tuple[str, ...]] = {"compactor_queue_depth": ("queue",),
-                                        "compactor_broker_up": ()}
+                                        "compactor_broker_up": (),
+                                        "compactor_model_cooldown_seconds": ("candidate",)}
 # Every exported metric and its labels (the dashboard test checks its queries against these).
 METRIC_LABELS: dict[str, tuple[str, ...]] = {**{d[0]: d[3] for d in _DEFINITIONS}, **_SCRAPED}
 METRIC_NAMES: tuple[str, ...] = tuple(METRIC_LABELS)
@@ -244,6 +251,15 @@ def observe_draft(outcome: str, cause: str = "") -> None:
     by the notify task), ``discarded`` with its cause (counted by the job that ran instead)."""
     if _metrics:
         _metrics["compactor_drafts_total"].labels(outcome, cause).inc()
+
+
+def observe_draft_tokens(outcome: str, usage: _Usage | None) -> None:
+    """``computed``: a speculative job's own tokens; ``used``: a committed compaction's drafts'
+    (so computed - used is what speculation threw away)."""
+    if _metrics and usage is not None:
+        tokens = _metrics["compactor_draft_tokens_total"]
+        for direction in TOKEN_DIRECTIONS:
+            tokens.labels(outcome, direction).inc(getattr(usage, direction))
 
 
 def observe_stall(reason: str | None, source: str, seconds: float) -> None:

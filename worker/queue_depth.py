@@ -2,8 +2,9 @@
 
 Redis broker: kombu keeps one list per queue and priority step, ``<queue>`` for step 0 and
 ``<queue><sep><step>`` for the others (``compactor.compact``, ``compactor.compact:3``, ... with
-the client's ``sep``), so a queue's depth is the sum of those lists' ``LLEN`` (one pipeline per
-scrape). celery-exporter reads only the first list and misses prioritised messages.
+the client's ``sep``), each behind the transport's ``global_keyprefix`` (``compactor:broker:``),
+so a queue's depth is the sum of those lists' ``LLEN`` (one pipeline per scrape).
+celery-exporter reads only the first list and misses prioritised messages.
 RabbitMQ: a passive ``queue_declare`` per queue reports ``message_count``.
 Every worker exports the same numbers: aggregate with ``max``, not ``sum``.
 """
@@ -34,16 +35,19 @@ def redis_list_names(queue: str,
     """The Redis lists kombu stores ``queue``'s messages in, one per priority step."""
     sep = options.get("sep", "\x06\x16")
     steps = options.get("priority_steps", [0, 3, 6, 9])
-    return [f"{queue}{sep}{step}" if step else queue for step in steps]
+    prefix = options.get("global_keyprefix", "")
+    return [f"{prefix}{queue}{sep}{step}" if step else prefix + queue for step in steps]
 
 
 class QueueDepthCollector:
     """A prometheus_client collector: messages waiting per queue, and whether the broker
     answered (``compactor_broker_up``)."""
 
-    def __init__(self, broker_url: str, queues: Sequence[str], *, timeout_s: float = 2.0) -> None:
+    def __init__(self, broker_url: str, queues: Sequence[str], *, timeout_s: float = 2.0,
+                 prefix: str = "") -> None:
         self.broker_url = broker_url
         self.queues = tuple(queues)
+        self.options = {**BROKER_TRANSPORT_OPTIONS, "global_keyprefix": prefix}
         self.timeout_s = timeout_s
         self.scheme = urlsplit(broker_url).scheme
         self._redis: redis.Redis[str] | None = None
@@ -62,7 +66,7 @@ class QueueDepthCollector:
                                                socket_connect_timeout=self.timeout_s,
                                                decode_responses=True)
         pipe = self._redis.pipeline(transaction=False)
-        names = {queue: redis_list_names(queue) for queue in self.queues}
+        names = {queue: redis_list_names(queue, self.options) for queue in self.queues}
         for lists in names.values():
             for name in lists:
                 pipe.llen(name)

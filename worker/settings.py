@@ -16,10 +16,11 @@ from collections.abc import Mapping
 from ipaddress import IPv4Address
 from typing import Literal
 
-from pydantic import Field, IPvAnyAddress
+from pydantic import Field, IPvAnyAddress, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from api_client.contract.errors import ConfigurationError
+from api_client.contract.keys import KeyLayout
 from api_client.contract.settings import ClientSettings
 from worker.hooks.settings import HookSettings
 from worker.llm.settings import LlmSettings
@@ -93,6 +94,11 @@ class WorkerSettings(LlmSettings, ClientSettings):
     branch_reserve_tokens: int = Field(default=16_384, ge=0)
     # The fact ledger's block (tokens): unset = 10 % of the summary budget; 0 = measure only.
     fact_budget_tokens: int | None = Field(default=None, ge=0)
+    # The most tokens one compaction may send to the model (the messages it summarizes, its
+    # turn prefix and kept messages); over it the job fails before any hook or model call. A
+    # longer input is summarized chunk by chunk, one sequential call per chunk (at a 200k
+    # window ~180k tokens each): keep it within what the job deadline allows those calls.
+    max_job_tokens: int = Field(default=8_000_000, ge=1)
 
     # -- observability --------------------------------------------------------------------------
     # /metrics, /livez and /readyz on this port; unset or 0: not served (README "Metrics").
@@ -101,6 +107,14 @@ class WorkerSettings(LlmSettings, ClientSettings):
     metrics_address: IPvAnyAddress = IPv4Address("127.0.0.1")
 
     hooks: HookSettings = Field(default_factory=_hook_settings)
+
+    @model_validator(mode="after")
+    def _cooldowns_under_the_prefix(self) -> WorkerSettings:
+        # The model circuit breaker's keys sit under the key prefix like every other key (one
+        # ACL pattern covers them), unless COMPACTOR_LLM_COOLDOWN_PREFIX puts them elsewhere.
+        if "llm_cooldown_prefix" not in self.model_fields_set:
+            self.llm_cooldown_prefix = KeyLayout(self.key_prefix).llm
+        return self
 
     @property
     def metrics_enabled(self) -> bool:

@@ -16,6 +16,7 @@ is acked (``task_acks_on_failure_or_timeout``), never redelivered.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -26,7 +27,7 @@ from celery.worker.request import Request
 from api_client.contract.errors import InvalidIdError, JobFailedError, JobNotFoundError
 from api_client.contract.keys import split_job_id
 from api_client.contract.wire import TASK_DRAFT_APPLIED, TASK_NAMES, JobState
-from worker.service import TRANSIENT, JobOutcome, LeaseHeldError, run_job
+from worker.service import WAIT_FOR_REDIS, JobOutcome, LeaseHeldError, run_job
 from worker.service._outage import ride_out_until
 
 if TYPE_CHECKING:
@@ -48,7 +49,8 @@ def run_task(task: Any, job_id: object) -> dict[str, Any]:
         log.error("rejected a task: %s", err)
         raise
     assert isinstance(job_id, str)
-    task.request.compactor_started = time.monotonic()  # the revoked event's runtime
+    with contextlib.suppress(AttributeError):  # the revoked event's runtime
+        task.request.compactor_started = time.monotonic()
     app: CompactorCelery = task.app
     settings = app.compactor_settings
     for attempt in range(settings.task_max_retries + 1):
@@ -63,11 +65,11 @@ def run_task(task: Any, job_id: object) -> dict[str, Any]:
             # finished the job (this delivery then ends as a duplicate) or died (this one
             # takes over).
             _retry_later(task, err, settings.lease_ttl_s)
-        except TRANSIENT as err:
+        except WAIT_FOR_REDIS as err:
             if attempt == settings.task_max_retries:
                 return _give_up(task, app, job_id, err)
             # Wait here, holding the message: a retry would publish to a broker that may be
-            # down too, and Celery drops the message when that publish fails.
+            # down (or full) too, and Celery drops the message when that publish fails.
             delay = settings.task_retry_backoff_s * 2 ** attempt
             log.warning("job %s: Redis unavailable (%s); again in %.1f s", job_id, err, delay)
             time.sleep(delay)
@@ -99,8 +101,9 @@ def _give_up(task: Any, app: CompactorCelery, job_id: str, err: BaseException) -
     try:
         # Give Redis one lease period more to take the failure (a job never stays running).
         ended = ride_out_until(time.monotonic() + settings.lease_ttl_s, job_id, "give up",
-                               lambda: jobs.finish(job_id, JobState.FAILED, error=error))
-    except TRANSIENT as again:
+                               lambda: jobs.finish(job_id, JobState.FAILED, error=error),
+                               until_memory=True)
+    except WAIT_FOR_REDIS as again:
         log.error("job %s: %s; the record could not be updated either (%s)", job_id, error, again)
         raise JobFailedError(f"{error} (record not updated)", job_id=job_id) from again
     if not ended:  # another delivery ended it meanwhile: report that end

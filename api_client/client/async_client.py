@@ -13,6 +13,7 @@ from api_client.client.handles import AsyncJobHandle, ObserveResult
 from api_client.client.jobs import AsyncJobStore
 from api_client.client.orchestration import JobRef, Orchestration, Request
 from api_client.client.sessions import AsyncSessionStore
+from api_client.client.summaries import SummaryInput
 from api_client.client.sync_client import _settings, stream_start
 from api_client.client.transport import AsyncTransport
 from api_client.contract.session.context import LlmContext
@@ -30,7 +31,7 @@ class AsyncCompactionClient:
         self.transport = AsyncTransport(self.settings)
         self.layout = self.transport.layout
         self.redis = self.transport.redis
-        self.sessions = AsyncSessionStore(self.redis, self.layout)
+        self.sessions = AsyncSessionStore(self.redis, self.layout, self.settings)
         self.jobs = AsyncJobStore(self.redis, self.settings, self.layout)
         self.flows = Orchestration(self.settings, self.layout, self.transport.broker)
 
@@ -66,6 +67,12 @@ class AsyncCompactionClient:
                              instructions: str | None = None) -> AsyncJobHandle:
         request = Request(JobKind.BRANCH_SUMMARY, None, instructions, target_id)
         return self._handle(await self.transport.run(self.flows.enqueue(session_id, request)))
+
+    async def summarize(self, system_prompt: str, prompt: str, *,
+                        max_tokens: int | None = None) -> AsyncJobHandle:
+        """As :meth:`CompactionClient.summarize`."""
+        request = SummaryInput(system_prompt, prompt, max_tokens)
+        return self._handle(await self.transport.run(self.flows.summarize(request)))
 
     async def job(self, job_id: str) -> AsyncJobHandle:
         return self._handle(await self.transport.run(self.flows.job(job_id)))

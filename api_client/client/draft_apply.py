@@ -5,20 +5,33 @@ compaction on a snapshot, then stores a **draft** at ``<p>:session:{<sid>}:draft
 committing (the session is untouched). ``compact(reason="threshold" | "overflow")`` without
 custom instructions first runs ``apply_draft.lua``: one EVALSHA that either appends the draft's
 compaction entry as a child of the current leaf and writes a finished (``succeeded``) job record
-with its events, or deletes the draft and names the cause (:data:`DISCARD_CAUSES`); the normal
-job then runs.
+with its events, or names the cause (:data:`DISCARD_CAUSES`); the normal job then runs.
 
-A draft is valid while its snapshot leaf is on the current path, no compaction entry was
-appended on that path since, and the entries appended since weigh at most ``keep_recent_tokens``
-(the sum of their stored JSON line lengths / 4, oh-my-pi's bound): those entries then stay in
-the context after the draft's kept region, exactly once.
+The validity rule. A draft summarises a prefix of the path up to its cut point; entries appended
+after its snapshot only lengthen the kept part, and stay in the context after it, exactly once.
+It is applied when all hold:
+
+1. the session exists and the draft's snapshot leaf is on the current leaf's path (the prefix it
+   summarised is unchanged: no navigation elsewhere);
+2. no compaction entry was appended on that path since the snapshot;
+3. it fits: ``tokensAfter`` (summary + kept entries at the snapshot, counted by the worker)
+   plus the entries appended since (their stored JSON line lengths / 4, oh-my-pi's estimate,
+   which overcounts) is at most ``window - reserve_tokens`` (the request's ``context_window``,
+   else the window the draft was computed for: its ``threshold``).
+
+A draft failing 1 or 2 (or unreadable) is deleted (``offpath``, ``compacted``, ``corrupt``,
+``nosession``). One failing only 3 (``grown``) is kept: it is *stale*, not wrong, and the job
+that runs instead, or the next speculative job, extends it (its summary as the
+``<previous-summary>`` of an update over the new span only: ``worker.compaction.extension``).
 
 Draft JSON fields (camelCase): ``jobId``, ``snapshotLeafId``, ``snapshotRevision``,
 ``firstKeptEntryId``, ``tokensBefore``, ``tokensAfter`` (of the snapshot's compacted context),
 ``summary``, ``shortSummary`` (when the entry has one), ``details``, ``fromExtension``,
 ``entry`` (the entry without id/parentId/timestamp), ``lineTail`` (the stored line after
 ``timestamp``, filled in by the script), ``snapshotEntries``, ``snapshotTokens``, ``createdAt``,
-``ineffectiveAbove`` (the worker's loop-guard line, tokens).
+``ineffectiveAbove`` (the worker's loop-guard line, tokens), ``threshold`` (the line it must fit
+under: window - reserve of the window it was computed for), ``usage`` (the model tokens it cost,
+its extensions summed), ``leadMs`` (enqueue → stored), ``baseJobId`` (the draft it extended).
 
 The same call is the client's loop guard (README "Instant compaction", loop guard): with
 ``loop_guard_max`` automatic compactions already counted for the session within the window, it
@@ -58,8 +71,8 @@ from api_client.contract.wire import (
 )
 
 __all__ = [
-    "DISCARD_CAUSES", "DraftOutcome", "apply_draft", "check_draft", "discard_note",
-    "ineffective_above", "read_draft", "refuse", "uses_draft",
+    "DISCARD_CAUSES", "DraftOutcome", "apply_draft", "check_call", "check_draft", "check_reply",
+    "discard_note", "fit_line", "ineffective_above", "read_draft", "refuse", "uses_draft",
 ]
 
 DISCARD_CAUSES: tuple[str, ...] = (
@@ -82,6 +95,7 @@ class DraftOutcome:
     ineffective: bool | None = None
     stall_ms: float | None = None
     guard_count: int | None = None  # guarded: automatic compactions within the window
+    lead_ms: int | None = None  # valid/stale (check): how long the draft took, enqueue → stored
     enqueue_reply: tuple[Any, ...] | None = None  # enqueued: enqueue.lua's reply
 
     @property
@@ -140,8 +154,14 @@ def _draft_texts(reason: CompactReason) -> _DraftTexts:
                        template(compacted.to_json()), template(done.to_json()))
 
 
+def fit_line(settings: ClientSettings, context_window: int | None) -> int | None:
+    """The most tokens a draft's context may hold for a request that named the agent's window:
+    ``window - reserve_tokens`` (should_compact's threshold); None: the draft's own."""
+    return None if not context_window else context_window - settings.reserve_tokens
+
+
 def _call(layout: KeyLayout, settings: ClientSettings, session_id: str, reason: CompactReason,
-          mode: str, context_window: int | None = None) -> tuple[Script, str]:
+          mode: str, context_window: int | None = None, ahead: int = 0) -> tuple[Script, str]:
     s = layout.session(session_id)
     job_id = layout.new_job_id(session_id)
     ts = now_iso()
@@ -150,13 +170,13 @@ def _call(layout: KeyLayout, settings: ClientSettings, session_id: str, reason: 
         fields = f'{fields[:-1]},"contextWindow","{context_window}"]'
     record_key = layout.job_record_prefix(session_id) + job_id.rpartition(":")[2]
     keys = [*s.data(), s.effects, s.draft, record_key, s.events, s.compactions]
-    above = ineffective_above(settings, context_window)
+    above, line = ineffective_above(settings, context_window), fit_line(settings, context_window)
     candidates = secrets.token_hex(4 * _CANDIDATES)  # _CANDIDATES ids of 8 hex digits
-    args = [mode, job_id, str(_WALK_LIMIT), str(settings.keep_recent_tokens), ts,
+    args = [mode, job_id, str(_WALK_LIMIT), "" if line is None else str(line), ts,
             " ".join(candidates[i:i + 8] for i in range(0, len(candidates), 8)),
             str(settings.job_ttl_s), str(settings.session_event_maxlen), compacted, done,
             str(settings.loop_guard_max), repr(float(settings.loop_guard_window_s)),
-            repr(time.time()), "" if above is None else str(above), fields]
+            repr(time.time()), "" if above is None else str(above), fields, str(max(0, ahead))]
     return Script("apply_draft", keys, args, package=CLIENT_SCRIPTS), job_id
 
 
@@ -243,14 +263,29 @@ def refuse(layout: KeyLayout, settings: ClientSettings, session_id: str,
     return job_id
 
 
-def check_draft(layout: KeyLayout, settings: ClientSettings,
-                session_id: str) -> Flow[DraftOutcome]:
-    """Is the draft still valid? Read-only unless invalid (then it is deleted)."""
-    script, _ = _call(layout, settings, session_id, CompactReason.THRESHOLD, "check")
-    reply = [str(x) for x in (yield script)]
-    if reply[0] == "valid":
-        return DraftOutcome("valid", growth_tokens=int(reply[1]))
+def check_call(layout: KeyLayout, settings: ClientSettings, session_id: str,
+               context_window: int | None = None, ahead: int = 0) -> Script:
+    """apply_draft.lua in ``check`` mode (``ahead``: tokens the context will still grow before
+    the draft would be applied)."""
+    return _call(layout, settings, session_id, CompactReason.THRESHOLD, "check",
+                 check_context_window(context_window), ahead)[0]
+
+
+def check_reply(reply: list[str]) -> DraftOutcome:
+    """``valid`` (it would apply), ``stale`` (kept, but it no longer fits: extend it) or
+    ``discarded`` with the cause (deleted; ``nodraft``: there was none)."""
+    if reply[0] in ("valid", "stale"):
+        return DraftOutcome(reply[0], growth_tokens=int(reply[1]),
+                            lead_ms=int(reply[2]) if reply[2:] and reply[2] else None)
     return DraftOutcome("discarded", cause=reply[1])
+
+
+def check_draft(layout: KeyLayout, settings: ClientSettings, session_id: str,
+                context_window: int | None = None, ahead: int = 0) -> Flow[DraftOutcome]:
+    """Would the draft apply now (see the validity rule)? Read-only unless it is invalid
+    (then it is deleted)."""
+    reply = yield check_call(layout, settings, session_id, context_window, ahead)
+    return check_reply([str(x) for x in reply])
 
 
 def discard_note(layout: KeyLayout, settings: ClientSettings, session_id: str, job_id: str,

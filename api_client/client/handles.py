@@ -52,7 +52,7 @@ _RECONNECT_FIRST_S = 0.1
 _RECONNECT_CAP_S = 1.0
 
 # compact / branch_summary: the entry written (a branch summary with nothing to summarise only
-# moves the leaf: None); prune: a PruneResult.
+# moves the leaf: None); prune: a PruneResult; summarize: its result ({"summary": ...}).
 JobResult: TypeAlias = dict[str, Any] | PruneResult | None
 
 
@@ -71,6 +71,8 @@ def outcome(kind: JobKind, job_id: str, state: JobState, entry: dict[str, Any] |
         raise JobCancelledError(error or job_error_text(kind, state), job_id=job_id)
     if kind is JobKind.PRUNE:
         return PruneResult.model_validate(result or {})
+    if kind is JobKind.SUMMARIZE:
+        return result  # {"summary": ...}: a summarize job writes no entry
     return entry
 
 

@@ -17,6 +17,7 @@ import redis.asyncio
 
 from api_client.client.task_messages import task_push
 from api_client.contract.errors import (
+    InstructionsTooLongError,
     InvalidRequestError,
     JobConflictError,
 )
@@ -106,7 +107,7 @@ def enqueue_call(layout: KeyLayout, settings: ClientSettings, session_id: str, k
     if target_id is not None:
         check_entry_id(target_id, what="branch target", source=f"branch_summary {session_id}")
     if instructions is not None:
-        check_json_value(instructions, source=f"instructions for {session_id}")
+        check_instructions(instructions, session_id, settings)
     route = route_for(job_kind, why)
     job_id = layout.new_job_id(session_id)
     skeys = layout.session(session_id)
@@ -124,7 +125,7 @@ def enqueue_call(layout: KeyLayout, settings: ClientSettings, session_id: str, k
     push = None
     if broker_db is not None:
         push = task_push(route.task, job_id, route.queue, route.priority, db=broker_db,
-                         sent_event=settings.send_sent_event)
+                         sent_event=settings.send_sent_event, prefix=layout.broker)
     # A speculative compaction flies apart: a real one must never coalesce into it.
     slot = INFLIGHT_SPECULATIVE if why is CompactReason.SPECULATIVE else job_kind.value
     # Without a push KEYS[6] is never touched; a key of the session's slot stands in for it, so
@@ -143,6 +144,16 @@ def enqueue_call(layout: KeyLayout, settings: ClientSettings, session_id: str, k
             instructions or "", push.message if push else "", push.channel if push else "",
             push.event if push else "", due, *fields]
     return keys, args, route
+
+
+def check_instructions(instructions: str, session_id: str, settings: ClientSettings) -> None:
+    """JSON-safe text within ``max_instructions_chars`` (they travel in the job record)."""
+    source = f"instructions for {session_id}"
+    check_json_value(instructions, source=source)
+    if len(instructions) > settings.max_instructions_chars:
+        raise InstructionsTooLongError(source, setting="max_instructions_chars",
+                                       limit=settings.max_instructions_chars,
+                                       value=len(instructions))
 
 
 def check_context_window(value: object) -> int | None:

@@ -19,16 +19,21 @@ from dataclasses import dataclass
 from api_client.client.draft_apply import (
     DraftOutcome,
     apply_draft,
-    check_draft,
     discard_note,
     refuse,
     uses_draft,
 )
-from api_client.client.jobs import EnqueueResult, _JobCore, parse_enqueue
+from api_client.client.jobs import EnqueueResult, _JobCore, due_ms, parse_enqueue
+from api_client.client.speculation import look, near, next_step
+from api_client.client.summaries import SummaryInput, summary_record
 from api_client.client.task_messages import task_push
-from api_client.client.thresholds import should_compact, should_precompute
+from api_client.client.thresholds import should_compact
 from api_client.client.transport import BrokerMode, ClientFlow, OnBroker, Publish
-from api_client.contract.errors import BrokerUnavailableError, CompactorError
+from api_client.contract.errors import (
+    BrokerUnavailableError,
+    CompactorError,
+    StorageFullError,
+)
 from api_client.contract.keys import KeyLayout
 from api_client.contract.lua_scripts import CLIENT_SCRIPTS, CONTRACT_SCRIPTS, lua, script_names
 from api_client.contract.redis_flows import Pipeline, cmd
@@ -41,6 +46,7 @@ from api_client.contract.wire import (
     JobKind,
     JobState,
     Route,
+    route_for,
 )
 
 __all__ = ["GUARDED", "JobRef", "ObservePlan", "Orchestration", "Request"]
@@ -134,20 +140,44 @@ class Orchestration:
 
     def observe(self, session_id: str, context_tokens: int,
                 context_window: int) -> ClientFlow[ObservePlan]:
-        """Compact above the threshold (from a valid draft when there is one), precompute a
-        draft inside the band below it (coalesced), else nothing."""
+        """Compact above the threshold (from a valid draft when there is one); below it start a
+        draft when one is due (:mod:`api_client.client.speculation`), else nothing."""
         s = self.settings
         if should_compact(context_tokens, context_window, s):
             job = yield from self.compact(session_id, Request(
                 JobKind.COMPACT, CompactReason.THRESHOLD, context_window=context_window))
             return ObservePlan("compact", job)
-        if not should_precompute(context_tokens, context_window, s):
+        if not near(context_tokens, context_window, s):
             return ObservePlan("none")
-        if (yield from check_draft(self.layout, s, session_id)).status == "valid":
+        seen = yield from look(self.layout, s, session_id, context_tokens, context_window)
+        step = next_step(seen, context_tokens, context_window, s)
+        if step == "ready":
             return ObservePlan("none", draft_ready=True)
+        if step == "computing" and seen.inflight:
+            return ObservePlan("precompute", JobRef(seen.inflight, session_id, JobKind.COMPACT,
+                                                    coalesced=True))
+        if step != "start":
+            return ObservePlan("none")
         job = yield from self.compact(session_id, Request(
             JobKind.COMPACT, CompactReason.SPECULATIVE, context_window=context_window))
         return ObservePlan("precompute", job)
+
+    def summarize(self, request: SummaryInput) -> ClientFlow[JobRef]:
+        """A summarize job (api_client.client.summaries): indexed for the sweep, recorded, sent.
+        No single flight: every request is a job of its own."""
+        record = summary_record(self.layout, request)
+        route, key = route_for(JobKind.SUMMARIZE), self.layout.job(record.id).record
+        # Indexed first, as enqueue does: a client that dies next leaves a job the sweep finds.
+        yield cmd("zadd", self.layout.jobs_due, {record.id: due_ms(self.settings)}, nx=True)
+        yield Pipeline((cmd("hset", key, mapping=record.to_redis()),
+                        cmd("expire", key, self.settings.job_pending_ttl_s)))
+        try:
+            yield from self._send(record.id, route)
+        except BrokerUnavailableError as err:
+            yield from self._unsent(EnqueueResult(record.id, "created", JobState.QUEUED, "0-0",
+                                                  route), err)
+        # The job's stream is new: its completion event is the first entry after 0-0.
+        return JobRef(record.id, record.session_id, JobKind.SUMMARIZE, since="0-0")
 
     def job(self, job_id: str) -> ClientFlow[JobRef]:
         record = yield from self.jobs._get(job_id)
@@ -204,7 +234,7 @@ class Orchestration:
         """The session_compact hooks run on a worker; the entry is committed either way."""
         try:
             yield from self._send(job_id, DRAFT_APPLIED_ROUTE)
-        except BrokerUnavailableError as err:
+        except (BrokerUnavailableError, StorageFullError) as err:
             log.warning("draft applied for job %s; session_compact hooks not notified: %s",
                         job_id, err)
 
@@ -215,7 +245,8 @@ class Orchestration:
             return
         push = task_push(route.task, job_id, route.queue, route.priority,
                          task_id=f"{job_id}-p{route.priority}" if resend else None,
-                         db=self.broker.db or 0, sent_event=self.settings.send_sent_event)
+                         db=self.broker.db or 0, sent_event=self.settings.send_sent_event,
+                         prefix=self.layout.broker)
         calls = [cmd("lpush", push.queue_key, push.message)]
         if push.event:
             calls.append(cmd("publish", push.channel, push.event))

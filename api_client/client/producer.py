@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING
 from api_client.contract.redis_conn import REDIS_DOWN, unavailable
 from api_client.contract.settings import ClientSettings
 from api_client.contract.wire import (
-    BROKER_TRANSPORT_OPTIONS,
     QUEUE_COMPACT,
     QUEUES,
     Route,
     broker_priority,
     is_amqp,
     queue_arguments,
+    redis_transport_options,
     shown_kwargs,
 )
 
@@ -48,7 +48,7 @@ class TaskProducer:
         url = s.resolved_broker_url
         app = Celery("compactor-client", broker=url, set_as_current=False)
         transport_options = {
-            **BROKER_TRANSPORT_OPTIONS,
+            **redis_transport_options(s.key_prefix),  # for a Redis broker (tests)
             "socket_connect_timeout": s.connect_timeout_s,
             "socket_timeout": s.socket_timeout_s,
             "retry_on_timeout": False,

@@ -2,6 +2,11 @@
 
 Each operation is one flow of :class:`_SessionCore` (the Redis calls it makes and how it reads
 their replies); :class:`SessionStore` and :class:`AsyncSessionStore` only run it.
+
+An append is bounded before it is sent (``max_entry_bytes``, ``max_append_bytes``,
+``max_append_entries``) and carries an idempotency key: when its reply is lost (a timeout), the
+flow sends it once more under the same key, and Redis answers with the first one's ids if it was
+stored. A client thus never reports a failure for an append that happened, nor stores it twice.
 """
 
 from __future__ import annotations
@@ -15,20 +20,30 @@ from typing import Any, NoReturn
 import redis
 import redis.asyncio
 
+from api_client.client.imports import import_flow, import_keys
 from api_client.contract.errors import (
+    AppendTooLargeError,
+    AppendUnconfirmedError,
+    BrokerUnavailableError,
     CompactorError,
     EntryExistsError,
     EntryNotFoundError,
+    EntryTooLargeError,
     SessionExistsError,
     SessionFormatError,
     SessionNotFoundError,
 )
-from api_client.contract.keys import KeyLayout, SessionKeys, check_session_id
+from api_client.contract.keys import (
+    APPEND_REPLIES,
+    KeyLayout,
+    SessionKeys,
+    check_idempotency_key,
+    check_session_id,
+)
 from api_client.contract.lua_scripts import CLIENT_SCRIPTS
 from api_client.contract.redis_flows import (
     AsyncShell,
     Flow,
-    Pipeline,
     Rescue,
     Script,
     SyncShell,
@@ -45,12 +60,14 @@ from api_client.contract.session import (
     random_entry_id,
 )
 from api_client.contract.session.validate import check_entry, check_json_value
-from api_client.contract.snapshots import Snapshot, load_snapshot
+from api_client.contract.settings import ClientSettings
+from api_client.contract.snapshots import Snapshot, load_snapshot, read_stored
 from api_client.contract.wire import now_iso
 
 __all__ = ["AsyncSessionStore", "SessionStore", "Snapshot", "new_session_header"]
 
 _CANDIDATES = 4  # fresh ids offered per append; the script takes the first unused one
+_DEFAULT_LIMITS = ClientSettings.model_construct()  # the defaults, without reading the env
 
 
 def new_session_header(session_id: str, cwd: str, title: str | None) -> JsonObject:
@@ -80,10 +97,26 @@ def as_entry(item: object, source: str) -> JsonObject:
     return raw
 
 
-def append_args(items: Sequence[object], source: str) -> list[str]:
-    """ARGV for append.lua: the entry JSON split around the id and parentId the script fills in."""
+def _utf8_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
+
+
+# The stored line's id and parentId (JSON strings of at most 128 characters each), which the
+# script adds: counted so that the bound holds for what Redis stores.
+_ID_ROOM = 2 * (128 + 2) + len(',"parentId":')
+
+
+def append_args(items: Sequence[object], source: str,
+                settings: ClientSettings | None = None) -> list[str]:
+    """ARGV for append.lua: the entry JSON split around the id and parentId the script fills in.
+    Raises a :class:`LimitExceededError` for a batch over the settings' bounds."""
+    limits = settings or _DEFAULT_LIMITS
+    if len(items) > limits.max_append_entries:
+        raise AppendTooLargeError(source, setting="max_append_entries",
+                                  limit=limits.max_append_entries, value=len(items))
     args = [str(len(items))]
-    for item in items:
+    total = 0
+    for index, item in enumerate(items):
         raw = as_entry(item, source)
         given = raw.pop("id", None)
         raw.pop("parentId", None)
@@ -91,8 +124,17 @@ def append_args(items: Sequence[object], source: str) -> list[str]:
         kind = raw.pop("type")
         rest.update(raw)
         body = dump_record(rest)
-        args.append('{"type":' + json.dumps(kind, ensure_ascii=False) + ',"id":')
-        args.append("," + body[1:])
+        head = '{"type":' + json.dumps(kind, ensure_ascii=False) + ',"id":'
+        size = _utf8_len(head) + _utf8_len(body) + _ID_ROOM
+        if size > limits.max_entry_bytes:
+            raise EntryTooLargeError(f"{source}: entry {index}", setting="max_entry_bytes",
+                                     limit=limits.max_entry_bytes, value=size)
+        total += size
+        if total > limits.max_append_bytes:
+            raise AppendTooLargeError(f"{source} (entries 0-{index})", value=total,
+                                      setting="max_append_bytes",
+                                      limit=limits.max_append_bytes)
+        args += [head, "," + body[1:]]
         ids = [secrets.token_hex(4) for _ in range(_CANDIDATES)]
         args.append("=" + given if given else " ".join(ids))
     return args
@@ -174,8 +216,9 @@ def _rescue(session_id: str) -> Rescue:
 class _SessionCore:
     """Every session operation as a flow (:mod:`api_client.contract.redis_flows`)."""
 
-    def __init__(self, layout: KeyLayout | None) -> None:
-        self.layout = layout or KeyLayout()
+    def __init__(self, layout: KeyLayout | None, settings: ClientSettings | None) -> None:
+        self.settings = settings or _DEFAULT_LIMITS
+        self.layout = layout or KeyLayout(self.settings.key_prefix)
 
     def keys(self, session_id: str) -> SessionKeys:
         return self.layout.session(session_id)
@@ -188,15 +231,33 @@ class _SessionCore:
         sid = check_session_id(session_id if session_id is not None else str(uuid.uuid4()))
         k = self.keys(sid)
         header = dump_record(new_session_header(sid, cwd, title))
-        yield self._script("import", sid, (*k.data(), k.effects, k.effects_at), ["0", header, ""])
+        yield self._script("import", sid, import_keys(k), ["0", header, "", "0"])
         return sid
 
-    def _append_many(self, session_id: str, items: Iterable[Mapping[str, Any]]) -> Flow[list[str]]:
+    def _append_many(self, session_id: str, items: Iterable[Mapping[str, Any]],
+                     idempotency_key: str | None) -> Flow[list[str]]:
         batch = list(items)
         if not batch:
             return []
-        args = append_args(batch, f"append to {session_id}")
-        ids = yield self._script("append", session_id, self.keys(session_id).data(), args)
+        source = f"append to {session_id}"
+        key = (secrets.token_hex(16) if idempotency_key is None
+               else check_idempotency_key(idempotency_key))
+        args = [*append_args(batch, source, self.settings), key,
+                str(self.settings.append_idempotency_ttl_s), str(APPEND_REPLIES)]
+        k = self.keys(session_id)
+        script = self._script("append", session_id, (*k.data(), k.appends), args)
+        try:
+            ids = yield script
+        except BrokerUnavailableError:
+            # The reply was lost (a timeout) or the request never got there: sent again under
+            # the same key, it returns the first one's ids if that was stored, else stores it.
+            try:
+                ids = yield script
+            except BrokerUnavailableError as err:
+                raise AppendUnconfirmedError(
+                    f"{source}: no reply ({err}); it may have been stored: the same append "
+                    f"with idempotency_key={key!r} stores it at most once and returns its ids",
+                    idempotency_key=key) from err
         return [str(i) for i in ids[:-1]]
 
     def _navigate(self, session_id: str, entry_id: str | None) -> Flow[int]:
@@ -213,22 +274,21 @@ class _SessionCore:
     def _import(self, text: str, session_id: str | None, replace: bool,
                 new_id: IdFactory, source: str = "<import>") -> Flow[str]:
         session, sid = parse_import(text, session_id, new_id, source)
-        k = self.keys(sid)
-        yield self._script("import", sid, (*k.data(), k.effects, k.effects_at),
-                           import_args(session, sid, replace))
+        # A large session is written in bounded steps, then renamed into place at once.
+        yield from import_flow(self.keys(sid), sid, import_args(session, sid, replace),
+                               _rescue(sid))
         return sid
 
     def _export(self, session_id: str) -> Flow[str]:
-        k = self.keys(session_id)
-        replies = yield Pipeline((cmd("get", k.header), cmd("lrange", k.order, 0, -1),
-                                  cmd("hgetall", k.entries)))
-        return export_text(session_id, replies)
+        stored = yield from read_stored(self.layout, session_id)  # bounded commands
+        return export_text(session_id, [stored.header, stored.order, stored.lines])
 
     def _exists(self, session_id: str) -> Flow[bool]:
         return bool((yield cmd("exists", self.keys(session_id).header)))
 
     def _delete(self, session_id: str) -> Flow[bool]:
-        return bool((yield cmd("delete", *self.keys(session_id).all())))
+        # UNLINK: a large session's values are freed by a background thread of Redis.
+        return bool((yield cmd("unlink", *self.keys(session_id).all())))
 
 
 class SessionStore(_SessionCore):
@@ -238,8 +298,9 @@ class SessionStore(_SessionCore):
     server raises :class:`BrokerUnavailableError`; a missing session :class:`SessionNotFoundError`.
     """
 
-    def __init__(self, client: redis.Redis[str], layout: KeyLayout | None = None) -> None:
-        super().__init__(layout)
+    def __init__(self, client: redis.Redis[str], layout: KeyLayout | None = None,
+                 settings: ClientSettings | None = None) -> None:
+        super().__init__(layout, settings)
         self.redis = client
         self._io = SyncShell(client)
 
@@ -248,13 +309,20 @@ class SessionStore(_SessionCore):
         """Store a new empty v3 session; returns its id (a fresh UUID when not given)."""
         return self._io.run(self._create(session_id, cwd, title))
 
-    def append(self, session_id: str, entry_or_message: Mapping[str, Any]) -> str:
+    def append(self, session_id: str, entry_or_message: Mapping[str, Any], *,
+               idempotency_key: str | None = None) -> str:
         """Append one entry (or bare message) as a child of the leaf; returns its id."""
-        return self.append_many(session_id, [entry_or_message])[0]
+        return self.append_many(session_id, [entry_or_message],
+                                idempotency_key=idempotency_key)[0]
 
-    def append_many(self, session_id: str, items: Iterable[Mapping[str, Any]]) -> list[str]:
-        """Append a chain of entries atomically (one revision bump); returns their ids."""
-        return self._io.run(self._append_many(session_id, items))
+    def append_many(self, session_id: str, items: Iterable[Mapping[str, Any]], *,
+                    idempotency_key: str | None = None) -> list[str]:
+        """Append a chain of entries atomically (one revision bump); returns their ids.
+
+        ``idempotency_key`` (1-128 of ``[A-Za-z0-9_.:-]``; default: a fresh one per call): the
+        same append under the same key within ``append_idempotency_ttl_s`` returns the first
+        one's ids and stores nothing (what :class:`AppendUnconfirmedError` suggests)."""
+        return self._io.run(self._append_many(session_id, items, idempotency_key))
 
     def navigate(self, session_id: str, entry_id: str | None) -> int:
         """Move the leaf to ``entry_id`` (None: reset). Returns the new revision."""
@@ -291,8 +359,9 @@ class SessionStore(_SessionCore):
 class AsyncSessionStore(_SessionCore):
     """Sessions in Redis from asyncio code; each method does what :class:`SessionStore`'s does."""
 
-    def __init__(self, client: redis.asyncio.Redis[str], layout: KeyLayout | None = None) -> None:
-        super().__init__(layout)
+    def __init__(self, client: redis.asyncio.Redis[str], layout: KeyLayout | None = None,
+                 settings: ClientSettings | None = None) -> None:
+        super().__init__(layout, settings)
         self.redis = client
         self._io = AsyncShell(client)
 
@@ -300,11 +369,14 @@ class AsyncSessionStore(_SessionCore):
                      title: str | None = None) -> str:
         return await self._io.run(self._create(session_id, cwd, title))
 
-    async def append(self, session_id: str, entry_or_message: Mapping[str, Any]) -> str:
-        return (await self.append_many(session_id, [entry_or_message]))[0]
+    async def append(self, session_id: str, entry_or_message: Mapping[str, Any], *,
+                     idempotency_key: str | None = None) -> str:
+        return (await self.append_many(session_id, [entry_or_message],
+                                       idempotency_key=idempotency_key))[0]
 
-    async def append_many(self, session_id: str, items: Iterable[Mapping[str, Any]]) -> list[str]:
-        return await self._io.run(self._append_many(session_id, items))
+    async def append_many(self, session_id: str, items: Iterable[Mapping[str, Any]], *,
+                          idempotency_key: str | None = None) -> list[str]:
+        return await self._io.run(self._append_many(session_id, items, idempotency_key))
 
     async def navigate(self, session_id: str, entry_id: str | None) -> int:
         return await self._io.run(self._navigate(session_id, entry_id))

@@ -17,6 +17,7 @@ from api_client.client.handles import JobHandle, ObserveResult
 from api_client.client.jobs import JobStore
 from api_client.client.orchestration import JobRef, Orchestration, Request
 from api_client.client.sessions import SessionStore
+from api_client.client.summaries import SummaryInput
 from api_client.client.transport import SyncTransport
 from api_client.contract.errors import ConfigurationError, InvalidRequestError
 from api_client.contract.session.context import LlmContext
@@ -68,7 +69,7 @@ class CompactionClient:
         self.transport = SyncTransport(self.settings)
         self.layout = self.transport.layout
         self.redis = self.transport.redis
-        self.sessions = SessionStore(self.redis, self.layout)
+        self.sessions = SessionStore(self.redis, self.layout, self.settings)
         self.jobs = JobStore(self.redis, self.settings, self.layout)
         self.flows = Orchestration(self.settings, self.layout, self.transport.broker)
 
@@ -97,7 +98,8 @@ class CompactionClient:
     def observe(self, session_id: str, *, context_tokens: int,
                 context_window: int) -> ObserveResult:
         """Call after every turn: compacts above the threshold (from a valid draft when there is
-        one), precomputes a draft in the band below it (coalesced), else does nothing."""
+        one), starts a draft below it when one is due (timed by the agent's pace; never two at
+        once, nor while the last one still fits), else does nothing."""
         plan = self.transport.run(self.flows.observe(session_id, context_tokens, context_window))
         handle = None if plan.job is None else self._handle(plan.job)
         return ObserveResult(plan.action, handle, bool(handle and handle.from_draft),
@@ -113,6 +115,13 @@ class CompactionClient:
         """Enqueue a branch summary from the current leaf to ``target_id`` (SPEC §11)."""
         request = Request(JobKind.BRANCH_SUMMARY, None, instructions, target_id)
         return self._handle(self.transport.run(self.flows.enqueue(session_id, request)))
+
+    def summarize(self, system_prompt: str, prompt: str, *,
+                  max_tokens: int | None = None) -> JobHandle:
+        """Have the workers' model router summarise ``prompt`` under ``system_prompt`` (no
+        session); ``wait()`` returns ``{"summary": ...}`` and the calls' detail."""
+        request = SummaryInput(system_prompt, prompt, max_tokens)
+        return self._handle(self.transport.run(self.flows.summarize(request)))
 
     def job(self, job_id: str) -> JobHandle:
         """A handle on an existing job (raises :class:`JobNotFoundError` if unknown)."""

@@ -6,12 +6,13 @@ there through kombu's Redis transport (kombu 5.x, Celery task protocol 2):
 
 * the list: ``<queue>`` for priority step 0, else ``<queue><sep><step>``, the step being the
   largest of :data:`~api_client.contract.wire.BROKER_TRANSPORT_OPTIONS` ``priority_steps`` not above
-  the priority (kombu's ``Channel._q_for_pri``); ``LPUSH``, as ``Channel._put`` does;
+  the priority (kombu's ``Channel._q_for_pri``), behind the transport's ``global_keyprefix``
+  (:attr:`~api_client.contract.keys.KeyLayout.broker`); ``LPUSH``, as ``Channel._put`` does;
 * the envelope: ``{"body", "content-encoding", "content-type", "headers", "properties"}``; the
   body is the JSON ``[args, kwargs, embed]``, base64-encoded (``body_encoding: base64``);
 * the task-sent event Flower shows: a kombu fanout message ``PUBLISH``\\ed to
-  ``/<db>.celeryev/task.sent`` (``keyprefix_fanout`` ``/{db}.``, exchange ``celeryev``, routing
-  key ``task.sent``, ``fanout_patterns`` on), its body the event JSON.
+  ``<global_keyprefix>/<db>.celeryev/task.sent`` (``keyprefix_fanout`` ``/{db}.``, exchange
+  ``celeryev``, routing key ``task.sent``, ``fanout_patterns`` on), its body the event JSON.
 
 The binding sets kombu keeps (``_kombu.binding.*``) are not written: workers consume the lists
 directly, and declare their queues themselves.
@@ -59,9 +60,10 @@ class BrokerPush:
     event: str
 
 
-def queue_list(queue: str, priority: int) -> str:
+def queue_list(queue: str, priority: int, prefix: str = "") -> str:
+    """kombu's list for ``queue`` at ``priority`` (``prefix``: its ``global_keyprefix``)."""
     step = _STEPS[bisect(_STEPS, priority) - 1]
-    return f"{queue}{_SEP}{step}" if step else queue
+    return f"{prefix}{queue}{_SEP}{step}" if step else prefix + queue
 
 
 def redis_db(url: str) -> int:
@@ -87,8 +89,8 @@ def same_redis(sessions_url: str, broker_url: str) -> bool:
             and redis_db(sessions_url) == redis_db(broker_url))
 
 
-def event_channel(db: int) -> str:
-    return f"/{db}.celeryev/task.sent"
+def event_channel(db: int, prefix: str = "") -> str:
+    return f"{prefix}/{db}.celeryev/task.sent"
 
 
 def _q(value: object) -> str:
@@ -159,8 +161,9 @@ def _envelopes(task: str, queue: str, priority: int, pid: int) -> tuple[str, str
 
 
 def task_push(task: str, job_id: str, queue: str, priority: int, *, task_id: str | None = None,
-              db: int = 0, sent_event: bool = True) -> BrokerPush:
-    """The message ``send_task(task, args=[job_id], queue=queue, priority=priority)`` would push."""
+              db: int = 0, sent_event: bool = True, prefix: str = "") -> BrokerPush:
+    """The message ``send_task(task, args=[job_id], queue=queue, priority=priority)`` would push
+    through a transport whose ``global_keyprefix`` is ``prefix``."""
     message, event_body, event = _envelopes(task, queue, priority, os.getpid())
     tid, argsrepr = quoted(task_id or job_id), quoted(repr([job_id]))
     body = _b64(f"[[{quoted(job_id)}], {{}}, {_EMBED_JSON}]")
@@ -171,4 +174,5 @@ def task_push(task: str, job_id: str, queue: str, priority: int, *, task_id: str
         event = event.format(body=_b64(sent), tag=_tag())
     else:
         event = ""
-    return BrokerPush(queue_list(queue, priority), message, event_channel(db), event)
+    return BrokerPush(queue_list(queue, priority, prefix), message, event_channel(db, prefix),
+                      event)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-__all__ = ["precompute_band", "should_compact", "should_precompute"]
+__all__ = ["precompute_band", "precompute_horizon", "precompute_lead", "should_compact",
+           "should_precompute"]
 
 _DEFAULT_RESERVE = 16_384
 
@@ -65,3 +66,29 @@ def should_precompute(context_tokens: int, context_window: int,
     if threshold <= 0:
         return False
     return threshold - precompute_band(threshold, settings) < context_tokens <= threshold
+
+
+_DEFAULT_LEAD = (0.0, 0.5)  # precompute_draft_s, precompute_lead_max_share
+# A draft's time varies with the span it summarises and the queue it waits in: start it half
+# as early again as the last one took, so a slower one still lands before the threshold.
+LEAD_MARGIN = 1.5
+
+
+def precompute_horizon(threshold: int, settings: object | None = None) -> int:
+    """The farthest below ``threshold`` a draft may start: max(band, lead_max_share ×
+    threshold) tokens. Below it observe needs no round trip."""
+    share = getattr(settings, "precompute_lead_max_share", _DEFAULT_LEAD[1])
+    return max(precompute_band(threshold, settings), int(share * threshold))
+
+
+def precompute_lead(threshold: int, rate: float, draft_s: float | None,
+                    settings: object | None = None) -> int:
+    """How far below ``threshold`` a draft starts, in tokens: what the context grows (``rate``,
+    tokens/s) while a draft is computed (``draft_s``: the session's last one took; None: the
+    ``precompute_draft_s`` setting, 0 by default), × :data:`LEAD_MARGIN`; never less than the
+    oh-my-pi band (its floor), never more than :func:`precompute_horizon`."""
+    if draft_s is None:
+        draft_s = getattr(settings, "precompute_draft_s", _DEFAULT_LEAD[0])
+    projected = int(max(0.0, rate) * draft_s * LEAD_MARGIN)
+    band = precompute_band(threshold, settings)
+    return max(band, min(projected, precompute_horizon(threshold, settings)))

@@ -18,17 +18,29 @@
     │   ├── SessionExistsError        create/import over an existing session
     │   ├── EntryNotFoundError        no such entry in the session
     │   └── EntryExistsError          append with an id the session already has
-    ├── PlanError                     nothing to do for this job
+    ├── PlanError                     nothing to do for this job, or more than it may do
     │   ├── AlreadyCompactedError
-    │   └── NothingToCompactError
+    │   ├── NothingToCompactError
+    │   └── JobTooLargeError          more tokens to summarize than ``max_job_tokens``
     ├── StaleSnapshotError            the session moved on; commit refused (internal, retried)
     ├── ModelError                    the summarisation model failed (worker.llm refines it)
     ├── HookError                     a hook returned something invalid
     ├── ConfigurationError            settings that cannot work
+    ├── StorageFullError              Redis refused a write: out of memory (``maxmemory`` with
+    │                                 ``noeviction``); that write changed nothing
+    ├── LimitExceededError            an input over a configured bound; names the setting, the
+    │   │                             limit and the value; nothing was stored (also ValueError)
+    │   ├── EntryTooLargeError        one entry's JSON over ``max_entry_bytes``
+    │   ├── AppendTooLargeError       one append over ``max_append_bytes`` / ``max_append_entries``
+    │   ├── InstructionsTooLongError  compaction instructions over ``max_instructions_chars``
+    │   └── SessionTooLargeError      a session over ``max_session_bytes``: no job loads it
     ├── InvalidIdError                a session or job id that cannot name Redis keys (also
     │                                 ValueError)
     └── ClientError                   the request path could not do its work
         ├── BrokerUnavailableError    Redis / broker unreachable at enqueue
+        │   └── AppendUnconfirmedError  an append whose reply never came: it may be stored;
+        │                               repeating it with its ``idempotency_key`` cannot
+        │                               store it twice
         ├── InvalidRequestError       a job request with bad parameters (also ValueError)
         ├── JobNotFoundError          no such job record (never existed or expired)
         ├── JobConflictError          an in-flight job of that kind has other parameters
@@ -43,6 +55,8 @@ from __future__ import annotations
 
 __all__ = [
     "AlreadyCompactedError",
+    "AppendTooLargeError",
+    "AppendUnconfirmedError",
     "BrokerUnavailableError",
     "ClientError",
     "CompactionLoopError",
@@ -51,7 +65,9 @@ __all__ = [
     "DanglingParentError",
     "EntryExistsError",
     "EntryNotFoundError",
+    "EntryTooLargeError",
     "HookError",
+    "InstructionsTooLongError",
     "InvalidEntryError",
     "InvalidIdError",
     "InvalidRequestError",
@@ -62,6 +78,8 @@ __all__ = [
     "JobFailedError",
     "JobNotFoundError",
     "JobTimeoutError",
+    "JobTooLargeError",
+    "LimitExceededError",
     "MessageSchemaError",
     "ModelError",
     "NestingTooDeepError",
@@ -73,7 +91,9 @@ __all__ = [
     "SessionExistsError",
     "SessionFormatError",
     "SessionNotFoundError",
+    "SessionTooLargeError",
     "StaleSnapshotError",
+    "StorageFullError",
     "UnsafeEntryIdError",
     "UnserializableValueError",
 ]
@@ -168,6 +188,18 @@ class NothingToCompactError(PlanError):
         super().__init__("Nothing to compact (session too small)")
 
 
+class JobTooLargeError(PlanError):
+    """A compaction would send the model more tokens than ``max_job_tokens`` allows; the job
+    fails before any hook or model call (the session is unchanged)."""
+
+    def __init__(self, tokens: int, limit: int) -> None:
+        self.tokens = tokens
+        self.limit = limit
+        super().__init__(f"the compaction would summarize {tokens:,} tokens, over the limit "
+                         f"max_job_tokens = {limit:,} (COMPACTOR_MAX_JOB_TOKENS); no model was "
+                         "called")
+
+
 class StaleSnapshotError(CompactorError):
     pass
 
@@ -184,6 +216,49 @@ class ConfigurationError(CompactorError):
     pass
 
 
+class StorageFullError(CompactorError):
+    """Redis refused a write because it is out of memory (``maxmemory`` reached, policy
+    ``noeviction``). The refused command or script changed nothing; once memory is freed the
+    same call succeeds."""
+
+
+class LimitExceededError(CompactorError, ValueError):
+    """An input over one of the configured bounds (README "Configuration", Limits). Nothing was
+    stored. ``setting`` names the setting (``max_append_bytes``), ``limit`` its value and
+    ``value`` what the input measured, in the setting's unit."""
+
+    unit = "bytes"
+    outcome = "nothing was stored"
+
+    def __init__(self, what: str, *, setting: str, limit: int, value: int) -> None:
+        self.setting = setting
+        self.limit = limit
+        self.value = value
+        super().__init__(f"{what} is {value:,} {self.unit}, over the limit {setting} = "
+                         f"{limit:,} (COMPACTOR_{setting.upper()}); {self.outcome}")
+
+
+class EntryTooLargeError(LimitExceededError):
+    pass
+
+
+class AppendTooLargeError(LimitExceededError):
+    """Too many bytes (``max_append_bytes``) or entries (``max_append_entries``: ``unit`` is
+    then ``entries``) in one append."""
+
+    def __init__(self, what: str, *, setting: str, limit: int, value: int) -> None:
+        self.unit = "entries" if setting == "max_append_entries" else "bytes"
+        super().__init__(what, setting=setting, limit=limit, value=value)
+
+
+class InstructionsTooLongError(LimitExceededError):
+    unit = "characters"
+
+
+class SessionTooLargeError(LimitExceededError):
+    outcome = "the job does not load it"
+
+
 class InvalidIdError(CompactorError, ValueError):
     pass
 
@@ -194,6 +269,15 @@ class ClientError(CompactorError):
 
 class BrokerUnavailableError(ClientError):
     pass
+
+
+class AppendUnconfirmedError(BrokerUnavailableError):
+    """An append was sent but its reply never came (twice): it may or may not be stored. The
+    same append with ``idempotency_key`` returns the ids it stored, or stores it once."""
+
+    def __init__(self, message: str, *, idempotency_key: str) -> None:
+        self.idempotency_key = idempotency_key
+        super().__init__(message)
 
 
 class InvalidRequestError(ClientError, ValueError):

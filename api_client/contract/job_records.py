@@ -22,10 +22,10 @@ from api_client.contract.errors import (
     JobNotFoundError,
     SessionNotFoundError,
 )
-from api_client.contract.keys import KeyLayout
+from api_client.contract.keys import INFLIGHT_SPECULATIVE, JOB_KINDS, KeyLayout
 from api_client.contract.redis_flows import Command, Flow, Rescue, Script, cmd
 from api_client.contract.settings import ClientSettings
-from api_client.contract.wire import JobEvent, JobKind, JobRecord, JobState, TokenUsage, now_iso
+from api_client.contract.wire import JobEvent, JobRecord, JobState, TokenUsage, now_iso
 
 __all__ = [
     "checked_enum", "completion_for", "decode_event", "event_fields", "finish_call",
@@ -65,11 +65,13 @@ def _usage(usage: Any) -> TokenUsage | None:
 
 
 def result_fields(**result: Any) -> list[str]:
-    """Record field pairs for finish(): entry, resultEntryId, error, model, usage, result."""
+    """Record field pairs for finish(): entry, resultEntryId, error, model, usage, draftUsage,
+    result."""
     out: list[str] = []
-    usage = _usage(result.get("usage"))
-    if usage is not None:
-        out += ["usage", _dump(usage.to_wire())]
+    for key, field in (("usage", "usage"), ("draft_usage", "draftUsage")):
+        usage = _usage(result.get(key))
+        if usage is not None:
+            out += [field, _dump(usage.to_wire())]
     for key, field, as_json in (("entry", "entry", True), ("result", "result", True),
                                 ("result_entry_id", "resultEntryId", False),
                                 ("error", "error", False), ("model", "model", False)):
@@ -86,8 +88,9 @@ def result_fields(**result: Any) -> list[str]:
 def finish_call(layout: KeyLayout, settings: ClientSettings, job_id: str, state: JobState,
                 event: JobEvent | None, mode: str, extra: list[str]) -> tuple[list[str], list[str]]:
     jk = layout.job(job_id)
-    keys = [jk.record, jk.lease, *(jk.session.inflight(k.value) for k in JobKind),
-            jk.session.events]
+    # finish.lua's KEYS 3-5: the single-flight kinds (a summarize job has no such key).
+    keys = [jk.record, jk.lease, *(jk.session.inflight(k) for k in JOB_KINDS),
+            jk.session.events, jk.session.inflight(INFLIGHT_SPECULATIVE)]
     fields = event_fields(event) if event is not None else {"type": "", "data": ""}
     args = [job_id, state.value, now_iso(), str(settings.job_ttl_s),
             str(settings.session_event_maxlen), fields["type"], fields["data"], mode, *extra]
@@ -102,7 +105,8 @@ def completion_for(state: JobState | str, event: JobEvent | None, record: JobRec
         raise InvalidRequestError(f"finish() needs a terminal state, not {final.value}")
     if event is None:
         assert record is not None
-        payload = {k: v for k, v in result.items() if k not in ("result_entry_id", "usage")}
+        payload = {k: v for k, v in result.items()
+                   if k not in ("result_entry_id", "usage", "draft_usage")}
         event = JobEvent.completion(record, final, **payload)
     return final, event
 

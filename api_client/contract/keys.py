@@ -36,6 +36,13 @@ key                                        type    content
                                                    JSON (applied by the client's
                                                    ``draft_apply``); ``EX`` ``draft_ttl_s``;
                                                    never on the session's path
+``<p>:session:{<sid>}:pace``               hash    the agent's pace as ``observe`` sees it:
+                                                   ``tokens`` (the last observation),
+                                                   ``fromTokens``/``fromAt`` (where the growth
+                                                   rate is measured from, epoch s), ``steps``
+                                                   (growth steps since), ``draftS``
+                                                   (how long the last draft took, enqueue →
+                                                   stored); ``EXPIRE`` ``draft_ttl_s``
 ``<p>:session:{<sid>}:compactions``        zset    job id → epoch seconds of each committed
                                                    automatic compaction (loop guard; trimmed to and
                                                    ``EXPIRE`` ``loop_guard_window_s``)
@@ -43,14 +50,36 @@ key                                        type    content
                                                    the session, written by a cold worker, read by
                                                    the next (a cache; ``EXPIRE``
                                                    ``token_counts_ttl_s``)
+``<p>:session:{<sid>}:rewrites``           string  integer, +1 whenever stored lines are rewritten
+                                                   (prune commits, imports): a prune planned on
+                                                   another value is stale
+``<p>:session:{<sid>}:rewriting``          string  job id applying a large prune in steps (``PX``);
+                                                   other rewrites wait for it
+``<p>:session:{<sid>}:pruned``             string  entry id: no tool result on its path up to it
+                                                   (itself included) is left to prune, so a prune
+                                                   plan reads the path back to it, not further
+``<p>:session:{<sid>}:import:<t>:entries`` hash,   a large import being written in steps (``EX``
+``<p>:session:{<sid>}:import:<t>:order``   list    an hour); renamed into place at its end
+``<p>:session:{<sid>}:appends``            hash    idempotency key → the reply of the append made
+                                                   with it (ids and revision): the same append
+                                                   again returns it and stores nothing; the last
+                                                   ``APPEND_REPLIES`` appends, ``EXPIRE``
+                                                   ``append_idempotency_ttl_s`` after the last
 ``<p>:session:{<sid>}:job:<token>``        hash    the job record (fields: :class:`JobRecord`)
 ``<p>:session:{<sid>}:job:<token>:lease``  string  worker id holding the job (``PX`` lease)
 ``<p>:events``                             stream  every job event of every session (``MAXLEN ~``)
-``<queue>``, ``<queue>:<step>``            list    Celery task messages (kombu's Redis transport;
-                                                   the client's enqueue script LPUSHes them when the
+``<p>:broker:<queue>``,                    list    Celery task messages (kombu's Redis transport;
+``<p>:broker:<queue>:<step>``                      the client's enqueue script LPUSHes them when the
                                                    broker is this Redis: see
                                                    :mod:`api_client.client.task_messages`)
-``/<db>.celeryev/task.sent``               pubsub  task-sent events (kombu fanout; not a key)
+``<p>:broker:...``                         any     every other key of kombu and Celery (``unacked``,
+                                                   ``unacked_index``, ``unacked_mutex``, bindings,
+                                                   Celery's result keys): kombu's
+                                                   ``global_keyprefix`` is :attr:`KeyLayout.broker`
+``<p>:broker:/<db>.celeryev/task.sent``    pubsub  task-sent events (kombu fanout; a channel, not a
+                                                   key, under the same prefix)
+``<p>:llm:fail:...``,                      string  the model circuit breaker
+``<p>:llm:cool:...``                               (:mod:`worker.llm.cooldown`)
 ``<p>:jobs:due``                           sorted  job id → when (Unix ms) a worker's sweep must
                                            set     look at the job: its lease's end (running) or the
                                                    time to re-send it (queued); see
@@ -58,8 +87,12 @@ key                                        type    content
 =========================================  ======  =================================================
 
 A job id is ``<sid>:<token>`` (token = 16 hex digits), so the job's keys can be derived from the
-id alone and stay in the session's slot. Session ids may not contain ``{``, ``}``, whitespace or
-control characters, and are at most 256 characters long.
+id alone and stay in the session's slot. A session id is 1-256 characters of ``[A-Za-z0-9_.:-]``
+and starts with a letter or digit (a UUID, ``copy-<uuid>``, ...): no ``/``, ``*``, braces,
+spaces or controls, so an id can never name a path (``../../etc``) or a key pattern (``*``).
+
+Every key starts with ``<p>:``, the broker's too: one ACL key pattern ``~<p>:*`` covers all that
+Compactor, Celery and kombu use (README "Redis ACL and TLS" names the channels too).
 
 Stream entries have the fields ``type`` (event type), ``job`` (job id) and ``data`` (the
 :class:`~api_client.JobEvent` as JSON, camelCase).
@@ -74,11 +107,13 @@ from dataclasses import dataclass
 from api_client.contract.errors import ConfigurationError, InvalidIdError
 
 __all__ = [
+    "APPEND_REPLIES",
     "INFLIGHT_SPECULATIVE",
     "JOB_KINDS",
     "JobKeys",
     "KeyLayout",
     "SessionKeys",
+    "check_idempotency_key",
     "check_session_id",
     "split_job_id",
 ]
@@ -87,18 +122,32 @@ __all__ = [
 JOB_KINDS: tuple[str, ...] = ("compact", "prune", "branch_summary")
 # The single-flight slot of speculative compactions (a real compaction never coalesces into one).
 INFLIGHT_SPECULATIVE = "speculative"
+# Append replies kept per session for a retry (``appends``): a retry comes at once, so the last
+# few dozen suffice, and a session's hash stays small (~50 bytes a reply of one entry).
+APPEND_REPLIES = 64
 
-_SESSION_ID = re.compile(r"[^\s{}\x00-\x1f\x7f]{1,256}")
+_SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,255}")
 _TOKEN = re.compile(r"[0-9a-f]{16}")
+_IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 
 
 def check_session_id(session_id: object) -> str:
     """Return the id if it can name Redis keys, else raise :class:`InvalidIdError`."""
     if not isinstance(session_id, str) or not _SESSION_ID.fullmatch(session_id):
+        shown = repr(session_id) if len(repr(session_id)) <= 80 else repr(session_id)[:77] + "..."
         raise InvalidIdError(
-            f"invalid session id {session_id!r}: 1-256 characters, no braces, spaces or controls"
+            f"invalid session id {shown}: 1-256 characters of A-Z a-z 0-9 _ . : -, starting "
+            "with a letter or digit"
         )
     return session_id
+
+
+def check_idempotency_key(key: object) -> str:
+    """An append's idempotency key: 1-128 characters of ``[A-Za-z0-9_.:-]``."""
+    if not isinstance(key, str) or not _IDEMPOTENCY_KEY.fullmatch(key):
+        raise InvalidIdError(f"invalid idempotency key {key!r}: 1-128 characters of "
+                             "A-Z a-z 0-9 _ . : -")
+    return key
 
 
 def split_job_id(job_id: object) -> tuple[str, str]:
@@ -122,11 +171,21 @@ class SessionKeys:
     events: str
     inflight_prefix: str  # + kind
     draft: str
+    pace: str  # observe's growth rate and draft time (when to start a draft)
     compactions: str
     token_counts: str  # cl100k counts of its texts, shared by the workers (a cache)
+    rewrites: str  # +1 on every rewrite of stored lines (a stale prune plan is refused)
+    rewriting: str  # the job applying a large prune in steps
+    pruned: str  # prune watermark: the path up to this entry has nothing left to prune
+    import_prefix: str  # + token + ":entries" / ":order": a large import's staging keys
+    appends: str  # idempotency key → reply of the recent appends
 
     def inflight(self, kind: str) -> str:
         return self.inflight_prefix + kind
+
+    def import_staging(self, token: str) -> tuple[str, str]:
+        """The (entries, order) keys a large import writes before it is renamed into place."""
+        return (f"{self.import_prefix}{token}:entries", f"{self.import_prefix}{token}:order")
 
     def data(self) -> tuple[str, str, str, str, str]:
         """The five keys every session script takes, in script order."""
@@ -138,7 +197,8 @@ class SessionKeys:
             self.header, self.entries, self.order, self.leaf, self.rev, self.effects,
             self.effects_at, self.events,
             *(self.inflight(k) for k in (*JOB_KINDS, INFLIGHT_SPECULATIVE)),
-            self.draft, self.compactions, self.token_counts,
+            self.draft, self.pace, self.compactions, self.token_counts, self.rewrites,
+            self.rewriting, self.pruned, self.appends,
         )
 
 
@@ -164,15 +224,21 @@ def _session_keys(prefix: str, session_id: str) -> SessionKeys:
         events=base + "events",
         inflight_prefix=base + "inflight:",
         draft=base + "draft",
+        pace=base + "pace",
         compactions=base + "compactions",
         token_counts=base + "tokens",
+        rewrites=base + "rewrites",
+        rewriting=base + "rewriting",
+        pruned=base + "pruned",
+        import_prefix=base + "import:",
+        appends=base + "appends",
     )
 
 
 class KeyLayout:
     """Names the keys for one prefix. Cheap to build; holds no connection."""
 
-    __slots__ = ("global_events", "jobs_due", "prefix")
+    __slots__ = ("broker", "global_events", "jobs_due", "llm", "prefix")
 
     def __init__(self, prefix: str = "compactor") -> None:
         if not prefix or any(c in prefix for c in "{} \t\r\n"):
@@ -180,6 +246,10 @@ class KeyLayout:
         self.prefix = prefix
         self.global_events = f"{prefix}:events"
         self.jobs_due = f"{prefix}:jobs:due"
+        # kombu's ``global_keyprefix`` (client, workers, Flower alike): the broker's keys and
+        # channels under the prefix too, so one ACL pattern covers everything.
+        self.broker = f"{prefix}:broker:"
+        self.llm = f"{prefix}:llm:"  # the model circuit breaker's keys (worker.llm.cooldown)
 
     def session(self, session_id: str) -> SessionKeys:
         if not isinstance(session_id, str):  # unhashable ids reach the typed error, not the cache

@@ -12,19 +12,29 @@ from typing import TYPE_CHECKING, Any, cast
 import redis
 import redis.asyncio
 from redis.backoff import NoBackoff
+from redis.exceptions import OutOfMemoryError  # type: ignore[attr-defined]  # stubs predate it
 from redis.retry import Retry
 
-from api_client.contract.errors import BrokerUnavailableError, ConfigurationError
+from api_client.contract.errors import (
+    BrokerUnavailableError,
+    ConfigurationError,
+    StorageFullError,
+)
 
 if TYPE_CHECKING:
     from api_client.contract.settings import ClientSettings
 
-__all__ = ["check_decoding", "make_async_redis", "make_redis", "unavailable"]
+__all__ = [
+    "STORAGE_FULL", "check_decoding", "make_async_redis", "make_redis", "storage_full",
+    "unavailable",
+]
 
 # What a dead or unreachable server raises (redis-py's TimeoutError subclasses RedisError).
 REDIS_DOWN: tuple[type[BaseException], ...] = (
     redis.ConnectionError, redis.TimeoutError, OSError,
 )
+# What a full Redis (maxmemory, noeviction) answers to a write, raw or already typed.
+STORAGE_FULL: tuple[type[BaseException], ...] = (OutOfMemoryError, StorageFullError)
 
 
 def _options(settings: ClientSettings, blocking: bool) -> dict[str, Any]:
@@ -75,3 +85,12 @@ def check_decoding(client: redis.Redis[Any] | redis.asyncio.Redis[Any]) -> None:
 
 def unavailable(err: BaseException, what: str = "Redis") -> BrokerUnavailableError:
     return BrokerUnavailableError(f"{what} unavailable: {err}")
+
+
+def storage_full(err: BaseException, what: str = "the write") -> StorageFullError:
+    """The typed error for Redis's ``OOM command not allowed`` reply (a refused command or
+    script writes nothing: Redis checks memory before the first write)."""
+    if isinstance(err, StorageFullError):
+        return err
+    return StorageFullError(f"Redis is out of memory (maxmemory reached, noeviction): {what} "
+                            "was refused and changed nothing; free memory or raise maxmemory")

@@ -4,8 +4,9 @@ Every client operation is written once, as a generator (a *flow*) that yields th
 needs (:class:`Command`, :class:`Pipeline`, :class:`Script`), receives each reply (or, thrown in
 at the ``yield``, the error it raised) and returns the operation's result. :class:`SyncShell`
 runs a flow on a ``redis.Redis``, :class:`AsyncShell` on a ``redis.asyncio.Redis``; neither knows
-any operation. A dead server becomes :class:`BrokerUnavailableError` in one place per shell
-(:meth:`SyncShell.execute`, :meth:`AsyncShell.execute`).
+any operation. A dead server becomes :class:`BrokerUnavailableError` and a full one (``OOM``)
+:class:`StorageFullError` in one place per shell (:meth:`SyncShell.execute`,
+:meth:`AsyncShell.execute`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,13 @@ import redis.asyncio
 from redis.exceptions import NoScriptError
 
 from api_client.contract.lua_scripts import CONTRACT_SCRIPTS, lua
-from api_client.contract.redis_conn import REDIS_DOWN, check_decoding, unavailable
+from api_client.contract.redis_conn import (
+    REDIS_DOWN,
+    STORAGE_FULL,
+    check_decoding,
+    storage_full,
+    unavailable,
+)
 
 _Pack: TypeAlias = Callable[[tuple[Any, ...]], bytes]
 pack_command: _Pack | None
@@ -179,6 +186,8 @@ class SyncShell(_Shell["redis.Redis[str]"]):
             if self._pack is not None and isinstance(call, Script):
                 return self._evalsha(call, self._pack)
             return self._bound(call)()
+        except STORAGE_FULL as err:
+            raise storage_full(err) from err
         except redis.ResponseError as err:
             return call.rescue(err)
         except REDIS_DOWN as err:
@@ -234,6 +243,8 @@ class AsyncShell(_Shell["redis.asyncio.Redis[str]"]):
             return None
         try:
             return await self._bound(call)()
+        except STORAGE_FULL as err:
+            raise storage_full(err) from err
         except redis.ResponseError as err:
             return call.rescue(err)
         except REDIS_DOWN as err:

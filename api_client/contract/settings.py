@@ -7,38 +7,92 @@ same on both sides. ``COMPACTOR_REDIS_URL`` serves sessions, broker and results 
 
 from __future__ import annotations
 
+import os
+import ssl
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from api_client.contract.errors import ConfigurationError
+from api_client.contract.redaction import mask_url
 
-__all__ = ["ClientSettings", "load_settings"]
+__all__ = ["ClientSettings", "load_settings", "tls_options"]
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 BROKER_SCHEMES = (*REDIS_SCHEMES, "redis+socket", "sentinel", "amqp", "amqps", "pyamqp")
 
 
+# TLS options a rediss:// URL may carry in its query (redis-py's names, which kombu and
+# Celery's result backend read too). ssl_cert_reqs defaults to "required": kombu alone would
+# default a rediss:// broker to CERT_NONE, and Celery's backend refuses a URL without it.
+TLS_FILES = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
+_CERT_REQS = {"required": ssl.CERT_REQUIRED, "optional": ssl.CERT_OPTIONAL, "none": ssl.CERT_NONE}
+
+
+def tls_options(url: str) -> dict[str, Any] | None:
+    """The TLS options of a ``rediss://`` URL for kombu's ``broker_use_ssl`` and Celery's
+    ``redis_backend_use_ssl``: its query's ``ssl_*`` values, ``ssl_cert_reqs`` required unless
+    it says otherwise; None for any other scheme."""
+    parts = urlsplit(url)
+    if parts.scheme != "rediss":
+        return None
+    query = dict(parse_qsl(parts.query))
+    options: dict[str, Any] = {
+        "ssl_cert_reqs": _CERT_REQS[query.get("ssl_cert_reqs", "required")],
+        **{name: query[name] for name in TLS_FILES if name in query},
+    }
+    if "ssl_check_hostname" in query:
+        options["ssl_check_hostname"] = query["ssl_check_hostname"].lower() != "false"
+    return options
+
+
+def _check_tls(shown: str, scheme: str, query: str) -> None:
+    given = dict(parse_qsl(query))
+    if scheme != "rediss":
+        if scheme in REDIS_SCHEMES and any(k.startswith("ssl_") for k in given):
+            raise ValueError(f"{shown}: ssl_* parameters need a rediss:// URL")
+        return
+    reqs = given.get("ssl_cert_reqs", "required")
+    if reqs not in _CERT_REQS:
+        raise ValueError(f"{shown}: ssl_cert_reqs must be required, optional or none "
+                         f"(default required), not {reqs!r}")
+    for name in TLS_FILES:
+        if name in given and not os.path.isfile(given[name]):
+            raise ValueError(f"{shown}: {name} {given[name]!r} is not a file")
+
+
 def check_url(value: str, schemes: tuple[str, ...]) -> str:
-    """``value`` if it is a URL of one of ``schemes`` with a host (or a unix path)."""
-    parts = urlsplit(value)
+    """``value`` if it is a URL of one of ``schemes`` with a host (or a unix path), and with
+    sound TLS parameters (``rediss://``)."""
+    shown = repr(mask_url(value))  # a message about the URL never shows its password
     example = "redis://localhost:6379/0"
+    try:
+        parts = urlsplit(value)
+    except ValueError:  # e.g. an unbalanced "[" in the host
+        raise ValueError(f"{shown} is not a URL (e.g. {example})") from None
     if parts.scheme not in schemes:
-        raise ValueError(f"{value!r} is not a {'/'.join(schemes)} URL (e.g. {example})")
+        raise ValueError(f"{shown} is not a {'/'.join(schemes)} URL (e.g. {example})")
     if not (parts.hostname or (parts.scheme in ("unix", "redis+socket") and parts.path)):
-        raise ValueError(f"{value!r} names no host (e.g. {example})")
+        raise ValueError(f"{shown} names no host (e.g. {example})")
     try:
         _ = parts.port  # a port that is not a number raises here
     except ValueError:
-        raise ValueError(f"{value!r} has a port that is not a number") from None
+        raise ValueError(f"{shown} has a port that is not a number") from None
+    _check_tls(shown, parts.scheme, parts.query)
     return value
 
 
+# URLs that may carry a password: masked in repr() and str() (model_dump() keeps them whole).
+URL_FIELDS = frozenset({"redis_url", "broker_url", "result_backend"})
+
+
 class ClientSettings(BaseSettings):
+    # hide_input_in_errors: pydantic's errors would quote a rejected URL with its password
     model_config = SettingsConfigDict(
         env_prefix="COMPACTOR_", env_file=".env", env_file_encoding="utf-8", extra="ignore",
+        hide_input_in_errors=True,
     )
 
     redis_url: str = "redis://127.0.0.1:6379/0"
@@ -81,11 +135,33 @@ class ClientSettings(BaseSettings):
     precompute_band_share: float = Field(default=0.125, ge=0, le=1)
     precompute_band_min_tokens: int = Field(default=8_192, ge=0)
     precompute_band_max_tokens: int = Field(default=32_000, ge=0)
+    # observe starts a draft earlier than the band when the agent's growth rate says the draft
+    # would not land before the threshold: it takes as long as the session's last one, or this
+    # long until one was measured (0: the band alone until then); never more than
+    # lead_max_share × threshold below it (thresholds.precompute_lead).
+    precompute_draft_s: float = Field(default=0.0, ge=0)
+    precompute_lead_max_share: float = Field(default=0.5, ge=0, le=1)
     # Loop guard: a compaction leaving more than share × threshold tokens is flagged
     # ``ineffective``; more than max automatic compactions within window_s fail the next one.
     loop_guard_share: float = Field(default=0.8, gt=0, le=1)
     loop_guard_max: int = Field(default=3, ge=1)
     loop_guard_window_s: float = Field(default=600.0, gt=0)
+
+    # Bounds on what one call may send (README "Configuration"); an input over one raises a
+    # LimitExceededError naming the setting, its value and the input's, before anything is sent.
+    # One entry's stored JSON line (UTF-8 bytes; pi keeps tool outputs far below this).
+    max_entry_bytes: int = Field(default=8 * 2**20, gt=0)
+    # One append_many call: its entries' bytes together, and how many entries.
+    max_append_bytes: int = Field(default=16 * 2**20, gt=0)
+    max_append_entries: int = Field(default=1_000, gt=0)
+    # Custom instructions of a compaction or branch summary (characters).
+    max_instructions_chars: int = Field(default=10_000, gt=0)
+    # A worker does not load a session whose entries take more than this in Redis (MEMORY
+    # USAGE of the entries hash): the job fails with SessionTooLargeError. 0 = no bound.
+    max_session_bytes: int = Field(default=256 * 2**20, ge=0)
+    # An append's reply is kept this long under its idempotency key, so that the same append
+    # sent again (a retry after a lost reply) returns it instead of storing the entries twice.
+    append_idempotency_ttl_s: int = Field(default=600, gt=0)
 
     @field_validator("key_prefix")
     @classmethod
@@ -97,12 +173,30 @@ class ClientSettings(BaseSettings):
     @field_validator("redis_url")
     @classmethod
     def _redis_url(cls, value: str) -> str:
+        if value.partition("://")[0].endswith("sentinel"):
+            # Sessions need one writable primary; the client does not follow a Sentinel
+            # failover (the Celery broker may still be a sentinel:// URL).
+            raise ValueError(
+                f"{mask_url(value)!r}: Redis Sentinel is not supported for sessions; give the "
+                "primary's redis:// or rediss:// URL (COMPACTOR_BROKER_URL may be sentinel://)")
         return check_url(value, REDIS_SCHEMES)
 
     @field_validator("broker_url")
     @classmethod
     def _broker_url(cls, value: str | None) -> str | None:
         return None if value is None else check_url(value, BROKER_SCHEMES)
+
+    @field_validator("result_backend")
+    @classmethod
+    def _result_backend(cls, value: str | None) -> str | None:
+        if value is not None and "://" in value:
+            parts = urlsplit(value)
+            _check_tls(repr(mask_url(value)), parts.scheme, parts.query)
+        return value
+
+    def __repr_args__(self) -> Any:
+        for name, value in super().__repr_args__():
+            yield name, mask_url(value) if name in URL_FIELDS and value else value
 
     @property
     def resolved_broker_url(self) -> str:

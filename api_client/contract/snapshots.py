@@ -1,8 +1,16 @@
 """Loading a session as one snapshot: the read both the client and the worker make.
 
-One pipeline reads the header, revision, leaf, append order and entries; :func:`build_snapshot`
-decodes the replies. A worker passes a :class:`ParsedEntries` cache (its entry cache) so that
-entries whose stored text is unchanged are not parsed again; the client passes none.
+One transaction reads the header, revision, leaf and the length of the append order; the order
+and the stored lines follow in bounded pages (:func:`read_stored`), so that no single Redis
+command of a large session keeps the server busy for long (Redis runs one command at a time:
+a 30 MB ``HGETALL`` made every other client of the shard wait for it). The pages need no
+transaction: a stored entry never changes its id or parent, appends only add ids after the
+length read, and the only rewrite of a line (a prune) is checked by its own commit. A session
+replaced or deleted meanwhile (an id listed but not stored) is read again.
+
+:func:`build_snapshot` decodes the replies. A worker passes a :class:`ParsedEntries` cache (its
+entry cache) so that entries whose stored text is unchanged are not parsed again; the client
+passes none.
 """
 
 from __future__ import annotations
@@ -23,7 +31,14 @@ from api_client.contract.session import (
     parse_entry,
 )
 
-__all__ = ["ParsedEntries", "Snapshot", "build_snapshot", "load_snapshot"]
+__all__ = ["ParsedEntries", "Snapshot", "StoredSession", "build_snapshot", "load_snapshot",
+           "read_lines", "read_stored"]
+
+ORDER_PAGE = 10_000  # ids per LRANGE
+LINE_BYTES = 512 << 10  # stored JSON per HMGET, about: each command moves half a MB
+_FIRST_LINES = 64  # ids of the first HMGET, before the lines' size is known
+_MAX_LINES = 4_096
+_READS = 3  # a session replaced during a read is read again, this often
 
 
 class ParsedEntries(Protocol):
@@ -51,13 +66,62 @@ class Snapshot:
     stored_chars: int = 0
 
 
+@dataclass(frozen=True)
+class StoredSession:
+    """A session's keys as read by :func:`read_stored` (``header`` None: no such session)."""
+
+    header: str | None
+    revision: str | None
+    leaf: str | None
+    order: list[str]
+    lines: dict[str, str]  # id → stored line (an id of ``order`` missing here is corrupt)
+
+    def replies(self) -> list[Any]:
+        """[header, rev, leaf, order, lines]: what :func:`build_snapshot` decodes."""
+        return [self.header, self.revision, self.leaf, self.order, self.lines]
+
+
+def read_lines(key: str, ids: Sequence[str]) -> Flow[list[str | None]]:
+    """The stored lines of ``ids`` from the entries hash ``key``, in pages of about
+    :data:`LINE_BYTES` (the page size follows the lines read so far)."""
+    out: list[str | None] = []
+    size = _FIRST_LINES
+    while len(out) < len(ids):
+        page = list(ids[len(out):len(out) + size])
+        got: list[str | None] = yield cmd("hmget", key, page)
+        out += got
+        chars = sum(len(line) for line in got if line)
+        size = max(16, min(_MAX_LINES, LINE_BYTES * len(page) // max(1, chars)))
+    return out
+
+
+def read_stored(layout: KeyLayout, session_id: str) -> Flow[StoredSession]:
+    """Header, revision, leaf, order and lines of a session, in bounded commands."""
+    k = layout.session(session_id)
+    for _ in range(_READS):
+        header, rev, leaf, length = yield Pipeline((
+            cmd("get", k.header), cmd("get", k.rev), cmd("get", k.leaf), cmd("llen", k.order)))
+        if header is None:
+            return StoredSession(None, rev, leaf, [], {})
+        order: list[str] = []
+        if length:
+            pages = yield Pipeline(tuple(cmd("lrange", k.order, at, at + ORDER_PAGE - 1)
+                                         for at in range(0, int(length), ORDER_PAGE)),
+                                   transaction=False)
+            order = [entry_id for page in pages for entry_id in page][:int(length)]
+        texts = yield from read_lines(k.entries, order)
+        lines = {i: t for i, t in zip(order, texts, strict=True) if t is not None}
+        if len(lines) == len(order) or (yield cmd("get", k.header)) == header:
+            return StoredSession(header, rev, leaf, order, lines)  # complete, or corrupt
+    raise SessionFormatError("the session kept being replaced while it was read",
+                             source=f"redis:{session_id}")
+
+
 def load_snapshot(layout: KeyLayout, session_id: str,
                   cache: ParsedEntries | None = None) -> Flow[Snapshot]:
-    """The session in one round trip (a pipeline of five reads)."""
-    k = layout.session(session_id)
-    replies = yield Pipeline((cmd("get", k.header), cmd("get", k.rev), cmd("get", k.leaf),
-                              cmd("lrange", k.order, 0, -1), cmd("hgetall", k.entries)))
-    return build_snapshot(session_id, replies, cache)
+    """The session as one snapshot (:func:`read_stored`: bounded commands)."""
+    stored = yield from read_stored(layout, session_id)
+    return build_snapshot(session_id, stored.replies(), cache)
 
 
 def build_snapshot(session_id: str, replies: Sequence[Any],

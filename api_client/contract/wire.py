@@ -18,6 +18,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from api_client.contract.keys import KeyLayout
+
 __all__ = [
     "AMQP_MAX_PRIORITY",
     "BROKER_TRANSPORT_OPTIONS",
@@ -39,6 +41,7 @@ __all__ = [
     "TASK_DRAFT_APPLIED",
     "TASK_NAMES",
     "TASK_PRUNE",
+    "TASK_SUMMARIZE",
     "TERMINAL_STATES",
     "CompactReason",
     "EventType",
@@ -56,6 +59,7 @@ __all__ = [
     "job_error_text",
     "now_iso",
     "queue_arguments",
+    "redis_transport_options",
     "route_for",
     "shown_kwargs",
     "terminal_event_type",
@@ -66,6 +70,9 @@ class JobKind(StrEnum):
     COMPACT = "compact"
     PRUNE = "prune"
     BRANCH_SUMMARY = "branch_summary"
+    # No session: a system prompt and a prompt through the model router (the HTTP API's
+    # /v1/summarize); its record lives under a session id of its own (summarize-<hex>).
+    SUMMARIZE = "summarize"
 
 
 class CompactReason(StrEnum):
@@ -103,6 +110,7 @@ class EventType(StrEnum):
     STALE = "stale"                       # a result was discarded; the job re-plans
     DRAFT_SAVED = "draft_saved"           # a speculative job stored its draft
     DRAFT_DISCARDED = "draft_discarded"   # a draft could not be applied (``error`` = cause)
+    SUMMARIZE_END = "summarize_end"       # terminal event of a successful summarize job
 
 
 TASK_COMPACT = "compactor.compact"
@@ -110,10 +118,12 @@ TASK_PRUNE = "compactor.prune"
 TASK_BRANCH_SUMMARY = "compactor.branch_summary"
 # After a client applied a draft: a worker runs the session_compact hooks (arg: the job id).
 TASK_DRAFT_APPLIED = "compactor.draft_applied"
+TASK_SUMMARIZE = "compactor.summarize"
 TASK_NAMES: Mapping[JobKind, str] = {
     JobKind.COMPACT: TASK_COMPACT,
     JobKind.PRUNE: TASK_PRUNE,
     JobKind.BRANCH_SUMMARY: TASK_BRANCH_SUMMARY,
+    JobKind.SUMMARIZE: TASK_SUMMARIZE,
 }
 
 QUEUE_URGENT = "compactor.urgent"     # overflow recovery: the agent is stuck until it is done
@@ -137,6 +147,13 @@ BROKER_TRANSPORT_OPTIONS: Mapping[str, Any] = {
     "sep": ":",
     "queue_order_strategy": "priority",
 }
+
+
+def redis_transport_options(key_prefix: str) -> dict[str, Any]:
+    """:data:`BROKER_TRANSPORT_OPTIONS` and kombu's ``global_keyprefix``: every key and channel
+    of the broker (queue lists, unacked index, bindings, events) under ``<key_prefix>:broker:``
+    (:attr:`~api_client.contract.keys.KeyLayout.broker`), so one ACL pattern covers them."""
+    return {**BROKER_TRANSPORT_OPTIONS, "global_keyprefix": KeyLayout(key_prefix).broker}
 
 # RabbitMQ (``amqp://``): priority queues (``x-max-priority``) serve the *higher* number first,
 # so the Redis-style priority above is sent as ``AMQP_MAX_PRIORITY - priority``. Client and
@@ -176,6 +193,8 @@ DRAFT_APPLIED_ROUTE = Route(TASK_DRAFT_APPLIED, QUEUE_COMPACT, PRIORITY_MANUAL)
 _ROUTES = {
     JobKind.PRUNE: Route(TASK_PRUNE, QUEUE_PRUNE, PRIORITY_PRUNE),
     JobKind.BRANCH_SUMMARY: Route(TASK_BRANCH_SUMMARY, QUEUE_BRANCH, PRIORITY_BRANCH),
+    # Its caller waits for the answer, as an agent waits for a threshold compaction.
+    JobKind.SUMMARIZE: Route(TASK_SUMMARIZE, QUEUE_COMPACT, PRIORITY_THRESHOLD),
 }
 
 
@@ -203,7 +222,8 @@ def terminal_event_type(kind: JobKind, state: JobState) -> EventType:
     if kind is JobKind.COMPACT:
         return EventType.COMPACTION_END
     if state is JobState.SUCCEEDED:
-        return EventType.PRUNE_END if kind is JobKind.PRUNE else EventType.SESSION_TREE
+        return {JobKind.PRUNE: EventType.PRUNE_END,
+                JobKind.SUMMARIZE: EventType.SUMMARIZE_END}.get(kind, EventType.SESSION_TREE)
     return EventType.CANCELLED if state is JobState.CANCELLED else EventType.FAILED
 
 
@@ -226,8 +246,8 @@ def job_error_text(kind: JobKind, state: JobState, reason: CompactReason | str |
     compaction. A failed compaction reads as SPEC §12.4 step 8 (:func:`failure_message`).
     """
     if state is JobState.CANCELLED:
-        return ("Branch summary cancelled" if kind is JobKind.BRANCH_SUMMARY
-                else "Compaction cancelled")
+        return {JobKind.BRANCH_SUMMARY: "Branch summary cancelled",
+                JobKind.SUMMARIZE: "Summary cancelled"}.get(kind, "Compaction cancelled")
     if kind is JobKind.COMPACT:
         return failure_message(reason or CompactReason.MANUAL, message)
     return message or "job failed"
@@ -264,7 +284,7 @@ class PruneResult(_Wire):
 
 
 # Record fields stored as JSON inside the Redis hash; everything else is a plain string.
-_JSON_FIELDS = frozenset({"entry", "usage", "result"})
+_JSON_FIELDS = frozenset({"entry", "usage", "result", "input", "draftUsage"})
 
 
 class JobRecord(_Wire):
@@ -297,6 +317,11 @@ class JobRecord(_Wire):
     context_window: int | None = None
     # A draft applied by the client: its compact() call → entry in hand, in ms (worker metric).
     stall_ms: float | None = None
+    # Speculation counted apart: a speculative job's own model tokens; on a compaction applied
+    # from a draft or built on a stale one, what its drafts cost (the extensions summed).
+    draft_usage: TokenUsage | None = None
+    # A summarize job's request: systemPrompt, prompt, maxTokens (the task carries ids only).
+    input: dict[str, Any] | None = None
 
     def to_redis(self) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -352,6 +377,7 @@ class JobEvent(_Wire):
     new_leaf_id: str | None = None
     from_extension: bool | None = None
     ineffective: bool | None = None  # compaction_end: the context stayed above the guard share
+    draft_usage: TokenUsage | None = None  # as JobRecord.draft_usage
     timestamp: str = Field(default_factory=now_iso)
     stream_id: str | None = Field(default=None, exclude=True)
 

@@ -30,6 +30,7 @@ from api_client import (
     JobTimeoutError,
     PruneResult,
 )
+from api_client.contract.keys import KeyLayout
 from helpers.jobs import worker_jobs
 from helpers.sessions import user
 
@@ -64,7 +65,8 @@ def work(client: CompactionClient, job_id: str, state: str = "succeeded", **resu
 
 
 def queued_messages(raw: redis.Redis[str], queue: str) -> list[dict[str, Any]]:
-    return [json.loads(m) for m in raw.lrange(queue, 0, -1)]
+    """The messages of kombu's list ``queue`` (under the broker's key prefix)."""
+    return [json.loads(m) for m in raw.lrange(KeyLayout().broker + queue, 0, -1)]
 
 
 def test_compact_sends_the_task_by_name_with_the_job_id_only(client: CompactionClient,

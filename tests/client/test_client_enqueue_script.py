@@ -26,8 +26,11 @@ from api_client.client.task_messages import (
     task_push,
 )
 from api_client.contract.errors import EntryNotFoundError, JobConflictError, SessionNotFoundError
-from api_client.contract.wire import CompactReason, JobKind, route_for
+from api_client.contract.keys import KeyLayout
+from api_client.contract.wire import CompactReason, JobKind, redis_transport_options, route_for
 from helpers.jobs import worker_jobs
+
+BROKER = KeyLayout().broker  # kombu's global_keyprefix: every broker list starts with it
 
 
 class Monitor:
@@ -76,6 +79,7 @@ def test_queue_list_names_as_kombu(queue: str, priority: int, key: str) -> None:
 def test_same_redis(a: str, b: str, same: bool) -> None:
     assert same_redis(a, b) is same
     assert redis_db("redis://h:1/5") == 5 and event_channel(5) == "/5.celeryev/task.sent"
+    assert event_channel(5, "p:broker:") == "p:broker:/5.celeryev/task.sent"
 
 
 def test_message_decodes_as_kombu_and_celery_read_it() -> None:
@@ -110,7 +114,7 @@ def test_one_round_trip_for_a_new_job(client: CompactionClient, raw: redis.Redis
     # script (compact_auto.lua, README "Instant compaction"): one round trip too.
     assert monitor.until_marker() == ["EVALSHA"]
     assert client.transport.broker.name == "inline"
-    (message,) = [json.loads(m) for m in raw.lrange("compactor.compact:3", 0, -1)]
+    (message,) = [json.loads(m) for m in raw.lrange(BROKER + "compactor.compact:3", 0, -1)]
     assert message["headers"]["id"] == handle.id
     monitor.until_marker()  # drop the test's own reads
     assert client.compact("s1", "manual").coalesced
@@ -175,9 +179,9 @@ def test_async_one_round_trip(settings: ClientSettings, raw: redis.Redis[str]) -
 
     job_id, sent, overflow, sent_overflow = asyncio.run(run())
     assert sent == ["EVALSHA"] and sent_overflow == ["EVALSHA"]
-    (message,) = [json.loads(m) for m in raw.lrange("compactor.prune:6", 0, -1)]
+    (message,) = [json.loads(m) for m in raw.lrange(BROKER + "compactor.prune:6", 0, -1)]
     assert message["headers"]["id"] == job_id
-    (urgent,) = [json.loads(m) for m in raw.lrange("compactor.urgent", 0, -1)]
+    (urgent,) = [json.loads(m) for m in raw.lrange(BROKER + "compactor.urgent", 0, -1)]
     assert urgent["headers"]["id"] == overflow
 
 
@@ -220,9 +224,9 @@ def test_separate_broker_redis_gets_one_pipeline(redis_url: str, own_redis: Any,
         assert client.transport.broker.name == "redis"
         client.warm()
         handle = client.compact("s1", "overflow")
-    (message,) = [json.loads(m) for m in broker.lrange("compactor.urgent", 0, -1)]
+    (message,) = [json.loads(m) for m in broker.lrange(BROKER + "compactor.urgent", 0, -1)]
     assert message["headers"]["id"] == handle.id
-    assert raw.llen("compactor.urgent") == 0
+    assert raw.llen(BROKER + "compactor.urgent") == 0
     broker.close()
 
 
@@ -233,6 +237,7 @@ def test_task_sent_event_reaches_a_celery_event_receiver(settings: ClientSetting
     sids = [f"s{i}" for i in range(20)]
     seed_sessions(settings.redis_url, *sids)
     app = Celery("receiver", broker=settings.redis_url, set_as_current=False)
+    app.conf.broker_transport_options = redis_transport_options("compactor")  # Flower's too
     seen: list[dict[str, Any]] = []
 
     def listen() -> None:
@@ -267,7 +272,7 @@ def test_envelope_matches_what_celery_pushes(client: CompactionClient,
     """The same task sent by Celery (the kombu path RabbitMQ keeps) and built by us."""
     route = route_for(JobKind.COMPACT, CompactReason.THRESHOLD)
     client.transport.producer.send("s1:00000000000000aa", route)
-    (celery_made,) = [json.loads(m) for m in raw.lrange("compactor.compact:3", 0, -1)]
+    (celery_made,) = [json.loads(m) for m in raw.lrange(BROKER + "compactor.compact:3", 0, -1)]
     ours = json.loads(task_push(route.task, "s1:00000000000000aa", route.queue,
                                 route.priority).message)
     volatile = {"delivery_tag", "reply_to", "origin"}

@@ -59,8 +59,13 @@ def test_async_import_and_export_are_json_equal(settings: ClientSettings) -> Non
 
 def test_a_self_parent_loaded_from_redis_is_a_cycle(client: CompactionClient) -> None:
     records = [HEADER, *_entries()]
-    records[3] = {**records[3], "parentId": "m2"}  # m2 is its own parent
+    cyclic = {**records[3], "parentId": "m2"}  # m2 is its own parent
+    with pytest.raises(SessionCycleError, match="entry m2 is its own parent"):
+        client.sessions.import_jsonl(_jsonl([*records[:3], cyclic, *records[4:]]))
+    # Import refuses it (nothing stored); one that got into Redis otherwise is a cycle on load.
     sid = client.sessions.import_jsonl(_jsonl(records))
+    line = json.dumps(cyclic, ensure_ascii=False, separators=(",", ":"))
+    client.redis.hset(client.layout.session(sid).entries, "m2", line)
     tree = client.sessions.load(sid).session.tree()
     with pytest.raises(SessionCycleError, match="entry m2 is its own parent"):
         tree.path_to(tree.leaf_id)

@@ -70,14 +70,21 @@ def test_a_flow_asks_for_calls_and_reads_their_replies() -> None:
     assert isinstance(done, Done) and done.value.state is JobState.RUNNING
 
 
-def test_a_load_is_one_transaction_of_five_reads() -> None:
+def test_a_load_is_a_transaction_of_four_reads_then_bounded_pages() -> None:
     store = SessionStore(redis.Redis(decode_responses=True))
     flow = store._load("s1")
     call = next(flow)
     assert isinstance(call, Pipeline) and call.transaction
-    assert [c.name for c in call.commands] == ["get", "get", "get", "lrange", "hgetall"]
+    assert [c.name for c in call.commands] == ["get", "get", "get", "llen"]
+    pages = flow.send(['{"type":"session"}', "3", "b", 2])  # the order, in pages of ids
+    assert isinstance(pages, Pipeline) and not pages.transaction
+    assert [(c.name, c.args[1:]) for c in pages.commands] == [("lrange", (0, 9_999))]
+    lines = flow.send([["a", "b"]])
+    assert (lines.name, lines.args[1]) == ("hmget", ["a", "b"])  # type: ignore[union-attr]
+    missing = store._load("s1")
+    next(missing)
     with pytest.raises(SessionNotFoundError):  # no header: no session
-        flow.send([None, None, None, [], {}])
+        missing.send([None, None, None, 0])
 
 
 def test_an_error_thrown_into_a_flow_is_handled_where_the_flow_says() -> None:

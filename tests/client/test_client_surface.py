@@ -33,6 +33,9 @@ PUBLIC = {
     "SessionExistsError", "SessionFormatError", "SessionNotFoundError", "StaleSnapshotError",
     "InvalidEntryError", "InvalidTextError", "MessageSchemaError", "NestingTooDeepError",
     "NonFiniteNumberError", "UnsafeEntryIdError", "UnserializableValueError",
+    # bounds and a full Redis (issue 33)
+    "LimitExceededError", "EntryTooLargeError", "AppendTooLargeError", "InstructionsTooLongError",
+    "SessionTooLargeError", "AppendUnconfirmedError", "StorageFullError",
 }
 
 

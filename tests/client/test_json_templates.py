@@ -9,23 +9,18 @@ import pytest
 from api_client import ClientSettings
 from api_client.client.draft_apply import _call, _record, apply_draft
 from api_client.client.json_templates import SLOTS, escaped, quoted, template
-from api_client.contract.errors import InvalidRequestError
+from api_client.contract.errors import InvalidIdError, InvalidRequestError
 from api_client.contract.keys import KeyLayout
 from api_client.contract.wire import CompactReason, EventType, JobEvent, JobState
 
 SETTINGS = ClientSettings(redis_url="redis://127.0.0.1:6379/0", key_prefix="tpl")
 LAYOUT = KeyLayout("tpl")
 
-SESSION_IDS = [
-    "s1",
-    'quote"inside',
-    "back\\slash",
-    "ünïcödé-会话",
-    "emoji-😀",
-    "looks-like-a-slot-\\u0000sid\\u0000",
-    "ends-with-backslash\\",
-    "a:b:c/d?e=f",
-]
+# Every character a session id may hold (keys.check_session_id); quotes, backslashes and
+# non-ASCII text, which the templates would escape, are refused before they are filled in.
+SESSION_IDS = ["s1", "a:b:c.d-e_f", "0" + "Zz9._:-" * 36]
+REFUSED_IDS = ['quote"inside', "back\\slash", "ünïcödé-会话", "emoji-😀",
+               "looks-like-a-slot-\\u0000sid\\u0000", "ends-with-backslash\\", "a:b:c/d?e=f"]
 
 
 @pytest.mark.parametrize("text, raw, expected", [
@@ -61,10 +56,18 @@ def test_draft_call_matches_the_wire_models(session_id: str, reason: CompactReas
     assert script.args[1] == job_id and job_id.startswith(session_id + ":")
     assert script.args[8] == compacted.to_json()
     assert script.args[9] == done.to_json()
-    assert len(script.args) == 15
+    assert len(script.args) == 16 and script.args[15] == "0"  # apply: no growth still to come
+    # the line the draft must fit under: the request's window - reserve, else the draft's
+    assert script.args[3] == ("" if window is None else str(window - SETTINGS.reserve_tokens))
     fields = json.loads(script.args[14])
     assert dict(zip(fields[::2], fields[1::2], strict=True)) == record.to_redis()
     assert len(fields) == 2 * len(record.to_redis())
+
+
+@pytest.mark.parametrize("session_id", REFUSED_IDS)
+def test_a_session_id_the_templates_would_escape_is_refused(session_id: str) -> None:
+    with pytest.raises(InvalidIdError):
+        _call(LAYOUT, SETTINGS, session_id, CompactReason.THRESHOLD, "apply", None)
 
 
 def test_two_calls_differ_in_job_id_and_events() -> None:

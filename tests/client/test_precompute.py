@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from api_client import ClientSettings, should_compact, should_precompute
-from api_client.client.thresholds import precompute_band
+from api_client.client.thresholds import precompute_band, precompute_horizon, precompute_lead
 
 S = ClientSettings(redis_url="redis://127.0.0.1:1/0")
 
@@ -39,3 +39,19 @@ def test_should_precompute(tokens: int, window: int, settings: ClientSettings | 
     assert should_precompute(tokens, window, settings) is expected
     if expected:
         assert not should_compact(tokens, window, settings)
+
+
+# precompute_lead: a 200k window's threshold (183 616): band 22 952, horizon 91 808.
+@pytest.mark.parametrize(("rate", "draft_s", "settings", "lead"), [
+    (0.0, None, S, 22_952),          # no pace measured yet: the band
+    (4_000.0, 2.0, S, 22_952),       # 4k/s × 2 s × 1.5 = 12k: the band is the floor
+    (4_000.0, 5.0, S, 30_000),       # 4k/s × 5 s × 1.5: earlier than the band
+    (50_000.0, 5.0, S, 91_808),      # never more than half the threshold below it
+    (4_000.0, None, S, 22_952),      # no draft measured, precompute_draft_s 0: the band
+    (4_000.0, None, S.model_copy(update={"precompute_draft_s": 10.0}), 60_000),
+    (-5.0, 9.0, S, 22_952),          # a shrinking context projects nothing
+])
+def test_precompute_lead(rate: float, draft_s: float | None, settings: ClientSettings,
+                         lead: int) -> None:
+    assert precompute_lead(183_616, rate, draft_s, settings) == lead
+    assert precompute_horizon(183_616, settings) == 91_808

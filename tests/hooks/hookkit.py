@@ -49,11 +49,11 @@ def make_preparation(path: list[Entry]) -> Preparation:
     )
 
 
-def runner_with(*plugins: Any, timeout_s: float = 5.0) -> HookRunner:
+def runner_with(*plugins: Any, timeout_s: float = 5.0, max_calls: int = 16) -> HookRunner:
     manager = new_plugin_manager()
     for number, plugin in enumerate(plugins):
         register_plugin(manager, plugin, getattr(plugin, "name", f"p{number}"))
-    return HookRunner(manager, timeout_s=timeout_s)
+    return HookRunner(manager, timeout_s=timeout_s, max_calls=max_calls)
 
 
 class Token:

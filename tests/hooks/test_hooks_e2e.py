@@ -72,8 +72,9 @@ def stack(redis_proc: Any, model_server: FakeLLMServer, webhook: Webhook,
     from worker.settings import WorkerSettings
 
     url = redis_proc.url
-    hooks = HookSettings(entry_points=True, timeout_s=0.5, webhook_url=webhook.url,
-                         webhook_secret=SecretStr(SECRET), webhook_timeout_s=0.4)
+    # The webhook's deadline is wall-clock for the whole request: room for a busy machine.
+    hooks = HookSettings(entry_points=["example"], timeout_s=1.0, webhook_url=webhook.url,
+                         webhook_secret=SecretStr(SECRET), webhook_timeout_s=0.9)
     settings = WorkerSettings(
         redis_url=url, broker_url=None, result_backend=None, pool="threads", concurrency=2,
         tokenizer="estimate", keep_recent_tokens=60, hooks=hooks,

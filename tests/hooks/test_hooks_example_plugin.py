@@ -15,7 +15,7 @@ from worker.hooks import HookRunner, HookSettings, load_hook_runner
 
 @pytest.fixture
 def runner(example_plugin: Any) -> HookRunner:
-    return load_hook_runner(HookSettings(entry_points=True, timeout_s=0.5))
+    return load_hook_runner(HookSettings(entry_points=["example"], timeout_s=0.5))
 
 
 def test_unconfigured_plugin_answers_nothing(runner: HookRunner, example_plugin: Any,

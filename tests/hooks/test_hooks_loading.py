@@ -17,7 +17,7 @@ from worker.hooks.loading import ENTRY_POINT_GROUP, hook_settings
 def test_entry_point_of_installed_plugin_is_loaded(caplog: pytest.LogCaptureFixture,
                                                    example_plugin: Any) -> None:
     caplog.set_level(logging.INFO, logger="worker.hooks")
-    runner = load_hook_runner(HookSettings(entry_points=True))
+    runner = load_hook_runner(HookSettings(entry_points=["example"]))
     for event in EVENTS:
         assert "example" in [impl.plugin_name for impl in runner.implementations(event)]
     assert "hook plugins loaded: example" in caplog.text
@@ -144,7 +144,7 @@ def test_broken_entry_point_refuses_to_load(monkeypatch: pytest.MonkeyPatch) -> 
 
     monkeypatch.setattr("worker.hooks.loading.metadata.entry_points", entry_points)
     with pytest.raises(HookLoadError, match="hook entry point broken = hk_not_installed:plugin"):
-        load_hook_runner(HookSettings())
+        load_hook_runner(HookSettings(entry_points=["broken"]))
 
 
 def test_same_plugin_twice_is_loaded_once(plugin_dir: Path) -> None:

@@ -102,12 +102,13 @@ class WorkerProcess:
     """``python -m worker worker`` in a subprocess; its log goes to ``<folder>/<name>.log``."""
 
     def __init__(self, env: dict[str, str], name: str, folder: Path, *,
-                 prefix: Sequence[str] = (), loglevel: str = "INFO") -> None:
+                 prefix: Sequence[str] = (), loglevel: str = "INFO",
+                 options: Sequence[str] = ("--without-mingle", "--without-gossip")) -> None:
         self.name = name
         self.log_path = folder / f"{name}.log"
         self._log = self.log_path.open("ab")
         args = [*prefix, sys.executable, "-m", "worker", "worker", "--loglevel", loglevel,
-                "--hostname", f"{name}@%h", "--without-mingle", "--without-gossip"]
+                "--hostname", f"{name}@%h", *options]
         self.proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=self._log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
 

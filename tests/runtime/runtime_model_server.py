@@ -1,8 +1,8 @@
 """A loopback OpenAI-compatible chat server for the runtime tests, with a stall switch.
 
 ``stall`` holds requests until ``release()`` (or the client hangs up); ``stall_next(n)`` holds
-only the next ``n``. Answers are fixed summaries; ``requests`` counts calls, ``in_flight`` is set
-while a held request waits.
+only the next ``n``. Answers are fixed summaries; ``requests`` counts calls, ``prompts`` keeps
+each call's prompt (its last message), ``in_flight`` is set while a held request waits.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 class ModelServer:
     def __init__(self) -> None:
         self.requests = 0
+        self.prompts: list[str] = []
         self.held = 0
         self._to_hold = 0
         self.in_flight = threading.Event()
@@ -66,8 +67,10 @@ class ModelServer:
         self._release.set()
 
     def _serve(self, handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+        prompt = str(body["messages"][-1]["content"])
         with self._lock:
             self.requests += 1
+            self.prompts.append(prompt)
             hold = self._to_hold > 0
             if hold:
                 self._to_hold -= 1
@@ -75,7 +78,6 @@ class ModelServer:
         if hold:
             self.in_flight.set()
             self._release.wait(120)
-        prompt = str(body["messages"][-1]["content"])
         reply = {
             "choices": [{"index": 0, "finish_reason": "stop",
                          "message": {"role": "assistant",

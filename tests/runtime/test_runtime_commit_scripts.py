@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from api_client import CompactionClient, JobState
-from worker.store import CommitStatus, CommitStore, line_digest
+from worker.store import CommitStatus, CommitStore
 from worker.store.job_lifecycle import JobStore
 
 Mutation = Callable[[CompactionClient, str, list[str]], None]
@@ -129,28 +129,91 @@ def test_walk_limit_makes_a_long_walk_stale(client: CompactionClient,
     assert short.append_entry(job, ids[3], entry, {}).status is CommitStatus.STALE
 
 
-@pytest.mark.parametrize("tamper", [None, 0, 1])
+def _lines(client: CompactionClient, sid: str, ids: list[str]) -> list[str]:
+    return [str(line) for line in client.redis.hmget(client.layout.session(sid).entries, ids)]
+
+
+def _rewrites_counter(client: CompactionClient, sid: str) -> int:
+    return int(client.redis.get(client.layout.session(sid).rewrites) or 0)
+
+
+@pytest.mark.parametrize("tamper", [None, "another prune", "an import"])
 def test_rewrite_is_all_or_nothing(client: CompactionClient,
                                    setup: tuple[str, list[str], str, CommitStore],
-                                   tamper: int | None) -> None:
+                                   tamper: str | None) -> None:
     sid, ids, job, commits = setup
     targets = ids[:2]
-    lines = commits.lines(sid, targets)
-    rewrites = [(i, line_digest(str(line)), str(line).replace('"text":"m', '"text":"pruned m'))
-                for i, line in zip(targets, lines, strict=True)]
-    if tamper is not None:  # the agent changed that entry after the plan
-        key = client.layout.session(sid).entries
-        client.redis.hset(key, targets[tamper],
-                          str(lines[tamper]).replace('"text":"m', '"text":"edited m'))
+    seen = _rewrites_counter(client, sid)  # what the plan read the lines at
+    rewrites = [(i, line.replace('"text":"m', '"text":"pruned m'))
+                for i, line in zip(targets, _lines(client, sid, targets), strict=True)]
+    if tamper == "another prune":  # another job rewrote a line after the plan read it
+        other = client.jobs.enqueue(sid, "prune").job_id
+        assert JobStore(client.redis, client.settings, client.layout).mark_running(other) == 1
+        edited = [(ids[1], _lines(client, sid, ids[1:2])[0].replace("m1", "other"))]
+        assert commits.rewrite(other, edited, {}, rewrites_seen=seen).applied
+    elif tamper == "an import":  # the session replaced by the same ids and lines
+        client.sessions.import_jsonl(client.sessions.export_jsonl(sid), session_id=sid,
+                                     replace=True)
     before = client.sessions.export_jsonl(sid)
-    outcome = commits.rewrite(job, rewrites, {"prunedEntryIds": targets, "tokensSaved": 1})
+    outcome = commits.rewrite(job, rewrites, {"prunedEntryIds": targets, "tokensSaved": 1},
+                              rewrites_seen=seen, pruned_through=targets[-1])
     after = client.sessions.export_jsonl(sid)
+    k = client.layout.session(sid)
     if tamper is None:
         assert outcome.status is CommitStatus.COMMITTED
         assert after.count('"pruned m') == 2 and commits.effect(job) == ""
+        assert client.redis.get(k.pruned) == targets[-1]
+        assert _rewrites_counter(client, sid) == seen + 1
     else:
         assert outcome.status is CommitStatus.STALE and after == before
-        assert commits.effect(job) is None
+        assert commits.effect(job) is None and client.redis.get(k.pruned) is None
+
+
+def test_a_large_rewrite_goes_in_steps_that_apply_as_one(
+        client: CompactionClient, setup: tuple[str, list[str], str, CommitStore],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many lines go in bounded steps; meanwhile the rewriting marker turns other rewrites
+    away (busy: nothing written), and a step that finds the marker gone stops (stale)."""
+    from worker.store import _commits
+
+    sid, ids, job, commits = setup
+    monkeypatch.setattr(_commits, "REWRITE_STEP_LINES", 1)
+    k = client.layout.session(sid)
+    seen = _rewrites_counter(client, sid)
+    rewrites = [(i, line.replace('"text":"m', '"text":"pruned m'))
+                for i, line in zip(ids, _lines(client, sid, ids), strict=True)]
+    other = client.jobs.enqueue(sid, "prune").job_id
+    assert JobStore(client.redis, client.settings, client.layout).mark_running(other) == 1
+    calls: list[str] = []
+    run = commits._call_script
+
+    def step(script: object, keys: list[str], args: list[str]) -> object:
+        calls.append(args[3])
+        if args[3] == "more" and calls.count("more") == 1:  # half-way: another job tries
+            busy = commits.rewrite(other, rewrites[:1], {}, rewrites_seen=seen + 1)
+            assert busy.status is CommitStatus.BUSY
+            assert client.redis.get(k.rewriting) == job
+        return run(script, keys, args)
+
+    monkeypatch.setattr(commits, "_call_script", step)
+    outcome = commits.rewrite(job, rewrites, {"prunedEntryIds": ids, "tokensSaved": 1},
+                              rewrites_seen=seen, pruned_through=ids[-1])
+    assert outcome.status is CommitStatus.COMMITTED
+    assert [c for c in calls if c != "all"] == ["begin", "more", "more", "end"]
+    assert client.sessions.export_jsonl(sid).count('"pruned m') == 4
+    assert client.redis.get(k.rewriting) is None and client.redis.get(k.pruned) == ids[-1]
+    assert commits.effect(job) == "" and commits.effect(other) is None
+
+    # A step that finds the marker gone (its TTL lapsed, the session replaced) stops there.
+    def lapsed(script: object, keys: list[str], args: list[str]) -> object:
+        if args[3] == "more":
+            client.redis.delete(k.rewriting)
+        return run(script, keys, args)
+
+    monkeypatch.setattr(commits, "_call_script", lapsed)
+    assert commits.rewrite(other, rewrites, {}, rewrites_seen=seen + 1).status is (
+        CommitStatus.STALE)
+    assert commits.effect(other) is None
 
 
 def test_branch_commit_requires_the_snapshot_leaf(

@@ -20,9 +20,8 @@ from runtime.runtime_support import (
     session_events,
 )
 
-from api_client import ClientSettings, CompactionClient, JobCancelledError
-from api_client.client.draft_apply import apply_draft, check_draft, read_draft
-from worker.app import CompactorCelery
+from api_client import CompactionClient, JobCancelledError
+from api_client.client.draft_apply import apply_draft, read_draft
 from worker.compaction import build_session_context
 from worker.hooks import HookSettings
 from worker.settings import WorkerSettings
@@ -153,20 +152,6 @@ def test_draft_invalidated_by_another_compaction(client: CompactionClient,
     handle = client.compact(sid, reason="threshold")
     assert not handle.from_draft and discard_causes(client, sid) == ["compacted"]
     handle.wait(30)
-
-
-def test_draft_invalidated_by_growth_past_the_bound(module_redis: str, app: CompactorCelery,
-                                                    demo_text: str) -> None:
-    with CompactionClient(ClientSettings(redis_url=module_redis,
-                                         keep_recent_tokens=150)) as client:
-        sid = new_session(client, demo_text)
-        speculate(client, sid)
-        client.sessions.append(sid, msg("x" * 100))  # ~60 tokens (line length / 4): within
-        assert client.observe(sid, context_tokens=1, context_window=0).action == "none"
-        check = check_draft(client.layout, client.settings, sid)
-        assert client.transport.run(check).status == "valid"
-        client.sessions.append(sid, msg("y" * 400))  # past 150 tokens in all
-        _normal_job_after_discard(client, sid, "grown")
 
 
 def test_draft_expires_with_its_ttl(client: CompactionClient, demo_text: str) -> None:

@@ -158,7 +158,7 @@ def test_a_job_whose_only_model_answers_401_is_failure_with_the_jobs_error(
     # Acked on failure: nothing is left unacked for a redelivery, and it ran once.
     state, raised = DELIVERIES.wait(handle.id)
     assert state == "FAILURE" and isinstance(raised, JobFailedError)
-    assert client.redis.hlen("unacked") == 0
+    assert client.redis.hlen(client.layout.broker + "unacked") == 0
     time.sleep(1.5)  # a redelivery (or a retry) would have started by now
     assert client.jobs.get(handle.id).attempts == 1
     assert flower.task(handle.id)["state"] == "FAILURE"  # type: ignore[index]
@@ -171,7 +171,8 @@ def test_a_job_cancelled_mid_call_is_revoked(
     calls = len(model_server.seen)
     handle = client.compact(new_session(client, demo_text), reason="manual")
     eventually(lambda: len(model_server.seen) > calls, 30, "the model call")
-    assert client.redis.hlen("unacked") == 1  # the running job's message, until it ends
+    unacked = client.layout.broker + "unacked"  # kombu's, under the broker's key prefix
+    assert client.redis.hlen(unacked) == 1  # the running job's message, until it ends
     handle.cancel()
     with pytest.raises(JobCancelledError):
         handle.wait(30)
@@ -180,7 +181,7 @@ def test_a_job_cancelled_mid_call_is_revoked(
     assert task["runtime"] is not None and task["runtime"] > 0
     assert "'cause': 'cancelled'" not in str(task["result"])  # a revoked task has no result
     # The REVOKED event and the ack of the message are separate steps: the ack follows.
-    eventually(lambda: client.redis.hlen("unacked") == 0, 10, "the cancelled job's ack")
+    eventually(lambda: client.redis.hlen(unacked) == 0, 10, "the cancelled job's ack")
 
 
 def test_a_job_waiting_for_another_workers_lease_is_retry_then_success(

@@ -7,6 +7,8 @@ looping session are refused by the worker, the guard resets as the window slides
 from __future__ import annotations
 
 import asyncio
+import json
+import math
 import time
 from collections.abc import Iterator
 
@@ -70,6 +72,12 @@ def speculate(client: CompactionClient, sid: str) -> None:
     assert client.redis.exists(client.layout.session(sid).draft)
 
 
+def queued(client: CompactionClient) -> int:
+    """Messages in the compaction queues' lists (under the broker's key prefix)."""
+    return sum(client.redis.llen(client.layout.broker + name)
+               for name in ("compactor.compact", "compactor.compact:3", "compactor.urgent"))
+
+
 def test_the_client_refuses_at_the_limit_and_the_window_resets_it(
         client: CompactionClient, model: ModelServer, demo_text: str) -> None:
     sid = new_session(client, demo_text)
@@ -77,7 +85,7 @@ def test_the_client_refuses_at_the_limit_and_the_window_resets_it(
     assert sorted(counted(client, sid)) == sorted(jobs)
     grow(client, sid, "one too many")
     text, calls = client.sessions.export_jsonl(sid), model.requests
-    queue = client.redis.llen("compactor.compact") + client.redis.llen("compactor.urgent")
+    queue = queued(client)
     for reason, prefix in (("threshold", "Auto-compaction failed"),
                            ("overflow", "Context overflow recovery failed")):
         handle = client.compact(sid, reason=reason)
@@ -97,7 +105,7 @@ def test_the_client_refuses_at_the_limit_and_the_window_resets_it(
                 if f["job"] == handle.id]
         assert [f["type"] for f in glob] == ["compaction_end"]
     assert model.requests == calls and client.sessions.export_jsonl(sid) == text
-    assert client.redis.llen("compactor.compact") + client.redis.llen("compactor.urgent") == queue
+    assert queued(client) == queue
     # Manual compactions are neither refused nor counted: the user's way out.
     compacted(client, sid, "by hand", reason="manual")
     assert len(counted(client, sid)) == LIMIT
@@ -165,12 +173,16 @@ def test_the_request_window_judges_a_worker_compaction(client: CompactionClient,
     assert events["compaction_end"].ineffective is flag
 
 
-@pytest.mark.parametrize(("window", "flag"), [(TINY_WINDOW, True), (HUGE_WINDOW, False),
+@pytest.mark.parametrize(("window", "flag"), [("tight", True), (HUGE_WINDOW, False),
                                               (None, False)])
 def test_an_applied_draft_is_judged_too(client: CompactionClient, demo_text: str,
-                                        window: int | None, flag: bool) -> None:
+                                        window: int | str | None, flag: bool) -> None:
     sid = new_session(client, demo_text)
     speculate(client, sid)
+    if window == "tight":  # it fits (is applied), yet leaves more than 0.8 × the threshold
+        after = json.loads(client.redis.get(client.layout.session(sid).draft) or "")["tokensAfter"]
+        window = 16_384 + math.ceil(after / 0.9)
+    assert not isinstance(window, str)
     handle = client.compact(sid, reason="threshold", context_window=window)
     assert handle.from_draft
     record = handle.record()

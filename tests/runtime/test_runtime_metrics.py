@@ -176,6 +176,22 @@ def test_threads_worker_metrics_follow_real_jobs(own_redis: Any, model: ModelSer
     assert record.result["costUsd"] > 0
 
 
+def test_a_model_in_cooldown_shows_on_the_gauge(own_redis: Any, model: ModelServer,
+                                                demo_text: str, tmp_path: Path) -> None:
+    # The dead candidate fails once per job: one failure cools it down for every worker.
+    env = {"COMPACTOR_MODELS": candidates(model), "COMPACTOR_LLM_ATTEMPTS_PER_CANDIDATE": "1",
+           "COMPACTOR_LLM_BACKOFF_BASE_MS": "0", "COMPACTOR_LLM_FAILURE_THRESHOLD": "1",
+           "COMPACTOR_LLM_COOLDOWN_S": "120"}
+    with CompactionClient(own_redis.url) as client, \
+            metrics_worker(own_redis.url, tmp_path, **env) as port:
+        before = scrape(port)
+        assert value(before, "compactor_model_cooldown_seconds", candidate="openai/dead") == 0
+        client.compact(new_session(client, demo_text), reason="manual").wait(60)
+        after = scrape(port)
+    assert 100 < value(after, "compactor_model_cooldown_seconds", candidate="openai/dead") <= 120
+    assert value(after, "compactor_model_cooldown_seconds", candidate="openai/loop") == 0
+
+
 def _ended(handle: Any) -> None:
     wait_for(lambda: handle.record().state is JobState.CANCELLED, 30, lambda: str(handle.record()))
 

@@ -21,7 +21,7 @@ from api_client import ClientSettings, CompactionClient, PruneResult
 from worker.app import CompactorCelery
 from worker.compaction import get_tokenizer, plan_prune
 from worker.settings import WorkerSettings
-from worker.store import CommitStatus, CommitStore, line_digest
+from worker.store import CommitStatus, CommitStore
 from worker.store.job_lifecycle import JobStore
 
 
@@ -75,14 +75,14 @@ def test_prune_planned_before_the_agent_rewound_is_replanned(
     assert planned and plan_prune(path[:rewind], tokenizer).pruned_entry_ids == ()
 
     commits = app.runtime().commits
-    read_lines = commits.lines
+    rewrite = commits.rewrite
 
-    def agent_rewinds_then_read(session_id: str, entry_ids: Any) -> list[str | None]:
-        if session_id == sid and client.sessions.load(sid).leaf_id == snap.leaf_id:
+    def agent_rewinds_then_commit(job_id: str, *args: Any, **kwargs: Any) -> Any:
+        if job_id.startswith(sid) and client.sessions.load(sid).leaf_id == snap.leaf_id:
             client.sessions.navigate(sid, path[rewind].parent_id)  # SPEC §11.4: back to a user turn
-        return read_lines(session_id, entry_ids)
+        return rewrite(job_id, *args, **kwargs)
 
-    monkeypatch.setattr(commits, "lines", agent_rewinds_then_read)
+    monkeypatch.setattr(commits, "rewrite", agent_rewinds_then_commit)
     handle = client.prune(sid)
     result = handle.wait(30)
     assert isinstance(result, PruneResult) and result.pruned_entry_ids == []
@@ -110,8 +110,10 @@ def test_prune_commit_needs_the_snapshot_leaf_on_the_path(redis_url: str, agent:
         job = c.jobs.enqueue(sid, "prune").job_id
         assert JobStore(c.redis, c.settings, c.layout).mark_running(job) == 1
         commits = CommitStore(c.redis, c.layout)
-        lines = commits.lines(sid, ids[:1])
-        rewrites = [(ids[0], line_digest(str(lines[0])), str(lines[0]).replace("m0", "pruned"))]
+        k = c.layout.session(sid)
+        line = str(c.redis.hget(k.entries, ids[0]))
+        rewrites = [(ids[0], line.replace("m0", "pruned"))]
+        seen = int(c.redis.get(k.rewrites) or 0)
         if agent == "appends":
             c.sessions.append(sid, _msg("later"))
         elif agent == "compacts":
@@ -126,7 +128,7 @@ def test_prune_commit_needs_the_snapshot_leaf_on_the_path(redis_url: str, agent:
             c.sessions.navigate(sid, None)
         before = c.sessions.export_jsonl(sid)
         outcome = commits.rewrite(job, rewrites, {"prunedEntryIds": ids[:1], "tokensSaved": 1},
-                                  snapshot_leaf=ids[3])
+                                  rewrites_seen=seen, snapshot_leaf=ids[3])
         assert outcome.status is expected
         after = c.sessions.export_jsonl(sid)
         assert (after != before) is (expected is CommitStatus.COMMITTED)

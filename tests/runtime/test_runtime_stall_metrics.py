@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+from runtime.runtime_model_server import ModelServer
 from runtime.runtime_support import new_session
 from runtime.test_runtime_metrics import metrics_worker, scrape, total, value, wait_for
 
 from api_client import CompactionClient
 
 STALL = "compactor_compaction_stall_seconds"
+DRAFT_TOKENS = "compactor_draft_tokens_total"
 
 
 def test_stall_of_a_job_and_of_a_draft(own_redis: Any, demo_text: str, tmp_path: Path) -> None:
@@ -54,3 +57,26 @@ def test_a_cold_plan_counts_what_it_tokenized(own_redis: Any, tmp_path: Path) ->
     tokenized = value(after, "compactor_cold_token_counts_total", source="tokenized")
     assert tokenized == stored > 50
     assert value(after, "compactor_cold_token_counts_total", source="loaded") == 0
+
+
+def test_draft_tokens_are_counted_apart(own_redis: Any, model: ModelServer, demo_text: str,
+                                        tmp_path: Path) -> None:
+    models = json.dumps([{"provider": "openai", "model": "loop", "base_url": model.base_url,
+                          "api_key": "k", "context_window": 200_000}])
+    with CompactionClient(own_redis.url) as client, \
+            metrics_worker(own_redis.url, tmp_path, COMPACTOR_MODELS=models) as port:
+        sid = new_session(client, demo_text)
+        speculative = client.compact(sid, reason="speculative")
+        assert speculative.wait(60) is None
+        spent = speculative.record().draft_usage
+        assert spent is not None and spent.input > 0
+        applied = client.compact(sid, reason="threshold")
+        assert applied.from_draft and applied.record().draft_usage == spent
+        wait_for(lambda: value(scrape(port), DRAFT_TOKENS, outcome="used",
+                               direction="input") == spent.input, 20)
+        after = scrape(port)
+    for direction, tokens in (("input", spent.input), ("output", spent.output)):
+        assert value(after, DRAFT_TOKENS, outcome="computed", direction=direction) == tokens
+        assert value(after, DRAFT_TOKENS, outcome="used", direction=direction) == tokens
+    # The model's own counter has them too: what speculation costs is a part of it.
+    assert total(after, "compactor_model_tokens_total", direction="input") == spent.input

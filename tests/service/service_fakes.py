@@ -23,6 +23,7 @@ from worker.service.ports import Runtime
 from worker.settings import WorkerSettings
 from worker.store import CommitOutcome, CommitStatus
 from worker.store.leases import LeaseOutcome
+from worker.store.paths import PathSnapshot, Reach
 from worker.summary_requests import CancelToken, SummaryRequest, SummaryResult, Usage
 from worker.tokens import get_tokenizer
 
@@ -46,6 +47,8 @@ class FakeSessions:
         self.fail_with: BaseException | None = None
         self.parsed_chars = 0  # what a snapshot reports as new to the process (priming)...
         self.stored_chars = 0  # ... of how much stored JSON
+        self.rewrites = 0  # the rewrites counter and prune watermark a path read reports
+        self.pruned_through: str | None = None
 
     def load(self, session_id: str) -> Snapshot:
         assert session_id == SESSION_ID
@@ -54,6 +57,16 @@ class FakeSessions:
             raise self.fail_with
         return Snapshot(self.session, self.revision, self.leaf, self.parsed_chars,
                         self.stored_chars)
+
+    def load_path(self, session_id: str, reach: Reach) -> PathSnapshot:
+        """The shortest end of the leaf's path that ``reach`` accepts (the whole path else)."""
+        snap = self.load(session_id)
+        path = snap.session.tree().path_to(snap.leaf_id)
+        start = max(0, len(path) - 1)
+        while start > 0 and not reach(path[start:], self.pruned_through):
+            start -= 1
+        return PathSnapshot(path[start:], start == 0, snap.revision, snap.leaf_id, self.rewrites,
+                            self.pruned_through, snap.parsed_chars, snap.stored_chars)
 
     def add(self, raw: JsonObject) -> None:
         self.session = Session(self.session.header, [*self.session.entries, parse_entry(raw)])
@@ -78,12 +91,6 @@ class FakeCommits:
     def entry(self, session_id: str, entry_id: str) -> JsonObject | None:
         found = self.sessions.session.tree().by_id.get(entry_id)
         return dict(found.raw) if found is not None else None
-
-    def lines(self, session_id: str, entry_ids: Sequence[str]) -> list[str | None]:
-        from api_client.contract.session import dump_record
-
-        by_id = self.sessions.session.tree().by_id
-        return [dump_record(by_id[i].raw) if i in by_id else None for i in entry_ids]
 
     def _outcome(self, job_id: str, entry: Mapping[str, Any] | None) -> CommitOutcome:
         status = self.script.pop(0) if self.script else CommitStatus.COMMITTED
@@ -112,9 +119,10 @@ class FakeCommits:
         self.sessions.leaf = destination  # the entry (if any) is written under the destination
         return self._outcome(job_id, entry)
 
-    def rewrite(self, job_id: str, rewrites: Sequence[tuple[str, str, str]],
-                result: Mapping[str, Any] | None, *,
-                snapshot_leaf: str | None = None) -> CommitOutcome:
+    def rewrite(self, job_id: str, rewrites: Sequence[tuple[str, str]],
+                result: Mapping[str, Any] | None, *, rewrites_seen: int,
+                snapshot_leaf: str | None = None,
+                pruned_through: str | None = None) -> CommitOutcome:
         self.calls.append("rewrite")
         return CommitOutcome(self.script.pop(0) if self.script else CommitStatus.COMMITTED)
 
@@ -188,6 +196,9 @@ class FakeHooks:
     before_compact_result: BeforeCompactResult | None = None
     before_tree_result: BeforeTreeResult | None = None
     notified: list[str] = field(default_factory=list)
+
+    def has_hooks(self, event: str) -> bool:
+        return event == "session_before_compact" and self.before_compact_result is not None
 
     def before_compact(self, preparation: Preparation, branch_entries: Sequence[Entry],
                        custom_instructions: str | None, cancel: Any, *,

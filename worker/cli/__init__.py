@@ -4,7 +4,8 @@
   ``inspect context|plan|prune|branch``; ``prompt_commands``: ``inspect prompt`` (all on session
   files, no Redis; shared helpers in ``session_files``);
 - ``celery_commands``: ``worker`` and ``flower`` (their ``--help`` adds Celery's / Flower's own);
-- ``runtime_commands``: ``session import|export``, the job commands, ``demo``.
+- ``runtime_commands``: ``session import|export``, the job commands, ``demo``;
+- ``serve_command``: ``serve``, the HTTP API (``api_client.server``, imported when it runs).
 
 The global ``--redis-url`` (before or after the command) overrides ``COMPACTOR_REDIS_URL`` for
 every command that talks to Redis.
@@ -32,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
         inspect_commands,
         prompt_commands,
         runtime_commands,
+        serve_command,
     )
 
     parser = argparse.ArgumentParser(prog="compactor", description="Distributed context compaction")
@@ -44,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     prompt_commands.register(inspect_commands.register(commands))
     celery_commands.register(commands)
     runtime_commands.register(commands)
+    serve_command.register(commands)
     return parser
 
 

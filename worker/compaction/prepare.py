@@ -18,6 +18,7 @@ from worker.compaction.fileops import (
     strip_file_operation_tags,
     tagged_paths,
 )
+from worker.compaction.prune import PROTECTED_TOOLS
 from worker.compaction.serialize import prompt_parts
 from worker.compaction.toolpairs import safe_first_kept_index
 from worker.tokens import SEGMENT_MIN_CHARS, JobTokenizer, Tokenizer, total_tokens
@@ -107,9 +108,11 @@ def planned_messages(path: Sequence[Entry], *, prune: bool = False) -> list[Mess
 
 
 def older_tool_results(path: Sequence[Entry]) -> list[Message]:
-    """The tool results before the path's last compaction entry (the prune pass counts them)."""
+    """The tool results before the path's last compaction entry that the prune pass may count
+    for their notice: not pruned yet, not of a protected tool."""
     return [e.message for e in path[:last_compaction_index(path) + 1]
-            if isinstance(e, MessageEntry) and e.role == "toolResult"]
+            if isinstance(e, MessageEntry) and e.role == "toolResult"
+            and "prunedAt" not in e.message and e.message.get("toolName") not in PROTECTED_TOOLS]
 
 
 def prime_counts(tokenizer: JobTokenizer, path: Sequence[Entry], *, prune: bool,
@@ -191,15 +194,19 @@ def _carried_facts(previous: Entry | None) -> tuple[tuple[str, str], ...]:
 
 
 def prepare_compaction(
-    path: Sequence[Entry], settings: CompactionSettings, tokenizer: Tokenizer
+    path: Sequence[Entry], settings: CompactionSettings, tokenizer: Tokenizer, *,
+    usage_start: int | None = None,
 ) -> Preparation | None:
-    """The compaction plan for a root→leaf path, or None (see :func:`no_plan_reason`)."""
+    """The compaction plan for a root→leaf path, or None (see :func:`no_plan_reason`).
+    ``usage_start``: where the context the last assistant usage measured begins, when not
+    after the path's last compaction (a draft laid on the path: ``extension``)."""
     if not path or isinstance(path[-1], CompactionEntry):
         return None
     prev_idx = last_compaction_index(path)
     start, end = prev_idx + 1, len(path)
     usage = last_assistant_usage(path)
-    keep = _adjusted_keep(path, start, settings.keep_recent_tokens, tokenizer)
+    keep = _adjusted_keep(path, start if usage_start is None else usage_start,
+                          settings.keep_recent_tokens, tokenizer)
     cut = _tool_pair_cut(path, find_cut_point(path, start, end, keep, tokenizer), prev_idx, end)
     if cut is None:
         return None

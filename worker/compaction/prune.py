@@ -67,18 +67,22 @@ def plan_prune(
     minimum_savings: int = MINIMUM_SAVINGS,
     protected_tools: frozenset[str] = PROTECTED_TOOLS,
 ) -> PrunePlan:
-    """Which tool results to replace by a notice; an empty plan when savings are too small."""
+    """Which tool results to replace by a notice; an empty plan when savings are too small.
+
+    Only the results inside the protection window and the candidates are counted: past the
+    window a result's count matters only for its notice, so the older results that are pruned
+    already or protected (most of a long session's) are never tokenized."""
     seen = 0
-    candidates: list[tuple[str, int]] = []
     results = [e for e in reversed(path) if isinstance(e, MessageEntry) and e.role == "toolResult"]
-    for entry, tokens in zip(results, token_counts(tokenizer, [e.message for e in results]),
-                             strict=True):
-        message = entry.message
-        # The check uses the total before this result, so the one crossing the line is kept.
-        if ("prunedAt" not in message and seen >= protect_tokens
-                and message.get("toolName") not in protected_tools):
-            candidates.append((entry.id, tokens))
-        seen += tokens
+    inside = 0
+    # The check uses the total before a result, so the one crossing the line is protected.
+    while inside < len(results) and seen < protect_tokens:
+        seen += token_counts(tokenizer, [results[inside].message])[0]
+        inside += 1
+    older = [e for e in results[inside:] if "prunedAt" not in e.message
+             and e.message.get("toolName") not in protected_tools]
+    candidates = [(e.id, tokens) for e, tokens in
+                  zip(older, token_counts(tokenizer, [e.message for e in older]), strict=True)]
     saved = sum(max(0, t - _notice_tokens(tokenizer, t)) for _, t in candidates)
     if not candidates or saved < minimum_savings:
         return PrunePlan()

@@ -1,4 +1,5 @@
-"""Loading hooks: entry points of group ``compactor.hooks``, ``module:object`` paths, the webhook.
+"""Loading hooks: the named entry points of group ``compactor.hooks``, ``module:object`` paths,
+the webhook.
 
 Anything that cannot be loaded raises :class:`HookLoadError`, so the worker refuses to start
 instead of running without a hook the platform relies on.
@@ -59,7 +60,7 @@ def load_hook_runner(settings: Any = None) -> HookRunner:
     config = hook_settings(settings)
     manager = new_plugin_manager()
     if config.entry_points:
-        _load_entry_points(manager)
+        _load_entry_points(manager, config.entry_points)
     for path in config.plugins:
         register_plugin(manager, import_object(path), path)
     if config.webhook_url:
@@ -67,7 +68,7 @@ def load_hook_runner(settings: Any = None) -> HookRunner:
 
         register_plugin(manager, WebhookPlugin.from_settings(config), "webhook")
     _check(manager)
-    runner = HookRunner(manager, timeout_s=config.timeout_s)
+    runner = HookRunner(manager, timeout_s=config.timeout_s, max_calls=config.max_calls)
     _log_loaded(runner, manager)
     return runner
 
@@ -110,12 +111,18 @@ def register_plugin(manager: pluggy.PluginManager, plugin: Any, name: str) -> No
         )
 
 
-def _load_entry_points(manager: pluggy.PluginManager) -> None:
-    seen: set[tuple[str, str]] = set()
+def _load_entry_points(manager: pluggy.PluginManager, names: list[str]) -> None:
+    """The named entry points of the group, in the order named; an installed plugin that is
+    not named is never imported (its code would run in the worker, next to the API keys)."""
+    found: dict[str, metadata.EntryPoint] = {}
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if (ep.name, ep.value) in seen:
-            continue
-        seen.add((ep.name, ep.value))
+        found.setdefault(ep.name, ep)
+    for name in dict.fromkeys(names):
+        if name not in found:
+            installed = ", ".join(sorted(found)) or "none"
+            raise HookLoadError(f"hook entry point {name!r} is not installed (group "
+                                f"{ENTRY_POINT_GROUP}; installed: {installed})")
+        ep = found[name]
         dist = getattr(ep.dist, "name", "?")
         try:
             plugin = ep.load()

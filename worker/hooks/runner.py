@@ -5,10 +5,19 @@ non-None result only with ``firstresult``; the reference agent's rules differ, s
 the implementations itself: in load order, each call in a thread with a deadline, a raising or
 late hook logged and skipped, a ``cancel`` stopping a ``before`` event at once, otherwise the last
 result that carries something winning.
+
+A call past its deadline (or of a cancelled job) is *ended*, not only abandoned: its thread
+gets ``HookCallEnded`` raised into it (``PyThreadState_SetAsyncExc``), which stops Python code
+at its next instruction; a ``BaseException``, so a plugin's ``except Exception`` does not swallow
+it. Python cannot interrupt a thread blocked inside one C call (``time.sleep(3600)``, a socket
+read without a timeout): such a call ends when that C call returns, and until then it holds
+one of the ``max_calls`` slots. Every call needs a slot, so late calls never pile up threads:
+with all slots held, a call waits for one until its own deadline and is then skipped.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import threading
 import time
@@ -35,7 +44,7 @@ if TYPE_CHECKING:
 
     from worker.compaction import Preparation
 
-__all__ = ["HookRunner", "tree_preparation"]
+__all__ = ["HookCallEnded", "HookRunner", "tree_preparation"]
 
 log = logging.getLogger("worker.hooks")
 R = TypeVar("R")
@@ -46,14 +55,20 @@ class _Stop(Exception):
     """The job was cancelled while hooks were being dispatched."""
 
 
+class HookCallEnded(BaseException):
+    """Raised inside a hook call's thread to end it (deadline passed or job cancelled)."""
+
+
 class HookRunner:
     """Calls the loaded hooks; with no plugins every method is a cheap no-op returning None."""
 
     def __init__(
-        self, manager: pluggy.PluginManager | None = None, *, timeout_s: float = 10.0
+        self, manager: pluggy.PluginManager | None = None, *, timeout_s: float = 10.0,
+        max_calls: int = 16,
     ) -> None:
         self.manager = manager
         self.timeout_s = timeout_s
+        self.calls = _CallPool(max_calls)
 
     # -- introspection -------------------------------------------------------------------------
     def implementations(self, event: str) -> list[HookImpl]:
@@ -202,19 +217,29 @@ class HookRunner:
     def _call(
         self, event: str, impl: HookImpl, kwargs: dict[str, Any], cancel: CancelSignal | None
     ) -> tuple[bool, Any]:
-        """(True, result) or (False, None) for a hook that raised or ran past its deadline."""
+        """(True, result) or (False, None) for a hook that raised, ran past its deadline or
+        found no free slot before it."""
         if cancel is not None and cancel.is_cancelled():
             raise _Stop
-        call = _HookCall(
-            impl, [kwargs[name] for name in impl.argnames], f"{event}:{impl.plugin_name}"
-        )
         deadline = time.monotonic() + self.timeout_s
-        while not call.done.wait(min(_POLL_S, max(0.0, deadline - time.monotonic()))):
+        name = f"{event}:{impl.plugin_name}"
+        slot = self.calls.reserve(deadline, cancel)
+        if slot is None:
             if cancel is not None and cancel.is_cancelled():
                 raise _Stop
+            log.warning("hook %s of %s skipped: all %d hook call slots are held by calls that "
+                        "have not ended (COMPACTOR_HOOKS_MAX_CALLS); the default applies",
+                        event, impl.plugin_name, self.calls.size)
+            return False, None
+        call = _HookCall(impl, [kwargs[arg] for arg in impl.argnames], name, self.calls, slot)
+        while not call.done.wait(min(_POLL_S, max(0.0, deadline - time.monotonic()))):
+            if cancel is not None and cancel.is_cancelled():
+                call.end()
+                raise _Stop
             if time.monotonic() >= deadline:
-                log.warning("hook %s of %s exceeded %.3gs; skipped, the default applies",
-                            event, impl.plugin_name, self.timeout_s)
+                call.end()
+                log.warning("hook %s of %s exceeded %.3gs (COMPACTOR_HOOKS_TIMEOUT_S); ended, "
+                            "the default applies", event, impl.plugin_name, self.timeout_s)
                 return False, None
         if call.error is not None:
             log.warning("hook %s of %s raised %s: %s; skipped, the default applies", event,
@@ -224,24 +249,75 @@ class HookRunner:
         return True, call.result
 
 
-class _HookCall:
-    """One hook call in a daemon thread, so a hook past its deadline cannot hold the job."""
+class _CallPool:
+    """Slots for hook calls: a call holds one from its start until its thread has ended.
 
-    def __init__(self, impl: HookImpl, args: list[Any], name: str) -> None:
+    A slot is an object in a set, given back with ``set.discard`` (one C call, idempotent):
+    a late ``HookCallEnded`` landing while a thread gives its slot back can make it repeat the
+    step, never lose or double it. A full pool is polled, as the call loop is."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.live: set[object] = set()
+        self._lock = threading.Lock()
+
+    def reserve(self, deadline: float, cancel: CancelSignal | None) -> object | None:
+        while True:
+            with self._lock:
+                if len(self.live) < self.size:
+                    slot = object()
+                    self.live.add(slot)
+                    return slot
+            left = deadline - time.monotonic()
+            if left <= 0 or (cancel is not None and cancel.is_cancelled()):
+                return None
+            time.sleep(min(_POLL_S, left))
+
+
+class _HookCall:
+    """One hook call in a daemon thread, holding ``slot`` of ``pool`` until the thread ends."""
+
+    def __init__(self, impl: HookImpl, args: list[Any], name: str, pool: _CallPool,
+                 slot: object) -> None:
         self.done = threading.Event()
         self.result: Any = None
         self.error: BaseException | None = None
         self._impl = impl
         self._args = args
-        threading.Thread(target=self._run, name=f"hook-{name}", daemon=True).start()
+        self._live, self._slot = pool.live, slot
+        self._lock = threading.Lock()
+        self._finished = False  # set under _lock before the thread leaves: end() checks it
+        self._ended = False
+        self._thread = threading.Thread(target=self._run, name=f"hook-{name}", daemon=True)
+        self._thread.start()
+
+    def end(self) -> None:
+        """Raise ``HookCallEnded`` in the call's thread (once), unless it has finished."""
+        with self._lock:
+            # Under the lock: a thread not finished is alive, so its id is not yet reused.
+            if self._finished or self._ended or self._thread.ident is None:
+                return
+            self._ended = True
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._thread.ident),
+                                                       ctypes.py_object(HookCallEnded))
 
     def _run(self) -> None:
         try:
-            self.result = self._impl.function(*self._args)
-        except BaseException as err:  # a hook must never take the worker down
-            self.error = err
-        finally:
-            self.done.set()
+            try:
+                self.result = self._impl.function(*self._args)
+            except BaseException as err:  # a hook must never take the worker down
+                self.error = err
+            finally:
+                self._finish()
+        except HookCallEnded:  # end() came as the call returned and landed in _finish: redo it
+            self._finish()
+
+    def _finish(self) -> None:
+        """Every step idempotent, so a repeat after an interruption is harmless."""
+        with self._lock:
+            self._finished = True
+        self._live.discard(self._slot)
+        self.done.set()
 
 
 def tree_preparation(value: Mapping[str, Any] | TreePreparation) -> TreePreparation:

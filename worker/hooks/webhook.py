@@ -5,8 +5,11 @@ and the headers ``X-Compactor-Event``, ``X-Compactor-Delivery`` (a fresh id per 
 ``X-Compactor-Timestamp`` (unix seconds) and ``X-Compactor-Signature: sha256=<hex>``, the
 HMAC-SHA256 with the shared secret over ``<timestamp>.<body bytes>``: the timestamp is signed so
 a captured request cannot be replayed later. Response: a JSON object with the SPEC §13 keys, or
-an empty body / 204 for no answer. A non-2xx status, a body that is not a JSON object or a
-timeout counts as a raising hook (logged and skipped).
+an empty body / 204 for no answer. A non-2xx status, a body that is not a JSON object (or is
+nested past the entries' 64 levels), a body over ``max_response_bytes`` or no whole answer
+within the deadline counts as a raising hook (logged and skipped). The deadline is wall-clock
+(``worker.deadline_http``): a receiver that trickles its answer a byte at a time is cut off at
+it, and the request's thread ends there.
 """
 
 from __future__ import annotations
@@ -26,7 +29,10 @@ import httpx
 from pydantic import SecretStr
 
 from api_client.contract.errors import HookError
+from api_client.contract.redaction import mask_url, redact_secrets
 from api_client.contract.session import Entry
+from worker.bounded_json import loads_bounded
+from worker.deadline_http import BodyTooLarge, BodyUnreadable, guarded, make_client, read_capped
 from worker.hooks._frozen import thaw
 from worker.hooks.errors import HookLoadError
 from worker.hooks.settings import HookSettings
@@ -62,17 +68,18 @@ def sign(secret: bytes, timestamp: str, body: bytes) -> str:
 
 def check_webhook_url(url: str) -> httpx.URL:
     """https, or http to a loopback host only (the body carries session content)."""
+    shown = repr(mask_url(url))  # never the credentials a URL may carry
     try:
         parsed = httpx.URL(url)
     except (httpx.InvalidURL, TypeError) as err:
-        raise HookLoadError(f"webhook url {url!r} is not a URL: {err}") from err
+        raise HookLoadError(f"webhook url {shown} is not a URL") from err
     if not parsed.host:
-        raise HookLoadError(f"webhook url {url!r} has no host")
+        raise HookLoadError(f"webhook url {shown} has no host")
     if parsed.scheme == "https":
         return parsed
     if parsed.scheme == "http" and _is_loopback(parsed.host):
         return parsed
-    raise HookLoadError(f"webhook url {url!r} must use https (plain http only to a loopback host)")
+    raise HookLoadError(f"webhook url {shown} must use https (plain http only to a loopback host)")
 
 
 def _is_loopback(host: str) -> bool:
@@ -108,13 +115,16 @@ def _camel(name: str) -> str:
 class WebhookPlugin:
     """Implements all five events by POSTing them to one URL."""
 
-    def __init__(self, url: str, secret: SecretStr | str, *, timeout_s: float = 5.0) -> None:
+    def __init__(self, url: str, secret: SecretStr | str, *, timeout_s: float = 5.0,
+                 max_response_bytes: int = 1024 * 1024, max_connections: int = 16) -> None:
         self.url = check_webhook_url(url)
         raw = secret.get_secret_value() if isinstance(secret, SecretStr) else secret
         if not raw:
             raise HookLoadError("webhook_secret must be set when webhook_url is")
         self._secret = raw.encode("utf-8")
-        self.timeout = httpx.Timeout(timeout_s)
+        self.timeout_s = timeout_s
+        self.max_response_bytes = max_response_bytes
+        self._max_connections = max_connections
         self._client: httpx.Client | None = None
         self._pid = 0
 
@@ -123,10 +133,15 @@ class WebhookPlugin:
         if settings.webhook_url is None:
             raise HookLoadError("webhook_url is not set")
         secret = settings.webhook_secret or SecretStr("")
-        return cls(settings.webhook_url, secret, timeout_s=settings.webhook_timeout_s)
+        # The runner ends the call's thread at timeout_s; the request ends by itself first, so
+        # its connection is closed the ordinary way.
+        return cls(settings.webhook_url, secret,
+                   timeout_s=min(settings.webhook_timeout_s, 0.9 * settings.timeout_s),
+                   max_response_bytes=settings.webhook_max_response_bytes,
+                   max_connections=settings.max_calls)
 
-    def __repr__(self) -> str:  # never show the secret
-        return f"WebhookPlugin({str(self.url)!r})"
+    def __repr__(self) -> str:  # never show the secret, nor credentials in the URL
+        return f"WebhookPlugin({mask_url(str(self.url))!r})"
 
     # -- events --------------------------------------------------------------------------------
     @hookimpl
@@ -183,27 +198,28 @@ class WebhookPlugin:
             SIGNATURE_HEADER: sign(self._secret, timestamp, body),
         }
         try:
-            response = self._http().post(self.url, content=body, headers=headers)
+            with guarded(None, time.monotonic() + self.timeout_s), self._http().stream(
+                    "POST", self.url, content=body, headers=headers) as response:
+                status = response.status_code
+                content = read_capped(response, self.max_response_bytes)
+        except BodyTooLarge as err:
+            raise WebhookError(f"webhook {event}: response over {err.limit} bytes "
+                               "(COMPACTOR_HOOKS_WEBHOOK_MAX_RESPONSE_BYTES)") from err
+        except BodyUnreadable as err:
+            raise WebhookError(f"webhook {event}: {err}") from err
+        except httpx.TimeoutException as err:
+            raise WebhookError(f"webhook {event}: no whole answer within {self.timeout_s:g} s "
+                               "(COMPACTOR_HOOKS_WEBHOOK_TIMEOUT_S; "
+                               f"{type(err).__name__})") from err
         except httpx.HTTPError as err:
-            raise WebhookError(f"webhook {event}: {type(err).__name__}: {err}") from err
-        if not response.is_success:
-            raise WebhookError(f"webhook {event}: HTTP {response.status_code}")
-        if response.status_code == 204 or not response.content.strip():
-            return None
-        try:
-            answer = response.json()
-        except ValueError as err:
-            raise WebhookError(f"webhook {event}: response is not JSON") from err
-        if answer is None:
-            return None
-        if not isinstance(answer, dict):
-            raise WebhookError(f"webhook {event}: response must be a JSON object")
-        return answer
+            text = redact_secrets(str(err))
+            raise WebhookError(f"webhook {event}: {type(err).__name__}: {text}") from err
+        return _answer(event, status, content)
 
     def _http(self) -> httpx.Client:
         # A client made before a prefork fork would share its sockets with the children.
         if self._client is None or self._pid != os.getpid():
-            self._client = httpx.Client(timeout=self.timeout, follow_redirects=False)
+            self._client = make_client(self._max_connections, timeout_s=self.timeout_s)
             self._pid = os.getpid()
         return self._client
 
@@ -211,3 +227,20 @@ class WebhookPlugin:
         if self._client is not None:
             self._client.close()
             self._client = None
+
+
+def _answer(event: str, status: int, content: bytes) -> dict[str, Any] | None:
+    """The decoded JSON answer, None for an empty one; ``WebhookError`` for anything else."""
+    if not 200 <= status < 300:
+        raise WebhookError(f"webhook {event}: HTTP {status}")
+    if status == 204 or not content.strip():
+        return None
+    try:
+        answer = loads_bounded(content)
+    except ValueError as err:
+        raise WebhookError(f"webhook {event}: response is not JSON ({err})") from err
+    if answer is None:
+        return None
+    if not isinstance(answer, dict):
+        raise WebhookError(f"webhook {event}: response must be a JSON object")
+    return answer

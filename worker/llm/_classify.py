@@ -15,6 +15,7 @@ from api_client.contract.overflow import (
     is_retryable_error_text,
     parse_retry_after_ms,
 )
+from worker.bounded_json import loads_bounded
 from worker.llm.errors import (
     AuthenticationFailed,
     BadRequest,
@@ -47,8 +48,8 @@ def error_text(status: int, body: bytes) -> str:
     if not body.strip():
         return f"{status} status code (no body)"
     try:
-        data: Any = json.loads(body)
-    except ValueError:
+        data: Any = loads_bounded(body)
+    except ValueError:  # not JSON, or nested past the bound: the text itself
         return body.decode("utf-8", "replace").strip()[:1000]
     error = data.get("error", data) if isinstance(data, dict) else data
     if isinstance(error, str):

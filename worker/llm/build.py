@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from api_client.contract.redaction import remember_secret
 from worker.llm._http import make_client
 from worker.llm.chunking import RequestCounter
 from worker.llm.cooldown import CooldownStore, MemoryCooldownStore, RedisCooldownStore
@@ -34,9 +35,11 @@ def build_providers(settings: LlmSettings, http: HttpContext,
     """The chain exactly as listed; unset, the extractive summarizer alone."""
     env = os.environ if environ is None else environ
     auth = settings.remote_auth_header.get_secret_value() if settings.remote_auth_header else None
+    remember_secret(auth)  # masked in every error text and log line of this process
     providers: list[Provider] = []
     for candidate in settings.models or [EXTRACTIVE]:
         key = candidate.resolve_api_key(env)
+        remember_secret(key)
         if candidate.provider == "openai":
             providers.append(OpenAIChatProvider(candidate, http, key))
         elif candidate.provider == "anthropic":
@@ -64,12 +67,13 @@ def build_summarizer(settings: LlmSettings | None = None,
 
     ``tokenizer``: the one the planner uses (``COMPACTOR_TOKENIZER``); cl100k when omitted.
 
-    Raises ``InsecureEndpointError`` for a remote endpoint on plain http off loopback. Call
+    Raises ``InsecureEndpointError`` for a candidate on plain http off loopback without
+    ``allow_http``. Call
     ``router.for_job()`` per job so its calls share one attempt budget; ``close()`` at shutdown.
     """
     settings = settings or LlmSettings()
     client = make_client()
-    http = HttpContext(client, settings.llm_connect_timeout_s)
+    http = HttpContext(client, settings.llm_connect_timeout_s, settings.llm_max_response_bytes)
     try:
         providers = build_providers(settings, http)
     except Exception:
@@ -78,4 +82,5 @@ def build_summarizer(settings: LlmSettings | None = None,
     return Router(providers, policy=settings.retry_policy(),
                   cooldown=_cooldown(settings, redis_client),
                   on_close=client.close,
-                  counter=RequestCounter(tokenizer or get_tokenizer("tiktoken")))
+                  counter=RequestCounter(tokenizer or get_tokenizer("tiktoken")),
+                  summary_slack=settings.llm_summary_slack)

@@ -97,6 +97,15 @@ class RedisCooldownStore:
             log.warning("cooldown bookkeeping skipped (%s): %s", candidate, err)
             return False
 
+    def remaining_s(self, candidates: list[str]) -> dict[str, float]:
+        """Seconds left of each candidate's cooldown (0 when not cooling), in one pipeline;
+        raises redis errors (the metrics scrape reports them)."""
+        pipe = self._redis.pipeline(transaction=False)
+        for candidate in candidates:
+            pipe.pttl(self._keys(candidate)[1])
+        replies = pipe.execute()
+        return {c: max(0, int(ms)) / 1000 for c, ms in zip(candidates, replies, strict=True)}
+
     def record_success(self, candidate: str) -> None:
         import redis
 

@@ -8,7 +8,11 @@ Each class carries the router's classification in ``kind`` (see ``worker.llm.ret
 * ``overflow``   — the input does not fit this model: a larger window or a smaller input;
 * ``cancelled``  — the job was cancelled: stop everything.
 
-Stdlib only (plus ``api_client.contract.errors``), so the pure core can import it.
+Every message is passed through ``redact_secrets`` when the error is made: provider texts
+quote requests (keys, bearer tokens, URLs with credentials), and these messages reach the logs,
+the job record and the events every client reads.
+
+Stdlib only (plus ``api_client.contract``'s errors and redaction), so the pure core can import it.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 from typing import ClassVar, Literal, TypedDict
 
 from api_client.contract.errors import ConfigurationError, ModelError
+from api_client.contract.redaction import redact_secrets
 
 __all__ = [
     "AllCandidatesFailedError",
@@ -38,8 +43,10 @@ __all__ = [
     "PermissionDenied",
     "QuotaExhausted",
     "RateLimited",
+    "ResponseTooLarge",
     "ServerError",
     "SummaryNotSmaller",
+    "SummaryTooLong",
     "TransientHTTPError",
     "UnexpectedResponse",
     "Who",
@@ -69,6 +76,7 @@ class ModelCallError(ModelError):
         provider: str = "",
         model: str = "",
     ) -> None:
+        message = redact_secrets(message)
         super().__init__(message)
         self.message = message
         self.status = status
@@ -107,7 +115,19 @@ class EmptyOutput(ModelCallError):
 
 
 class MalformedResponse(ModelCallError):
-    kind = "transient"  # a body we cannot read (proxies answer HTML pages under load)
+    # A body we cannot read (proxies answer HTML pages under load, JSON nested past the bound,
+    # fields of the wrong type): any failure to parse an answer.
+    kind: ClassVar[ErrorKind] = "transient"
+
+
+class ResponseTooLarge(MalformedResponse):
+    # a body over COMPACTOR_LLM_MAX_RESPONSE_BYTES: a model that ignored its max_tokens this
+    # far does it again, so the next candidate is tried at once
+    kind = "permanent"
+
+
+class SummaryTooLong(MalformedResponse):
+    kind = "permanent"  # a summary over its token budget × COMPACTOR_LLM_SUMMARY_SLACK
 
 
 # --- timeout --------------------------------------------------------------------------------

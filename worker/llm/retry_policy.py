@@ -12,7 +12,9 @@ Defaults, and why they differ from the reference (SPEC §12.4: 2 000 ms base, 3 
   the reference, the last candidate does not wait it out either.
 * A timeout moves to the next candidate at once (a hung provider must not hold a job); only the
   last candidate retries after a timeout.
-* ``job_attempt_budget`` 20: HTTP attempts per job, over all its calls, candidates and chunks.
+* ``job_attempt_budget`` 20: HTTP attempts per job, over all its calls and candidates; each
+  answered chunk of a chunked call gives its attempt back (``router.AttemptBudget``), so a
+  long session is not cut off by it while failures still are.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ class RetryPolicy:
 class Failure:
     kind: ErrorKind
     attempt: int  # attempts made on this candidate, the failed one included (1 = first try)
-    job_attempts: int = 1  # HTTP attempts the job has made so far, the failed one included
+    job_attempts: int = 1  # HTTP attempts the job has spent of its budget, the failed one too
     retry_after_ms: int | None = None
     last_candidate: bool = False
     jitter_random: float = 0.5  # uniform in [0, 1); 0.5 means "no jitter"

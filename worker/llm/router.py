@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from worker import metrics
+from worker.llm._answer_bounds import complete_bounded
 from worker.llm.chunking import (
     DEFAULT_COUNTER,
     SAFETY,
@@ -54,11 +55,19 @@ MIN_CHUNK_OUTPUT = 256  # output tokens a chunk call gets at least
 
 
 class AttemptBudget:
-    """HTTP attempts left for one job; shared by its concurrent calls."""
+    """HTTP attempts left for one job; shared by its concurrent calls.
+
+    The budget follows the chunk plan: each answered chunk of a chunked request gives its
+    attempt back (:meth:`grant`), so a session of any length can be summarised, while every
+    failed attempt (retries, fallbacks, chunks a server refused as too long) draws on the
+    configured budget (``COMPACTOR_LLM_ATTEMPT_BUDGET``). The number of chunks is bounded by the
+    job's token bound (``COMPACTOR_MAX_JOB_TOKENS``), checked before any call.
+    """
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.used = 0
+        self.granted = 0  # attempts answered chunks gave back
         self._lock = threading.Lock()
 
     def take(self) -> bool:
@@ -67,6 +76,17 @@ class AttemptBudget:
                 return False
             self.used += 1
             return True
+
+    def grant(self) -> None:
+        """One attempt back: a planned chunk was answered."""
+        with self._lock:
+            self.limit += 1
+            self.granted += 1
+
+    @property
+    def spent(self) -> int:
+        """Attempts counted against the configured budget (the retry policy's view)."""
+        return self.used - self.granted
 
 
 @dataclass
@@ -123,7 +143,7 @@ class Router:
     def __init__(self, providers: Sequence[Provider], *, policy: RetryPolicy | None = None,
                  cooldown: CooldownStore | None = None, rng: Callable[[], float] = random.random,
                  on_close: Callable[[], None] | None = None, max_shrinks: int = MAX_SHRINKS,
-                 counter: RequestCounter = DEFAULT_COUNTER) -> None:
+                 counter: RequestCounter = DEFAULT_COUNTER, summary_slack: float = 1.5) -> None:
         if not providers:
             raise ValueError("the router needs at least one candidate")
         self.providers = list(providers)
@@ -133,6 +153,7 @@ class Router:
         self._on_close = on_close
         self.max_shrinks = max_shrinks
         self.counter = counter  # the configured tokenizer's counts (fit checks, chunk plans)
+        self.summary_slack = summary_slack  # COMPACTOR_LLM_SUMMARY_SLACK
 
     def summarize(self, request: SummaryRequest,
                   cancel: CancelToken | None = None) -> SummaryResult:
@@ -250,14 +271,15 @@ class Router:
             attempt += 1
             started = time.monotonic()
             try:
-                reply = provider.complete(request, max_tokens, call.cancel)
+                reply = complete_bounded(provider, request, max_tokens, call.cancel,
+                                         counter=self.counter, slack=self.summary_slack)
             except ModelCancelledError:
                 raise
             except ModelCallError as err:
                 metrics.observe_model_call(label, type(err).__name__, time.monotonic() - started)
                 tripped = (provider.uses_http and err.kind in _COUNTED
                            and self.cooldown.record_failure(key))
-                decision = decide(self.policy, Failure(err.kind, attempt, call.budget.used,
+                decision = decide(self.policy, Failure(err.kind, attempt, call.budget.spent,
                                                        err.retry_after_ms, last, self._rng()))
                 reason = "circuit breaker opened" if tripped else decision.reason
                 call.note(f"{label} attempt {attempt}: {type(err).__name__}: {err} -> {reason}")
@@ -328,6 +350,8 @@ class Router:
             except ContextOverflow as err:
                 raise _Refused(err, self.counter.request(sub),
                                provider.output_reserve(max_tokens, sub)) from err
+            if provider.uses_http:
+                call.budget.grant()  # the chunk's answered attempt was the plan's, not a retry
             call.chunks += 1
             call.note(f"{label}: chunk {call.chunks} (messages {plan.start}-{end - 1}, "
                       f"~{self.counter.request(sub)} tokens, max_tokens {max_tokens})",

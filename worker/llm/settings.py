@@ -9,18 +9,24 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from api_client.contract.redaction import mask_url
 from worker.llm.retry_policy import RetryPolicy
 from worker.summary_requests import Usage
 
-__all__ = ["DEFAULT_BASE_URLS", "LlmSettings", "ModelCandidate", "ProviderName"]
+__all__ = ["DEFAULT_BASE_URLS", "DEFAULT_MAX_RESPONSE_BYTES", "LlmSettings", "ModelCandidate",
+           "ProviderName"]
 
 ProviderName = Literal["openai", "anthropic", "remote", "extractive"]
+
+# A summary of 13k tokens is ~60 kB of JSON: 4 MiB leaves room for reasoning fields and stays
+# small beside a worker's memory with 8 jobs in flight.
+DEFAULT_MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 
 DEFAULT_BASE_URLS: dict[str, str] = {
     "openai": "https://api.openai.com/v1",
@@ -31,13 +37,17 @@ DEFAULT_BASE_URLS: dict[str, str] = {
 class ModelCandidate(BaseModel):
     """One rung of the fallback chain."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # hide_input_in_errors: a rejected value may be a key or a URL with credentials
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
     provider: ProviderName
     model: str = ""
     # Each provider's SDK convention: OpenAI-compatible includes the version path
     # (http://127.0.0.1:8080/v1); Anthropic is the host; remote is the full endpoint URL.
     base_url: str | None = None
+    # Plain http to a host that is not loopback sends the key and the conversation in clear
+    # text: refused at start unless this is set (a model server inside a private network).
+    allow_http: bool = False
     api_key: SecretStr | None = None
     api_key_env: str | None = None  # name of the environment variable holding the key
     context_window: int | None = Field(default=None, gt=0)
@@ -64,8 +74,13 @@ class ModelCandidate(BaseModel):
         if self.base_url is not None:
             parts = urlsplit(self.base_url)
             if parts.scheme not in ("http", "https") or not parts.hostname:
-                raise ValueError(f"base_url must be an http(s) URL with a host: {self.base_url!r}")
+                raise ValueError("base_url must be an http(s) URL with a host: "
+                                 f"{mask_url(self.base_url)!r}")
         return self
+
+    def __repr_args__(self) -> Any:
+        for name, value in super().__repr_args__():
+            yield name, mask_url(value) if name == "base_url" and value else value
 
     @property
     def label(self) -> str:
@@ -95,11 +110,13 @@ class ModelCandidate(BaseModel):
 
     @property
     def cooldown_key(self) -> str:
-        return f"{self.provider}|{self.model}|{self.resolved_base_url}"
+        # part of a Redis key name, which any SCAN lists: never the URL's credentials
+        return f"{self.provider}|{self.model}|{mask_url(self.resolved_base_url)}"
 
 
 class LlmSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="COMPACTOR_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="COMPACTOR_", extra="ignore",
+                                      hide_input_in_errors=True)
 
     models: list[ModelCandidate] = Field(default_factory=list)
 
@@ -119,6 +136,12 @@ class LlmSettings(BaseSettings):
     llm_attempt_budget: int = Field(default=20, ge=1)  # HTTP attempts per job
 
     llm_connect_timeout_s: float = Field(default=10.0, gt=0)
+    # Bounds of a model's answer. Bytes: the body is streamed and abandoned past this many
+    # (inflated) bytes.
+    llm_max_response_bytes: int = Field(default=DEFAULT_MAX_RESPONSE_BYTES, ge=1024)
+    # Tokens: a summary longer than slack × its output budget (by our tokenizer) is refused and
+    # the next candidate tried. The slack covers the gap between our count and the model's own.
+    llm_summary_slack: float = Field(default=1.5, ge=1.0)
     # "Header-Name: value" sent to the remote summarization endpoint (SPEC §10.4).
     remote_auth_header: SecretStr | None = None
 

@@ -6,6 +6,7 @@ from worker.service._control import JobControl
 from worker.service._job import JobOutcome, run_job
 from worker.service._job_stops import (
     TRANSIENT,
+    WAIT_FOR_REDIS,
     DeadlineExceededError,
     JobCancelled,
     JobStopped,
@@ -18,6 +19,7 @@ from worker.service.ports import Runtime
 
 __all__ = [
     "TRANSIENT",
+    "WAIT_FOR_REDIS",
     "DeadlineExceededError",
     "JobCancelled",
     "JobControl",

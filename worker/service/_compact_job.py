@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from api_client.contract.errors import AlreadyCompactedError, NothingToCompactError
+from api_client.contract.errors import (
+    AlreadyCompactedError,
+    JobTooLargeError,
+    NothingToCompactError,
+)
 from api_client.contract.session import Entry, JsonObject, SessionTree, parse_entry
-from api_client.contract.snapshots import Snapshot
-from api_client.contract.wire import CompactReason, EventType
+from api_client.contract.wire import CompactReason, EventType, TokenUsage
 from worker import metrics
 from worker.compaction import (
     Preparation,
@@ -20,7 +23,9 @@ from worker.compaction import (
     prepare_compaction,
     prime_counts,
 )
+from worker.compaction.extension import DraftBase, prepare_extension
 from worker.compaction.ledger import hook_compaction_with_facts
+from worker.compaction.reach import compaction_reach
 from worker.compaction.toolpairs import safe_first_kept_id
 from worker.llm import SummaryResult
 from worker.service._job_context import JobContext, JobSuccess, calls_summary, compaction_entry
@@ -35,6 +40,7 @@ from worker.service._outage import ride_out
 from worker.service._prune_job import PruneStep, prune_pass
 from worker.service._replan import settle, with_replans
 from worker.store import CommitOutcome
+from worker.store.paths import PathSnapshot, Reach
 from worker.tokens import worth_priming
 
 __all__ = ["run_compact"]
@@ -48,6 +54,7 @@ class Draft:
     from_extension: bool
     path: Sequence[Entry]
     calls: tuple[SummaryResult, ...] = ()
+    base: DraftBase | None = None  # the stale draft it extends
 
 
 @dataclass
@@ -59,14 +66,64 @@ def _reason(ctx: JobContext) -> CompactReason:
     return ctx.record.reason or CompactReason.MANUAL
 
 
-def _plan(ctx: JobContext, path: Sequence[Entry]) -> Preparation | None:
-    prep = prepare_compaction(path, ctx.rt.compaction_settings, ctx.tokenizer)
+def _plan(ctx: JobContext,
+          path: Sequence[Entry]) -> tuple[Preparation | None, DraftBase | None]:
+    """The plan, built on the session's stale draft when there is one to extend."""
+    extended = _on_draft(ctx, path)
+    prep, base = extended or (prepare_compaction(path, ctx.rt.compaction_settings,
+                                                 ctx.tokenizer), None)
     if prep is None and _reason(ctx) is CompactReason.MANUAL:
         # Automatic compaction ends quietly when there is nothing to do (SPEC §12.4 step 2).
         if no_plan_reason(path) == "already compacted":
             raise AlreadyCompactedError()
         raise NothingToCompactError()
-    return prep
+    if prep is not None:
+        _check_size(ctx, prep)
+    return prep, base
+
+
+def _on_draft(ctx: JobContext,
+              path: Sequence[Entry]) -> tuple[Preparation, DraftBase] | None:
+    """A job that may take a draft (speculative or automatic, without instructions) builds on
+    the stored one that no longer fits: the update summarises the new span only, where a plan
+    of the path alone would summarise the draft's span again (README "Instant compaction")."""
+    drafts = ctx.rt.drafts
+    if drafts is None or ctx.record.instructions or _reason(ctx) is CompactReason.MANUAL:
+        return None
+    return prepare_extension(path, drafts.get(ctx.session_id), ctx.rt.compaction_settings,
+                             ctx.tokenizer)
+
+
+def draft_tokens(*usages: Mapping[str, int] | TokenUsage | None) -> TokenUsage | None:
+    """Model tokens summed (wire dicts or TokenUsage); None when there is none."""
+    parts = [u if isinstance(u, TokenUsage) else TokenUsage.model_validate(u)
+             for u in usages if u]
+    if not parts:
+        return None
+    return TokenUsage(**{k: sum(getattr(p, k) for p in parts)
+                         for k in ("input", "output", "cache_read", "cache_write")})
+
+
+def _check_size(ctx: JobContext, prep: Preparation) -> None:
+    """Before any hook or model call: the tokens the summaries would read stay within
+    ``max_job_tokens`` (a longer session is chunked, one model call per chunk)."""
+    limit = ctx.rt.settings.max_job_tokens
+    tokens = ctx.tokenizer.total([*prep.messages_to_summarize, *prep.turn_prefix_messages,
+                                  *prep.recent_messages])
+    if tokens > limit:
+        raise JobTooLargeError(tokens, limit)
+
+
+def _reach(ctx: JobContext, prune: bool) -> Reach:
+    """How far back the job reads the path (``worker.compaction.reach``): all of it when a hook
+    gets the branch entries (``session_before_compact``)."""
+    if ctx.rt.hooks.has_hooks("session_before_compact"):
+        return lambda path, pruned_through: False
+
+    def reach(path: Sequence[Entry], pruned_through: str | None) -> bool:
+        return compaction_reach(path, pruned_through, prune=prune)
+
+    return reach
 
 
 def _draft(ctx: JobContext, prep: Preparation, path: Sequence[Entry]) -> Draft:
@@ -122,10 +179,11 @@ def _result(ctx: JobContext, progress: Progress, draft: Draft) -> dict[str, Any]
         "tokensBefore": draft.entry.get("tokensBefore"),
         "facts": details.get("facts") if isinstance(details, dict) else None,
         "durationMs": ctx.control.elapsed_ms(),
+        **({"extendedDraft": draft.base.job_id} if draft.base else {}),
     }
 
 
-def _prime(ctx: JobContext, snap: Snapshot) -> None:
+def _prime(ctx: JobContext, snap: PathSnapshot) -> None:
     """A session this process has not seen: the text its plan will tokenize is counted ahead
     on several threads (``prime_counts``): its messages, the tool results before the last
     compaction for the prune pass (automatic reasons; before-compaction's cold plan 309-329 →
@@ -140,8 +198,8 @@ def _prime(ctx: JobContext, snap: Snapshot) -> None:
     loaded = shared.load(ctx.session_id) if shared is not None else []
     ctx.tokenizer.preload(loaded)
     counted: list[tuple[bytes, int]] = []
-    prime_counts(ctx.tokenizer, snap.session.tree().path_to(snap.leaf_id),
-                 prune=_reason(ctx) is not CompactReason.MANUAL, counted=counted)
+    prime_counts(ctx.tokenizer, snap.path, prune=_reason(ctx) is not CompactReason.MANUAL,
+                 counted=counted)
     if shared is not None and counted:
         shared.save(ctx.session_id, counted)
     metrics.observe_cold_counts(len(loaded), len(counted))
@@ -149,21 +207,25 @@ def _prime(ctx: JobContext, snap: Snapshot) -> None:
 
 def _round(ctx: JobContext, progress: Progress,
            round_no: int) -> tuple[Draft | None, CommitOutcome | None] | None:
-    """One snapshot: prune pass (automatic reasons), plan, summarize, commit. None = stale."""
-    snap: Snapshot = ctx.rt.sessions.load(ctx.session_id)
+    """One snapshot: prune pass (automatic reasons), plan, summarize, commit. None = stale.
+    The snapshot is the end of the leaf's path the plan needs (``_reach``); the plan runs on it
+    as pruned (appends since stay after the compaction: the commit goes under the current
+    leaf)."""
+    prune = _reason(ctx) is not CompactReason.MANUAL
+    snap = ctx.rt.sessions.load_path(ctx.session_id, _reach(ctx, prune))
     _prime(ctx, snap)
-    if _reason(ctx) is not CompactReason.MANUAL:
+    path: Sequence[Entry] = snap.path
+    if prune:
         step = prune_pass(ctx, snap, round_no, own_effect=False)
         if step.stale:
             return None
         if step.pruned_entry_ids:
             progress.pruned = step
-            snap = ctx.rt.sessions.load(ctx.session_id)
-    path = snap.session.tree().path_to(snap.leaf_id)
-    prep = _plan(ctx, path)
+            path = step.path or path
+    prep, base = _plan(ctx, path)
     if prep is None:
         return (None, None)
-    draft = _draft(ctx, prep, path)
+    draft = replace(_draft(ctx, prep, path), base=base)
     ctx.control.check()
     result = _result(ctx, progress, draft)
     outcome = ride_out(ctx.control, "commit", lambda: ctx.rt.commits.append_entry(
@@ -198,4 +260,17 @@ def run_compact(ctx: JobContext) -> JobSuccess:
     return JobSuccess(entry=entry, result=result, model=model, usage=usage, event={
         "tokens_before": entry.get("tokensBefore"), "tokens_after": tokens_after,
         "from_extension": draft.from_extension, "ineffective": ineffective, "result": result,
-    })
+    }, draft_usage=_drafts_used(ctx, draft.base))
+
+
+def _drafts_used(ctx: JobContext, base: DraftBase | None) -> TokenUsage | None:
+    """A committed compaction built on a stale draft used that draft's tokens (counted apart);
+    a stale draft it could not build on was thrown away after all."""
+    if base is None:
+        if ctx.record.draft_discarded == "grown":
+            metrics.observe_draft("discarded", "grown")
+        return None
+    used = draft_tokens(base.usage)
+    metrics.observe_draft("extended")
+    metrics.observe_draft_tokens("used", used)
+    return used

@@ -11,6 +11,8 @@ from typing import Any
 
 from api_client.contract.errors import CompactionLoopError, CompactorError
 from api_client.contract.keys import split_job_id
+from api_client.contract.redaction import redact_secrets
+from api_client.contract.redis_conn import storage_full
 from api_client.contract.wire import (
     CompactReason,
     JobEvent,
@@ -25,7 +27,9 @@ from worker.service._compact_job import run_compact
 from worker.service._control import JobControl
 from worker.service._job_context import JobContext, JobSuccess
 from worker.service._job_stops import (
+    STORAGE_FULL,
     TRANSIENT,
+    WAIT_FOR_REDIS,
     JobCancelled,
     JobStopped,
     LeaseHeldError,
@@ -34,6 +38,7 @@ from worker.service._job_stops import (
 from worker.service._outage import ride_out
 from worker.service._prune_job import run_prune
 from worker.service._speculative import count_discarded, run_speculative
+from worker.service._summarize_job import run_summarize
 from worker.service.failure_causes import failure_cause
 from worker.service.ports import Runtime
 from worker.store.leases import LeaseOutcome
@@ -48,6 +53,7 @@ HANDLERS: Mapping[JobKind, Callable[[JobContext], JobSuccess]] = {
     JobKind.COMPACT: run_compact,
     JobKind.PRUNE: run_prune,
     JobKind.BRANCH_SUMMARY: run_branch,
+    JobKind.SUMMARIZE: run_summarize,
 }
 
 
@@ -94,10 +100,10 @@ def run_job(rt: Runtime, job_id: str) -> JobOutcome:
         raise LeaseHeldError(job_id)
     try:
         return _run_leased(rt, job_id, owner)
-    except TRANSIENT:
+    except WAIT_FOR_REDIS:
         try:
             rt.jobs.release_lease(job_id, owner)
-        except TRANSIENT as err:  # expires on its own
+        except WAIT_FOR_REDIS as err:  # expires on its own
             log.debug("job %s: lease not released: %s", job_id, err)
         raise
 
@@ -140,6 +146,10 @@ def _run_leased(rt: Runtime, job_id: str, owner: str) -> JobOutcome:
             return _stopped(ctx, stop)
         except TRANSIENT:
             raise
+        except STORAGE_FULL as err:
+            # A full Redis refused the commit (every other write of a job is waited out or
+            # dropped): the session is unchanged; the failure is recorded once memory is back.
+            return _fail(ctx, str(storage_full(err, "the commit")), cause="storage")
         except CompactionLoopError as err:  # the client raises it again from loopGuard
             return _fail(ctx, str(err), result={"loopGuard": err.to_result()},
                          cause="loop_guard")
@@ -181,10 +191,11 @@ def _succeed(ctx: JobContext, success: JobSuccess) -> JobOutcome:
     fields = {k: v for k, v in success.event.items() if v is not None}
     event = JobEvent.completion(ctx.record, JobState.SUCCEEDED, entry=success.entry,
                                 model=success.model, duration_ms=ctx.control.elapsed_ms(),
-                                **fields)
+                                draft_usage=success.draft_usage, **fields)
     ride_out(ctx.control, "finish", lambda: ctx.rt.jobs.finish(
         ctx.job_id, JobState.SUCCEEDED, event=event, entry=success.entry, model=success.model,
-        usage=success.usage, result=success.result))
+        usage=success.usage, draft_usage=success.draft_usage, result=success.result),
+        until_memory=True)
     before, after = success.event.get("tokens_before"), success.event.get("tokens_after")
     saved = (before - after if isinstance(before, int) and isinstance(after, int)
              else (success.result or {}).get("tokensSaved"))  # a prune job says it itself
@@ -197,7 +208,8 @@ def _succeed(ctx: JobContext, success: JobSuccess) -> JobOutcome:
 
 
 def _error_text(record: JobRecord, message: str) -> str:
-    return job_error_text(record.kind, JobState.FAILED, record.reason, message)
+    # Every client reads the record and the events: no credential a hook or Redis quoted.
+    return job_error_text(record.kind, JobState.FAILED, record.reason, redact_secrets(message))
 
 
 def _fail(ctx: JobContext, message: str, result: dict[str, Any] | None = None, *,
@@ -207,7 +219,7 @@ def _fail(ctx: JobContext, message: str, result: dict[str, Any] | None = None, *
                                 duration_ms=ctx.control.elapsed_ms())
     extra: dict[str, Any] = {} if result is None else {"result": result}
     ride_out(ctx.control, "finish", lambda: ctx.rt.jobs.finish(
-        ctx.job_id, JobState.FAILED, event=event, error=error, **extra))
+        ctx.job_id, JobState.FAILED, event=event, error=error, **extra), until_memory=True)
     log.info("job %s failed (%s): %s", ctx.job_id, cause, error)
     metrics.observe_failure(ctx.record.kind.value, cause)
     return _observed(ctx, JobOutcome(ctx.job_id, JobState.FAILED.value, error=error,
@@ -226,7 +238,7 @@ def _stopped(ctx: JobContext, stop: JobStopped) -> JobOutcome:
     event = JobEvent.completion(ctx.record, JobState.CANCELLED, error=text, aborted=True,
                                 duration_ms=ctx.control.elapsed_ms())
     ride_out(ctx.control, "finish", lambda: ctx.rt.jobs.finish(
-        ctx.job_id, JobState.CANCELLED, event=event, error=text))
+        ctx.job_id, JobState.CANCELLED, event=event, error=text), until_memory=True)
     log.info("job %s cancelled", ctx.job_id)
     metrics.observe_failure(ctx.record.kind.value, "cancelled")
     return _observed(ctx, JobOutcome(ctx.job_id, JobState.CANCELLED.value, error=text,

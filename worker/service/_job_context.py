@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from api_client.contract.session import JsonObject
-from api_client.contract.wire import EventType, JobEvent, JobRecord, now_iso
+from api_client.contract.wire import EventType, JobEvent, JobRecord, TokenUsage, now_iso
 from worker.llm import Summarizer, SummaryResult, Usage
 from worker.service._control import JobControl
 from worker.service.ports import Runtime
@@ -55,6 +55,8 @@ class JobSuccess:
     model: str | None = None
     usage: Usage | None = None
     event: dict[str, Any] = field(default_factory=dict)   # extra completion-event fields
+    # Speculation's tokens, apart from usage (record and completion event: draftUsage).
+    draft_usage: TokenUsage | None = None
 
 
 def calls_summary(

@@ -5,9 +5,12 @@ from __future__ import annotations
 import redis
 
 from api_client.contract.errors import BrokerUnavailableError, CompactorError
+from api_client.contract.redis_conn import STORAGE_FULL
 
 __all__ = [
+    "STORAGE_FULL",
     "TRANSIENT",
+    "WAIT_FOR_REDIS",
     "DeadlineExceededError",
     "JobCancelled",
     "JobStopped",
@@ -50,3 +53,7 @@ class LeaseHeldError(CompactorError):
 TRANSIENT: tuple[type[BaseException], ...] = (
     BrokerUnavailableError, redis.ConnectionError, redis.TimeoutError,
 )
+# What a delivery waits out before its work (lease, running state) and after it (the job's end):
+# Redis unreachable, or full (it takes writes again once memory is freed). A refused *commit*
+# is not waited for: the job fails with the storage cause (worker.service._job).
+WAIT_FOR_REDIS: tuple[type[BaseException], ...] = (*TRANSIENT, *STORAGE_FULL)

@@ -22,7 +22,8 @@ from api_client.contract.wire import CompactReason, JobRecord
 from worker import metrics
 from worker.service._job_context import JobContext
 
-__all__ = ["check_loop", "count_compaction", "guard_threshold", "is_ineffective", "observe_stall"]
+__all__ = ["check_loop", "count_compaction", "fit_threshold", "guard_threshold", "is_ineffective",
+           "observe_stall"]
 
 COUNTED = (CompactReason.THRESHOLD, CompactReason.OVERFLOW)
 # A speculative job of a looping session is refused too: its draft would be applied (counted)
@@ -56,15 +57,22 @@ def count_compaction(ctx: JobContext) -> None:
                                      ctx.rt.settings.loop_guard_window_s)
 
 
-def guard_threshold(ctx: JobContext) -> int:
-    """``share × (window - reserve_tokens)`` tokens: a context above it after a compaction is
-    ineffective (the agent will be back at the threshold within a turn or two). The window is
-    the agent's when the request named it (``compact(..., context_window=N)``; ``observe``
-    does), else the first model's, else ``context_window``."""
+def fit_threshold(ctx: JobContext) -> int:
+    """``window - reserve_tokens``: should_compact's threshold, the line a draft's context must
+    stay under to be applied. The window is the agent's when the request named it
+    (``compact(..., context_window=N)``; ``observe`` does), else the first model's, else
+    ``context_window``."""
     s = ctx.rt.settings
     window = (ctx.record.context_window
               or (s.models[0].context_window if s.models else None) or s.context_window)
-    return int(s.loop_guard_share * (window - s.reserve_tokens))
+    return window - s.reserve_tokens
+
+
+def guard_threshold(ctx: JobContext) -> int:
+    """``share × (window - reserve_tokens)`` tokens (:func:`fit_threshold`'s window): a context
+    above it after a compaction is ineffective (the agent will be back at the threshold within
+    a turn or two)."""
+    return int(ctx.rt.settings.loop_guard_share * fit_threshold(ctx))
 
 
 def is_ineffective(ctx: JobContext, tokens_after: int | None) -> bool | None:

@@ -2,67 +2,78 @@
 
 from __future__ import annotations
 
-import json
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from api_client.contract.session import dump_record
-from api_client.contract.snapshots import Snapshot
+from api_client.contract.session import Entry, dump_record, parse_entry
 from worker.compaction import PrunePlan, apply_prune, plan_prune
+from worker.compaction.reach import prune_reached
 from worker.service._job_context import JobContext, JobSuccess
 from worker.service._replan import settle, with_replans
-from worker.store import CommitOutcome, CommitStatus, line_digest
+from worker.store import CommitStatus
+from worker.store.paths import PathSnapshot
 
 __all__ = ["PruneStep", "prune_pass", "run_prune"]
+
+# Another job is rewriting the session's lines in steps (a large prune takes tens of ms): wait
+# this long before planning again on what it wrote.
+_BUSY_PAUSE_S = 0.1
 
 
 @dataclass(frozen=True)
 class PruneStep:
-    """What one prune pass did; ``stale`` when it must be planned again on a fresh snapshot."""
+    """What one prune pass did; ``stale`` when it must be planned again on a fresh snapshot.
+    ``path``: the snapshot's path with the pruned results rewritten (a compaction plans on it
+    without reading the session again)."""
 
     pruned_entry_ids: tuple[str, ...] = ()
     tokens_saved: int = 0
     stale: bool = False
+    path: tuple[Entry, ...] = ()
 
     def to_result(self) -> dict[str, object]:
         return {"prunedEntryIds": list(self.pruned_entry_ids), "tokensSaved": self.tokens_saved}
 
 
-def _rewrites(ctx: JobContext, snap: Snapshot,
-              plan: PrunePlan) -> list[tuple[str, str, str]] | None:
-    """(id, digest of the stored line, pruned line) per planned entry; None if a stored line no
-    longer holds what was planned on (changed since the snapshot)."""
-    by_id = snap.session.tree().by_id
-    ids = list(plan.pruned_entry_ids)
-    now_ms = int(ctx.rt.clock.time() * 1000)  # one shared prunedAt, as the reference does
-    out: list[tuple[str, str, str]] = []
-    for entry_id, line in zip(ids, ctx.rt.commits.lines(ctx.session_id, ids), strict=True):
-        if line is None or json.loads(line) != by_id[entry_id].raw:
-            return None
-        raw = dict(by_id[entry_id].raw)
-        raw["message"] = apply_prune(raw["message"], plan.token_counts[entry_id], now_ms)
-        out.append((entry_id, line_digest(line), dump_record(raw)))
-    return out
+def _rewrites(path: Sequence[Entry], plan: PrunePlan,
+              now_ms: int) -> tuple[list[tuple[str, str]], dict[str, Entry]]:
+    """(id, pruned line) per planned entry, and the pruned entries by id."""
+    planned = set(plan.pruned_entry_ids)
+    lines: list[tuple[str, str]] = []
+    pruned: dict[str, Entry] = {}
+    for entry in path:
+        if entry.id in planned:
+            raw = dict(entry.raw)
+            raw["message"] = apply_prune(raw["message"], plan.token_counts[entry.id], now_ms)
+            lines.append((entry.id, dump_record(raw)))
+            pruned[entry.id] = parse_entry(raw)
+    return lines, pruned
 
 
-def prune_pass(ctx: JobContext, snap: Snapshot, round_no: int, *, own_effect: bool) -> PruneStep:
-    """Plan on ``snap`` and rewrite the planned tool results in one atomic step."""
-    path = snap.session.tree().path_to(snap.leaf_id)
-    plan = plan_prune(path, ctx.tokenizer)
+def prune_pass(ctx: JobContext, snap: PathSnapshot, round_no: int, *,
+               own_effect: bool) -> PruneStep:
+    """Plan on ``snap`` and rewrite the planned tool results as one (``Commits.rewrite``)."""
+    plan = plan_prune(snap.path, ctx.tokenizer)
     if not plan.pruned_entry_ids:
-        return PruneStep()
+        return PruneStep(path=tuple(snap.path))
     step = PruneStep(plan.pruned_entry_ids, plan.tokens_saved)
-    rewrites = _rewrites(ctx, snap, plan)
-    if rewrites is None:
-        settle(ctx, CommitOutcome(CommitStatus.STALE), "prune", round_no)
-        return PruneStep(stale=True)
+    now_ms = int(ctx.rt.clock.time() * 1000)  # one shared prunedAt, as the reference does
+    rewrites, pruned = _rewrites(snap.path, plan, now_ms)
     ctx.control.check()
     result = {**step.to_result(), "durationMs": ctx.control.elapsed_ms()} if own_effect else None
-    outcome = ctx.rt.commits.rewrite(ctx.job_id, rewrites, result, snapshot_leaf=snap.leaf_id)
+    # The newest pruned result: no result up to it is left to prune (the next plan's reach).
+    outcome = ctx.rt.commits.rewrite(ctx.job_id, rewrites, result, rewrites_seen=snap.rewrites,
+                                     snapshot_leaf=snap.leaf_id,
+                                     pruned_through=plan.pruned_entry_ids[-1])
+    if outcome.status is CommitStatus.BUSY:
+        time.sleep(_BUSY_PAUSE_S)
     if not settle(ctx, outcome, "prune", round_no):
         return PruneStep(stale=True)
     if outcome.status is CommitStatus.DUPLICATE:
         return _earlier(ctx, step)
-    return step
+    return PruneStep(step.pruned_entry_ids, step.tokens_saved,
+                     path=tuple(pruned.get(e.id, e) for e in snap.path))
 
 
 def _earlier(ctx: JobContext, planned: PruneStep) -> PruneStep:
@@ -75,7 +86,8 @@ def _earlier(ctx: JobContext, planned: PruneStep) -> PruneStep:
 
 def run_prune(ctx: JobContext) -> JobSuccess:
     def attempt(round_no: int) -> PruneStep | None:
-        step = prune_pass(ctx, ctx.rt.sessions.load(ctx.session_id), round_no, own_effect=True)
+        snap = ctx.rt.sessions.load_path(ctx.session_id, prune_reached)
+        step = prune_pass(ctx, snap, round_no, own_effect=True)
         return None if step.stale else step
 
     step = with_replans(ctx, "prune", attempt)

@@ -11,15 +11,16 @@ Also the notify task of an applied draft: the client committed the entry, a work
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 from typing import Any
 
 from api_client.contract.errors import ConfigurationError
-from api_client.contract.wire import EventType, JobRecord
+from api_client.contract.wire import EventType, JobRecord, TokenUsage
 from worker import metrics
-from worker.service._compact_job import _draft, _plan, _tokens_after
+from worker.service._compact_job import _draft, _plan, _tokens_after, draft_tokens
 from worker.service._job_context import JobContext, JobSuccess, calls_summary
 from worker.service._job_stops import JobCancelled
-from worker.service._loop_guard import check_loop, guard_threshold, observe_stall
+from worker.service._loop_guard import check_loop, fit_threshold, guard_threshold, observe_stall
 from worker.service.ports import Drafts, Runtime
 from worker.store.draft_store import draft_json
 
@@ -35,12 +36,13 @@ def _drafts(rt: Runtime) -> Drafts:
 
 
 def run_speculative(ctx: JobContext) -> JobSuccess:
-    """Compute and store a draft; the job's result says what was stored (no entry)."""
+    """Compute and store a draft; the job's result says what was stored (no entry). A stale
+    draft of the session (stored, no longer fitting) is extended, not redone."""
     ctx.publish(EventType.COMPACTION_START)
     check_loop(ctx)  # a session in a compaction loop gets no more drafts: before any model call
     snap = ctx.rt.sessions.load(ctx.session_id)
     path = snap.session.tree().path_to(snap.leaf_id)
-    prep = _plan(ctx, path)
+    prep, base = _plan(ctx, path)
     if prep is None or snap.leaf_id is None:
         empty = {"draft": False, "durationMs": ctx.control.elapsed_ms()}
         return JobSuccess(result=empty, event={"result": empty, "will_retry": False})
@@ -48,27 +50,49 @@ def run_speculative(ctx: JobContext) -> JobSuccess:
     ctx.control.check()
     entry = {**draft.entry, "id": "draft", "parentId": snap.leaf_id}
     tokens_after = _tokens_after(ctx, path, entry)
-    tokens = int(draft.entry.get("tokensBefore") or 0)
+    model, usage, calls = calls_summary(draft.calls)
+    own = None if usage is None else TokenUsage(
+        input=usage.input, output=usage.output, cache_read=usage.cache_read,
+        cache_write=usage.cache_write)
+    spent = draft_tokens(own, base.usage if base else None) or TokenUsage()
     text = draft_json(ctx.job_id, snap.leaf_id, snap.revision, draft.entry,
                       from_extension=draft.from_extension, tokens_after=tokens_after,
-                      snapshot_entries=len(path), snapshot_tokens=tokens,
+                      snapshot_entries=len(path),
+                      snapshot_tokens=int(draft.entry.get("tokensBefore") or 0),
+                      threshold=fit_threshold(ctx), usage=spent.to_wire(),
+                      lead_ms=_lead_ms(ctx.record), base_job_id=base.job_id if base else None,
                       ineffective_above=guard_threshold(ctx))
     saved = _drafts(ctx.rt).save(ctx.job_id, text)
     if saved == "cancelled":
         raise JobCancelled()
     metrics.observe_draft("computed")
-    model, usage, calls = calls_summary(draft.calls)
+    if base is not None:
+        metrics.observe_draft("extended")
+    metrics.observe_draft_tokens("computed", own)
     result: dict[str, Any] = {"draft": saved == "saved", "snapshotLeafId": snap.leaf_id,
               "snapshotRevision": snap.revision, "tokensBefore": draft.entry.get("tokensBefore"),
               "tokensAfter": tokens_after, "durationMs": ctx.control.elapsed_ms(), **calls}
+    if base is not None:
+        result["extendedDraft"] = base.job_id
     ctx.publish(EventType.DRAFT_SAVED, result=result, tokens_before=result["tokensBefore"])
-    return JobSuccess(result=result, model=model, usage=usage, event={
+    return JobSuccess(result=result, model=model, usage=usage, draft_usage=own, event={
         "result": result, "will_retry": False, "tokens_before": result["tokensBefore"]})
 
 
+def _lead_ms(record: JobRecord) -> int | None:
+    """Enqueue → now: how long the draft took to be ready, the queue included (observe starts
+    the next one that much ahead)."""
+    try:
+        created = datetime.fromisoformat(record.created_at)
+    except ValueError:
+        return None
+    return max(0, int((datetime.now(UTC) - created).total_seconds() * 1000))
+
+
 def count_discarded(record: JobRecord) -> None:
-    """A job the client ran because its draft was discarded: count the cause."""
-    if record.draft_discarded:
+    """A job the client ran because its draft was discarded: count the cause. A stale draft
+    (``grown``) is kept for the job to extend: counted when it ends (``_compact_job``)."""
+    if record.draft_discarded and record.draft_discarded != "grown":
         metrics.observe_draft("discarded", record.draft_discarded)
 
 
@@ -80,6 +104,7 @@ def run_draft_applied(rt: Runtime, job_id: str) -> dict[str, object]:
     rt.hooks.compact_done(record.entry, bool(record.entry.get("fromExtension")),
                           session_id=record.session_id)
     metrics.observe_draft("applied")
+    metrics.observe_draft_tokens("used", record.draft_usage)
     observe_stall(record, "draft")
     if (record.result or {}).get("ineffective"):
         metrics.observe_loop_guard("ineffective", record.reason)

@@ -27,7 +27,7 @@ import redis
 from api_client.contract.errors import CompactorError
 from api_client.contract.keys import KeyLayout
 from api_client.contract.wire import TASK_NAMES, JobKind, JobState, Route
-from worker.service._job_stops import TRANSIENT
+from worker.service._job_stops import WAIT_FOR_REDIS
 from worker.settings import WorkerSettings
 from worker.store.job_lifecycle import JobStore
 from worker.store.sweep import JobLook, SweepStore, now_ms
@@ -70,7 +70,7 @@ class Sweeper:
         while not self._stop.wait(self.settings.sweep_interval_s):
             try:
                 self.sweep()
-            except TRANSIENT as err:
+            except WAIT_FOR_REDIS as err:
                 log.debug("sweep skipped: %s", err)
             except Exception:  # the sweep must outlive a bug in one look
                 log.exception("sweep failed")

@@ -71,7 +71,8 @@ def build_runtime(settings: WorkerSettings, *,
     on_close.insert(0, cancel_flags.close)
     return Runtime(
         settings=settings,
-        sessions=SnapshotStore(client, layout, EntryCache(settings.entry_cache_entries)),
+        sessions=SnapshotStore(client, layout, EntryCache(settings.entry_cache_entries),
+                               max_bytes=settings.max_session_bytes),
         jobs=jobs,
         commits=CommitStore(client, layout, walk_limit=settings.commit_walk_limit,
                             effect_retention_s=settings.job_ttl_s + settings.visibility_timeout_s),

@@ -29,6 +29,7 @@ from worker.hooks import (
 from worker.settings import WorkerSettings
 from worker.store import CommitOutcome
 from worker.store.leases import LeaseOutcome
+from worker.store.paths import PathSnapshot, Reach
 from worker.summary_requests import Summarizer
 from worker.tokens import Tokenizer
 
@@ -49,9 +50,12 @@ log = logging.getLogger("worker.service")
 
 
 class Sessions(Protocol):
-    """Snapshots of a session (entries, stored leaf, revision) in one read."""
+    """Snapshots of a session: all of it (entries, stored leaf, revision), or the end of the
+    leaf's path that a plan needs (``worker.store.paths``)."""
 
     def load(self, session_id: str) -> Snapshot: ...
+
+    def load_path(self, session_id: str, reach: Reach) -> PathSnapshot: ...
 
 
 class Commits(Protocol):
@@ -61,17 +65,16 @@ class Commits(Protocol):
 
     def entry(self, session_id: str, entry_id: str) -> JsonObject | None: ...
 
-    def lines(self, session_id: str, entry_ids: Sequence[str]) -> list[str | None]: ...
-
     def append_entry(self, job_id: str, snapshot_leaf: str | None, entry: Mapping[str, Any],
                      result: Mapping[str, Any]) -> CommitOutcome: ...
 
     def branch(self, job_id: str, snapshot_leaf: str | None, destination: str | None,
                entry: Mapping[str, Any] | None, result: Mapping[str, Any]) -> CommitOutcome: ...
 
-    def rewrite(self, job_id: str, rewrites: Sequence[tuple[str, str, str]],
-                result: Mapping[str, Any] | None, *,
-                snapshot_leaf: str | None = None) -> CommitOutcome: ...
+    def rewrite(self, job_id: str, rewrites: Sequence[tuple[str, str]],
+                result: Mapping[str, Any] | None, *, rewrites_seen: int,
+                snapshot_leaf: str | None = None,
+                pruned_through: str | None = None) -> CommitOutcome: ...
 
 
 class JobLeases(Protocol):
@@ -135,13 +138,20 @@ class JobRecords(JobLeases, Protocol):
 
 
 class Drafts(Protocol):
-    """Where a speculative job stores its draft (``worker.store.draft_store.DraftStore``)."""
+    """Where a speculative job stores its draft (``worker.store.draft_store.DraftStore``), and
+    where a compaction finds the stale draft it extends."""
 
     def save(self, job_id: str, draft: str) -> str: ...
+
+    def get(self, session_id: str) -> dict[str, Any] | None: ...
 
 
 class Hooks(Protocol):
     """The hook events the service dispatches (SPEC §13); ``worker.hooks.HookRunner``."""
+
+    def has_hooks(self, event: str) -> bool:
+        """Does any hook handle ``event`` (``session_before_compact`` gets the whole branch)?"""
+        ...
 
     def before_compact(self, preparation: Preparation, branch_entries: Sequence[Entry],
                        custom_instructions: str | None, cancel: CancelSignal | None, *,

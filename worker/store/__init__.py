@@ -11,7 +11,7 @@ from worker.store._commits import (
     CommitStatus,
     CommitStore,
     entry_line_parts,
-    line_digest,
+    script_text,
 )
 
-__all__ = ["CommitOutcome", "CommitStatus", "CommitStore", "entry_line_parts", "line_digest"]
+__all__ = ["CommitOutcome", "CommitStatus", "CommitStore", "entry_line_parts", "script_text"]

@@ -7,7 +7,6 @@ keys plus the job's effect marker and record, all in the session's hash slot.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import secrets
 from collections.abc import Mapping, Sequence
@@ -25,9 +24,17 @@ from api_client.contract.lua_scripts import lua
 from api_client.contract.redis_conn import REDIS_DOWN, unavailable
 from api_client.contract.session import JsonObject, dump_record
 
-__all__ = ["CommitOutcome", "CommitStatus", "CommitStore", "entry_line_parts", "line_digest"]
+__all__ = ["CommitOutcome", "CommitStatus", "CommitStore", "entry_line_parts", "script_text"]
 
 _CANDIDATES = 4
+# A prune rewrites its lines in steps of at most this many lines / bytes of new JSON, so that no
+# script keeps Redis from the other clients for long (a 20 000-entry session's first threshold
+# compaction prunes ~6 800 lines: one script of 76 000 arguments held Redis for 180 ms).
+REWRITE_STEP_LINES = 500
+REWRITE_STEP_BYTES = 256 << 10
+# How long the rewriting marker outlives the last step: the steps follow each other at once,
+# so only a worker that died half-way leaves it to lapse.
+REWRITING_TTL_MS = 10_000
 
 
 class CommitStatus(StrEnum):
@@ -37,6 +44,7 @@ class CommitStatus(StrEnum):
     CANCELLED = "cancelled"    # cancel requested; nothing written
     FINISHED = "finished"      # the job record is no longer running; nothing written
     NOID = "noid"              # every candidate id was taken (retry with new ones)
+    BUSY = "busy"              # another job is rewriting the session's lines; nothing written
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +60,9 @@ class CommitOutcome:
 
 
 @cache
-def _script(name: str) -> str:
-    """A commit script with the shared helpers in front (Redis scripts cannot import)."""
+def script_text(name: str) -> str:
+    """A script of this package with the shared helpers in front (Redis scripts cannot
+    import)."""
     helpers = lua("_walk")  # api_client/contract/lua/_walk.lua: one copy, shared with the client
     return helpers + "\n" + (files("worker.store") / f"{name}.lua").read_text(encoding="utf-8")
 
@@ -75,10 +84,6 @@ def _candidates() -> str:
     return " ".join(secrets.token_hex(4) for _ in range(_CANDIDATES))
 
 
-def line_digest(line: str) -> str:
-    return hashlib.sha1(line.encode("utf-8")).hexdigest()
-
-
 class CommitStore:
     """Worker-side commits for one Redis (``client`` must decode responses)."""
 
@@ -89,9 +94,9 @@ class CommitStore:
         self.walk_limit = walk_limit
         # Effect markers older than this are trimmed by later commits (api_client.contract.keys).
         self.effect_retention_ms = max(1, int(effect_retention_s * 1000))
-        self._entry = client.register_script(_script("commit_entry"))
-        self._branch = client.register_script(_script("commit_branch"))
-        self._prune = client.register_script(_script("commit_prune"))
+        self._entry = client.register_script(script_text("commit_entry"))
+        self._branch = client.register_script(script_text("commit_branch"))
+        self._prune = client.register_script(script_text("commit_prune"))
 
     def effect(self, job_id: str) -> str | None:
         """The entry id an earlier delivery of ``job_id`` committed ('' = a change without an
@@ -103,12 +108,6 @@ class CommitStore:
     def entry(self, session_id: str, entry_id: str) -> JsonObject | None:
         line = self._call(self.redis.hget, self.layout.session(session_id).entries, entry_id)
         return None if line is None else dict(json.loads(line))
-
-    def lines(self, session_id: str, entry_ids: Sequence[str]) -> list[str | None]:
-        if not entry_ids:
-            return []
-        key = self.layout.session(session_id).entries
-        return list(self._call(self.redis.hmget, key, list(entry_ids)))
 
     def append_entry(self, job_id: str, snapshot_leaf: str | None, entry: Mapping[str, Any],
                      result: Mapping[str, Any]) -> CommitOutcome:
@@ -124,18 +123,34 @@ class CommitStore:
         args = [job_id, snapshot_leaf or "", destination or "", head, tail]
         return self._until_id(self._branch, job_id, args, result)
 
-    def rewrite(self, job_id: str, rewrites: Sequence[tuple[str, str, str]],
-                result: Mapping[str, Any] | None, *,
-                snapshot_leaf: str | None = None) -> CommitOutcome:
-        """Replace stored lines: (entry id, SHA-1 of the line planned on, new line), all or none,
-        and (given ``snapshot_leaf``) only while that leaf is on the current leaf's path.
+    def rewrite(self, job_id: str, rewrites: Sequence[tuple[str, str]],
+                result: Mapping[str, Any] | None, *, rewrites_seen: int,
+                snapshot_leaf: str | None = None,
+                pruned_through: str | None = None) -> CommitOutcome:
+        """Replace stored lines, (entry id, new line), all or none: only while the session's
+        rewrites counter is still ``rewrites_seen`` (no line changed since the plan read them)
+        and, given ``snapshot_leaf``, while that leaf is on the current leaf's path. Many lines
+        go in bounded steps (``commit_prune.lua``); the first decides for all of them.
+        ``pruned_through``: the prune watermark to record (``SessionKeys.pruned``).
 
         ``result`` None: a step inside another job (no effect recorded for it)."""
-        args = [job_id, "0" if result is None else "1", _json(result or {}), str(len(rewrites)),
-                snapshot_leaf or "", str(self.walk_limit)]
-        for entry_id, digest, line in rewrites:
-            args += [entry_id, digest, line]
-        return self._run(self._prune, job_id, args)
+        pages = _pages(rewrites)
+        flag, result_json = "0" if result is None else "1", _json(result or {})
+        tail = [snapshot_leaf or "", str(self.walk_limit), str(rewrites_seen),
+                pruned_through or "", str(REWRITING_TTL_MS), str(self.effect_retention_ms)]
+        outcome = CommitOutcome(CommitStatus.COMMITTED)
+        for n, page in enumerate(pages):
+            step = ("all" if len(pages) == 1 else "begin" if n == 0
+                    else "end" if n == len(pages) - 1 else "more")
+            last = step in ("all", "end")  # the result goes with the step that records it
+            args = [job_id, flag, result_json if last else "", step, *tail]
+            for entry_id, line in page:
+                args += [entry_id, line]
+            outcome = self._reply(job_id, self._call_script(self._prune, self._prune_keys(job_id),
+                                                            args))
+            if outcome.status is not CommitStatus.COMMITTED:
+                return outcome
+        return outcome
 
     # -- plumbing -------------------------------------------------------------------------------
     def _until_id(self, script: Any, job_id: str, args: list[str],
@@ -146,14 +161,29 @@ class CommitStore:
                 return outcome
         return outcome
 
-    def _run(self, script: Any, job_id: str, args: list[str]) -> CommitOutcome:
+    def _keys(self, job_id: str) -> list[str]:
         jk = self.layout.job(job_id)
         s = jk.session
-        keys = [s.header, s.entries, s.order, s.leaf, s.rev, s.effects, jk.record, s.effects_at]
+        return [s.header, s.entries, s.order, s.leaf, s.rev, s.effects, jk.record, s.effects_at]
+
+    def _prune_keys(self, job_id: str) -> list[str]:
+        s = self.layout.job(job_id).session
+        return [*self._keys(job_id), s.rewrites, s.rewriting, s.pruned]
+
+    def _run(self, script: Any, job_id: str, args: list[str]) -> CommitOutcome:
+        reply = self._call_script(script, self._keys(job_id),
+                                  [*args, str(self.effect_retention_ms)])
+        return self._reply(job_id, reply)
+
+    @staticmethod
+    def _call_script(script: Any, keys: list[str], args: list[str]) -> Any:
         try:
-            reply = script(keys=keys, args=[*args, str(self.effect_retention_ms)])
+            return script(keys=keys, args=args)
         except REDIS_DOWN as err:
             raise unavailable(err) from err
+
+    def _reply(self, job_id: str, reply: Any) -> CommitOutcome:
+        jk = self.layout.job(job_id)
         status, entry_id, revision, line = (str(x) for x in reply)
         if status == "nosession":
             raise SessionNotFoundError(f"Session {jk.session_id} not found")
@@ -170,6 +200,20 @@ class CommitStore:
             return fn(*args)
         except REDIS_DOWN as err:
             raise unavailable(err) from err
+
+
+def _pages(rewrites: Sequence[tuple[str, str]]) -> list[list[tuple[str, str]]]:
+    """``rewrites`` in steps of at most :data:`REWRITE_STEP_LINES` lines and about
+    :data:`REWRITE_STEP_BYTES` of new JSON (a step holds one line at least)."""
+    pages: list[list[tuple[str, str]]] = [[]]
+    size = 0
+    for item in rewrites:
+        if pages[-1] and (len(pages[-1]) >= REWRITE_STEP_LINES or size >= REWRITE_STEP_BYTES):
+            pages.append([])
+            size = 0
+        pages[-1].append(item)
+        size += len(item[1])
+    return pages
 
 
 def _json(value: Any) -> str:

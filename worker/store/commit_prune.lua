@@ -1,52 +1,81 @@
--- Rewrite pruned tool results in place (SPEC §8), all or nothing. Each entry is rewritten only
--- if its stored line still has the SHA-1 the plan was made from, so a concurrent change to any
--- of them makes the whole step stale instead of overwriting it. The plan protects the newest
--- results of the snapshot's path, so it also needs the snapshot leaf on the current leaf's path
--- (appends only add newer results; a move back would expose pruned results as the newest).
--- KEYS: 1 header, 2 entries, 3 order (unused), 4 leaf, 5 rev, 6 effects, 7 job record, 8 effects:at
--- ARGV: 1 job id, 2 record the effect ('1' | '0'), 3 job result JSON, 4 n,
---       5 snapshot leaf id ('' = not checked), 6 walk limit,
---       then per entry: id, SHA-1 of the planned line, new line
---       last: effect marker retention ms
--- Returns {status, '', revision, ''}
-if ARGV[2] == '1' then
-  local refused = job_guard(KEYS[1], KEYS[7], KEYS[6], ARGV[1])
-  if refused then
-    return refused
+-- Rewrite pruned tool results in place (SPEC §8), in one step or, for many lines, in bounded
+-- steps that still apply as one (worker/store/_commits.py ``rewrite``).
+-- The first step decides, atomically: the job may still commit, the lines are still those the
+-- plan read (the rewrites counter, +1 on every rewrite of stored lines, is the value the plan
+-- saw) and the snapshot leaf is still on the current leaf's path (appends only add newer
+-- results; a move back would expose pruned results as the newest). A plan that fails any of
+-- these writes nothing. A first step of several takes the rewriting marker (this job, PX): other
+-- rewrites of the session wait until the last step drops it, so nothing can make the decided
+-- plan stale half-way. The last step records the watermark (no tool result on the path up to
+-- it is left to prune), the job's effect and result, and bumps the revision.
+-- KEYS: 1 header, 2 entries, 3 order (unused), 4 leaf, 5 rev, 6 effects, 7 job record,
+--       8 effects:at, 9 rewrites, 10 rewriting, 11 pruned
+-- ARGV: 1 job id, 2 record the effect ('1' | '0'), 3 job result JSON,
+--       4 step: 'all' (the only one) | 'begin' | 'more' | 'end',
+--       5 snapshot leaf id ('' = not checked), 6 walk limit, 7 rewrites counter the plan saw,
+--       8 watermark entry id ('' = none), 9 marker TTL ms, 10 effect marker retention ms,
+--       then per entry: id, new line
+-- Returns {status, '', revision, ''}; status committed (this step is in) | stale | busy
+--   (another job is rewriting) | cancelled | finished | duplicate | nosession
+local step = ARGV[4]
+local function revision()
+  return redis.call('GET', KEYS[5]) or '0'
+end
+if step == 'all' or step == 'begin' then
+  if ARGV[2] == '1' then
+    local refused = job_guard(KEYS[1], KEYS[7], KEYS[6], ARGV[1])
+    if refused then
+      return refused
+    end
+  else
+    -- The prune pass of a compaction job: no effect of its own, same liveness checks.
+    if redis.call('EXISTS', KEYS[1]) == 0 then
+      return {'nosession', '', '', ''}
+    end
+    local f = redis.call('HMGET', KEYS[7], 'state', 'cancelRequested')
+    if f[1] ~= 'running' then
+      return {'finished', f[1] or '', '', ''}
+    end
+    if f[2] == '1' then
+      return {'cancelled', '', '', ''}
+    end
   end
+  local holder = redis.call('GET', KEYS[10])
+  if holder and holder ~= ARGV[1] then
+    return {'busy', '', revision(), ''}
+  end
+  if (redis.call('GET', KEYS[9]) or '0') ~= ARGV[7] then
+    return {'stale', '', revision(), ''}
+  end
+  if ARGV[5] ~= '' then
+    local leaf = redis.call('GET', KEYS[4]) or ''
+    if not reaches_without_compaction(KEYS[2], leaf, ARGV[5], tonumber(ARGV[6]), true) then
+      return {'stale', '', revision(), ''}
+    end
+  end
+  redis.call('INCR', KEYS[9])
+  if step == 'begin' then
+    redis.call('SET', KEYS[10], ARGV[1], 'PX', ARGV[9])
+  end
+elseif redis.call('GET', KEYS[10]) ~= ARGV[1] then
+  -- The marker lapsed (this job stalled longer than its TTL) or the session was replaced: the
+  -- steps written so far stay (each line is a valid prune), the job plans again.
+  return {'stale', '', revision(), ''}
 else
-  -- The prune pass of a compaction job: no effect of its own, same liveness checks.
-  if redis.call('EXISTS', KEYS[1]) == 0 then
-    return {'nosession', '', '', ''}
-  end
-  local f = redis.call('HMGET', KEYS[7], 'state', 'cancelRequested')
-  if f[1] ~= 'running' then
-    return {'finished', f[1] or '', '', ''}
-  end
-  if f[2] == '1' then
-    return {'cancelled', '', '', ''}
-  end
+  redis.call('PEXPIRE', KEYS[10], ARGV[9])
 end
-if ARGV[5] ~= '' then
-  local leaf = redis.call('GET', KEYS[4]) or ''
-  if not reaches_without_compaction(KEYS[2], leaf, ARGV[5], tonumber(ARGV[6]), true) then
-    return {'stale', '', redis.call('GET', KEYS[5]) or '0', ''}
-  end
+for i = 11, #ARGV, 2 do
+  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
 end
-local n = tonumber(ARGV[4])
-for i = 0, n - 1 do
-  local id, digest = ARGV[7 + 3 * i], ARGV[8 + 3 * i]
-  local line = redis.call('HGET', KEYS[2], id)
-  if not line or redis.sha1hex(line) ~= digest then
-    return {'stale', id, redis.call('GET', KEYS[5]) or '0', ''}
-  end
+if step == 'begin' or step == 'more' then
+  return {'committed', '', revision(), ''}
 end
-for i = 0, n - 1 do
-  redis.call('HSET', KEYS[2], ARGV[7 + 3 * i], ARGV[9 + 3 * i])
+if ARGV[8] ~= '' then
+  redis.call('SET', KEYS[11], ARGV[8])
 end
 if ARGV[2] == '1' then
-  remember_effect(KEYS[6], KEYS[8], ARGV[1], '', ARGV[#ARGV])
+  remember_effect(KEYS[6], KEYS[8], ARGV[1], '', ARGV[10])
   redis.call('HSET', KEYS[7], 'result', ARGV[3])
 end
-local rev = redis.call('INCR', KEYS[5])
-return {'committed', '', tostring(rev), ''}
+redis.call('DEL', KEYS[10])
+return {'committed', '', tostring(redis.call('INCR', KEYS[5])), ''}

@@ -8,14 +8,17 @@ and the key expires one window after the last commit.
 
 from __future__ import annotations
 
+import logging
 import math
 
 import redis
 
 from api_client.contract.keys import KeyLayout
-from api_client.contract.redis_conn import REDIS_DOWN, unavailable
+from api_client.contract.redis_conn import REDIS_DOWN, STORAGE_FULL, unavailable
 
 __all__ = ["CompactionCounter"]
+
+log = logging.getLogger("worker.store")
 
 
 class CompactionCounter:
@@ -27,7 +30,9 @@ class CompactionCounter:
         """Automatic compactions of the session committed within ``window_s`` before ``now``."""
         key = self.layout.session(session_id).compactions
         try:
-            with self.redis.pipeline(transaction=True) as pipe:
+            # No MULTI: a full Redis refuses every command inside one, and these two need no
+            # memory (the count is read after the trim either way).
+            with self.redis.pipeline(transaction=False) as pipe:
                 pipe.zremrangebyscore(key, "-inf", f"({now - window_s}")
                 pipe.zcard(key)
                 _, count = pipe.execute()
@@ -46,3 +51,7 @@ class CompactionCounter:
                 pipe.execute()
         except REDIS_DOWN as err:
             raise unavailable(err) from err
+        except STORAGE_FULL as err:
+            # After the commit: the job succeeded; a full Redis costs the guard one count.
+            log.warning("session %s: compaction of job %s not counted: %s", session_id, job_id,
+                        err)

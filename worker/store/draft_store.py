@@ -1,7 +1,9 @@
-"""Speculative drafts, the worker's side: build the draft JSON and store it (save_draft.lua).
+"""Speculative drafts, the worker's side: build the draft JSON and store it (save_draft.lua);
+read the stored one, which a compaction or speculative job extends when it no longer fits
+(:mod:`worker.compaction.extension`).
 
-The shape and the client's apply are in :mod:`api_client.client.draft_apply`; the key is
-``SessionKeys.draft``.
+The shape, the validity rule and the client's apply are in
+:mod:`api_client.client.draft_apply`; the key is ``SessionKeys.draft``.
 """
 
 from __future__ import annotations
@@ -28,10 +30,14 @@ def _script() -> str:
 
 
 def draft_json(job_id: str, snapshot_leaf: str, revision: int, entry: Mapping[str, Any], *,
-               from_extension: bool, tokens_after: int | None, snapshot_entries: int,
-               snapshot_tokens: int, ineffective_above: int | None = None) -> str:
-    """The draft (fields: :mod:`api_client.client.draft_apply`). ``entry`` is the planned compaction
-    entry; its id, parentId and timestamp are filled in when the draft is applied."""
+               from_extension: bool, tokens_after: int, snapshot_entries: int,
+               snapshot_tokens: int, threshold: int, usage: Mapping[str, int],
+               lead_ms: int | None = None, base_job_id: str | None = None,
+               ineffective_above: int | None = None) -> str:
+    """The draft (fields: :mod:`api_client.client.draft_apply`). ``entry`` is the planned
+    compaction entry; its id, parentId and timestamp are filled in when the draft is applied.
+    ``threshold``: the line its context must fit under to be applied; ``usage``: what it cost,
+    the draft it extended (``base_job_id``) included."""
     body = {k: v for k, v in entry.items() if k not in ("id", "parentId", "timestamp")}
     _, tail = entry_line_parts({"type": "compaction", **body})
     draft: dict[str, Any] = {
@@ -41,8 +47,12 @@ def draft_json(job_id: str, snapshot_leaf: str, revision: int, entry: Mapping[st
         "summary": entry.get("summary"), "details": entry.get("details"),
         "fromExtension": from_extension, "entry": body, "lineTail": tail,
         "snapshotEntries": snapshot_entries, "snapshotTokens": snapshot_tokens,
-        "createdAt": now_iso(),
+        "createdAt": now_iso(), "threshold": threshold, "usage": dict(usage),
     }
+    if lead_ms is not None:
+        draft["leadMs"] = lead_ms
+    if base_job_id:
+        draft["baseJobId"] = base_job_id
     if ineffective_above is not None:  # the worker's loop-guard line (apply_draft.lua)
         draft["ineffectiveAbove"] = ineffective_above
     if entry.get("shortSummary") is not None:

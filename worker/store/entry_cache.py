@@ -26,6 +26,10 @@ map (an entry keyed by (session, id) cost ~1 µs a line: 1.0-1.4 ms of a large-s
 against ~0.15 ms now). An entry is reused where the line holds the same id and the same text;
 an entry that moved to another line is parsed again, as before.
 
+A job that reads only the part of a session's path it needs (``worker.store.paths``) finds its
+entries by id instead (:meth:`EntryCache.path_entries`): such a read starts at the leaf, and
+the part read shifts as the session grows, so a line-by-line comparison would miss.
+
 Bounded: at most ``max_entries`` entries over all sessions, the least recently loaded sessions
 evicted first (a session larger than the bound keeps its first ``max_entries`` lines);
 thread-safe (writes take a lock, lookups none: a session's lines are replaced, never changed).
@@ -37,7 +41,7 @@ import itertools
 import operator
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from api_client.contract.session import Entry
@@ -56,11 +60,15 @@ class _Lines:
     entries: list[Entry]
 
 
+_PathEntries = dict[str, tuple[str, Entry]]  # id → (stored text, entry), of a path read
+
+
 class EntryCache:
     """The entries parsed from each session's last snapshot, reused where a line is unchanged."""
 
     def __init__(self, max_entries: int = DEFAULT_ENTRIES) -> None:
-        self._sessions: OrderedDict[str, _Lines] = OrderedDict()
+        # (session, "lines" | "path") → what the session's last load of that kind parsed.
+        self._sessions: OrderedDict[tuple[str, str], _Lines | _PathEntries] = OrderedDict()
         self._lock = threading.Lock()
         self._size = 0  # entries over all sessions
         self.max_entries = max(0, max_entries)
@@ -75,8 +83,8 @@ class EntryCache:
         """The entry parsed before from exactly each line's stored text (``order``: the entry
         ids, ``texts``: their stored texts, line by line), or None where the line is new or
         changed."""
-        last = self._sessions.get(session_id)
-        if last is None:
+        last = self._sessions.get((session_id, "lines"))
+        if not isinstance(last, _Lines):
             self.misses += len(order)
             return [None] * len(order)
         same_ids = map(operator.eq, order, last.ids)  # as long as the shorter of the two
@@ -85,10 +93,7 @@ class EntryCache:
             for same_id, text, known, entry in zip(same_ids, texts, last.texts, last.entries,
                                                    strict=False)]
         found += [None] * (len(order) - len(found))
-        try:  # noqa: SIM105  (the session was loaded: the last to be evicted)
-            self._sessions.move_to_end(session_id)
-        except KeyError:  # evicted by another thread just now
-            pass
+        self._touch((session_id, "lines"))
         # Not found.count(None): that calls each entry's dataclass __eq__ (0.6 M instructions).
         hits = sum(map(operator.is_not, found, itertools.repeat(None)))
         self.hits += hits
@@ -98,21 +103,51 @@ class EntryCache:
     def remember(self, session_id: str, order: Sequence[str], texts: Sequence[str],
                  entries: Sequence[Entry]) -> None:
         """Keep a snapshot's lines: ``entries`` parsed from ``texts`` (or reused)."""
+        keep = min(len(order), self.max_entries)
+        self._store((session_id, "lines"),
+                    _Lines(list(order[:keep]), list(texts[:keep]), list(entries[:keep])))
+
+    def path_entries(self, session_id: str) -> Mapping[str, tuple[str, Entry]]:
+        """The entries the session's last path read parsed: id → (stored text, entry). An
+        entry is reused only where its stored text is the same (a prune rewrites lines)."""
+        last = self._sessions.get((session_id, "path"))
+        if not isinstance(last, dict):
+            return {}
+        self._touch((session_id, "path"))
+        return last
+
+    def remember_path(self, session_id: str, texts: Sequence[str],
+                      entries: Sequence[Entry]) -> None:
+        """Keep what a path read parsed (``entries`` from ``texts``, or reused)."""
+        keep = min(len(entries), self.max_entries)
+        self._store((session_id, "path"), {e.id: (t, e) for t, e in
+                                           zip(texts[:keep], entries[:keep], strict=True)})
+
+    def _touch(self, key: tuple[str, str]) -> None:
+        try:  # noqa: SIM105  (the session was loaded: the last to be evicted)
+            self._sessions.move_to_end(key)
+        except KeyError:  # evicted by another thread just now
+            pass
+
+    def _store(self, key: tuple[str, str], value: _Lines | _PathEntries) -> None:
         if self.max_entries == 0:
             return
-        keep = min(len(order), self.max_entries)
-        lines = _Lines(list(order[:keep]), list(texts[:keep]), list(entries[:keep]))
         with self._lock:
-            old = self._sessions.pop(session_id, None)
-            self._size += keep - (len(old.ids) if old is not None else 0)
-            self._sessions[session_id] = lines
-            while self._size > self.max_entries:
-                _, evicted = self._sessions.popitem(last=False)
-                self._size -= len(evicted.ids)
+            old = self._sessions.pop(key, None)
+            self._size += _count(value) - (_count(old) if old is not None else 0)
+            self._sessions[key] = value
+            self._evict()
+
+    def _evict(self) -> None:
+        while self._size > self.max_entries and self._sessions:
+            _, evicted = self._sessions.popitem(last=False)
+            self._size -= _count(evicted)
 
     def resize(self, max_entries: int) -> None:
         with self._lock:
             self.max_entries = max(0, max_entries)
-            while self._size > self.max_entries and self._sessions:
-                _, evicted = self._sessions.popitem(last=False)
-                self._size -= len(evicted.ids)
+            self._evict()
+
+
+def _count(value: _Lines | _PathEntries) -> int:
+    return len(value.ids) if isinstance(value, _Lines) else len(value)

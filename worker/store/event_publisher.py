@@ -1,20 +1,26 @@
 """The worker's progress events: XADD to the session's stream and to the global one.
 
 Completion events are not published here: ``finish`` writes each atomically with the job's
-terminal state (api_client's finish.lua) and then copies it to the global stream.
+terminal state (api_client's finish.lua) and then copies it to the global stream. A full Redis
+(``maxmemory``) refuses a progress event: it is dropped with a warning, never failing the job
+(the completion event carries the outcome).
 """
 
 from __future__ import annotations
+
+import logging
 
 import redis
 
 from api_client.contract.job_records import event_fields
 from api_client.contract.keys import KeyLayout
-from api_client.contract.redis_conn import REDIS_DOWN, unavailable
+from api_client.contract.redis_conn import REDIS_DOWN, STORAGE_FULL, unavailable
 from api_client.contract.settings import ClientSettings
 from api_client.contract.wire import JobEvent
 
 __all__ = ["EventPublisher"]
+
+log = logging.getLogger("worker.store")
 
 
 class EventPublisher:
@@ -27,7 +33,8 @@ class EventPublisher:
         self.layout = layout or KeyLayout(settings.key_prefix)
 
     def publish(self, event: JobEvent) -> str:
-        """XADD to the session's stream and the global one; returns the session stream id."""
+        """XADD to the session's stream and the global one; returns the session stream id
+        ('' when Redis was full and refused it)."""
         fields = event_fields(event)
         stream = self.layout.session(event.session_id).events
         pipe = self.redis.pipeline(transaction=False)
@@ -40,4 +47,7 @@ class EventPublisher:
             session_id, _, _ = pipe.execute()
         except REDIS_DOWN as err:
             raise unavailable(err) from err
+        except STORAGE_FULL as err:
+            log.warning("job %s: %s event dropped: %s", event.job_id, event.type, err)
+            return ""
         return str(session_id)

@@ -12,11 +12,13 @@ For each delivery a worker calls:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
 import redis
 
+from api_client.contract.errors import StorageFullError
 from api_client.contract.job_records import finish_job, get_record
 from api_client.contract.keys import KeyLayout
 from api_client.contract.redis_flows import SyncShell
@@ -28,6 +30,8 @@ from worker.store.leases import LeaseOutcome, Leases, guarded, script_text
 from worker.store.sweep import now_ms
 
 __all__ = ["JobStore"]
+
+log = logging.getLogger("worker.store")
 
 
 class JobStore:
@@ -58,7 +62,12 @@ class JobStore:
         if outcome is LeaseOutcome.ACQUIRED:
             # The sweep looks again when this lease would end (the worker died if it did).
             due: dict[str | bytes, float] = {job_id: now_ms() + int(ttl_s * 1000)}
-            guarded(job_id, lambda: self.redis.zadd(self.layout.jobs_due, due))
+            try:
+                guarded(job_id, lambda: self.redis.zadd(self.layout.jobs_due, due))
+            except StorageFullError as err:
+                # The lease is this delivery's now: giving up here would strand it. The job
+                # keeps its earlier due time (set at enqueue), so the sweep still finds it.
+                log.warning("job %s: sweep index not updated: %s", job_id, err)
         return outcome
 
     def renew_lease(self, job_id: str, worker_id: str, ttl_s: float) -> bool:

@@ -18,7 +18,7 @@ import redis
 
 from api_client.contract.errors import JobNotFoundError
 from api_client.contract.keys import KeyLayout
-from api_client.contract.redis_conn import REDIS_DOWN, unavailable
+from api_client.contract.redis_conn import REDIS_DOWN, STORAGE_FULL, storage_full, unavailable
 
 __all__ = ["LeaseOutcome", "Leases", "guarded", "script_text"]
 
@@ -38,10 +38,12 @@ def script_text(name: str) -> str:
 
 
 def guarded(job_id: str, fn: Callable[[], T]) -> T:
-    """Run one Redis call of a job: a dead server → BrokerUnavailableError, a vanished record
-    (``COMPACTOR_NOJOB``) → JobNotFoundError."""
+    """Run one Redis call of a job: a dead server → BrokerUnavailableError, a full one →
+    StorageFullError, a vanished record (``COMPACTOR_NOJOB``) → JobNotFoundError."""
     try:
         return fn()
+    except STORAGE_FULL as err:
+        raise storage_full(err) from err
     except redis.ResponseError as err:
         if str(err).startswith("COMPACTOR_NOJOB"):
             raise JobNotFoundError(job_id) from err

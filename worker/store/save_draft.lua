@@ -1,5 +1,6 @@
 -- Store a speculative job's draft beside the session (never on its path), replacing an older
--- one, only while the job is running and not asked to stop (a cancelled job leaves no draft).
+-- one (the stale draft it extended, when it built on one: the new draft carries its summary and
+-- cost), only while the job is running and not asked to stop (a cancelled job leaves no draft).
 -- KEYS: 1 session header, 2 job record, 3 draft
 -- ARGV: 1 draft JSON, 2 TTL s
 -- Returns 'saved' | 'cancelled' | 'finished' | 'nosession'

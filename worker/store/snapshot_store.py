@@ -1,26 +1,53 @@
-"""The worker's snapshot loads: the contract's load (one pipeline), with parsed entries kept
-across loads (:class:`~worker.store.entry_cache.EntryCache`) when the composition root gives a
-cache."""
+"""The worker's snapshot loads: the contract's load, with parsed entries kept across loads
+(:class:`~worker.store.entry_cache.EntryCache`) when the composition root gives a cache, and a
+session over ``max_session_bytes`` refused before any of it is read."""
 
 from __future__ import annotations
 
 import redis
 
+from api_client.contract.errors import SessionTooLargeError
 from api_client.contract.keys import KeyLayout
-from api_client.contract.redis_flows import SyncShell
+from api_client.contract.redis_flows import SyncShell, cmd
 from api_client.contract.snapshots import ParsedEntries, Snapshot, load_snapshot
+from worker.store.entry_cache import EntryCache
+from worker.store.paths import PathSnapshot, PathStore, Reach
 
 __all__ = ["SnapshotStore"]
 
 
 class SnapshotStore:
-    """``load(session_id)`` for the service's ``Sessions`` port."""
+    """``load`` and ``load_path`` for the service's ``Sessions`` port."""
 
     def __init__(self, client: redis.Redis[str], layout: KeyLayout,
-                 entry_cache: ParsedEntries | None = None) -> None:
+                 entry_cache: ParsedEntries | None = None, *, max_bytes: int = 0) -> None:
         self.layout = layout
         self._io = SyncShell(client)
         self._entry_cache = entry_cache
+        self._paths = PathStore(client, layout,
+                                entry_cache if isinstance(entry_cache, EntryCache) else None)
+        self.max_bytes = max_bytes  # 0: no bound
 
     def load(self, session_id: str) -> Snapshot:
+        if self.max_bytes:
+            self.check_size(session_id)
         return self._io.run(load_snapshot(self.layout, session_id, self._entry_cache))
+
+    def load_path(self, session_id: str, reach: Reach) -> PathSnapshot:
+        """The leaf's path, read back only as far as ``reach`` says a plan needs
+        (:mod:`worker.store.paths`)."""
+        if self.max_bytes:
+            self.check_size(session_id)
+        return self._paths.load_path(session_id, reach)
+
+    def check_size(self, session_id: str) -> int:
+        """The bytes the session's entries take in Redis; :class:`SessionTooLargeError` over
+        ``max_bytes``. One command, no data moved: loading a session costs the worker several
+        times its size in memory, so a session too large to load is refused before reading it.
+        (``SAMPLES 0``: every field counted, not an estimate from five.)"""
+        key = self.layout.session(session_id).entries
+        size = int(self._io.execute(cmd("memory_usage", key, samples=0)) or 0)
+        if self.max_bytes and size > self.max_bytes:
+            raise SessionTooLargeError(f"session {session_id}", setting="max_session_bytes",
+                                       limit=self.max_bytes, value=size)
+        return size

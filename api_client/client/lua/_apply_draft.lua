@@ -1,28 +1,37 @@
--- The body of apply_draft.lua as a function of its KEYS and ARGV (included by apply_draft
--- and compact_auto; needs _walk). What it does, its KEYS, ARGV and replies:
--- Apply the session's speculative draft (api_client/drafts.py), or check it, in one step.
--- Valid when: the session exists, the draft's snapshot leaf is on the current leaf's path, no
--- compaction entry was appended on that path since the snapshot, and the entries appended since
--- weigh at most ARGV[4] tokens (sum of their stored JSON line lengths / 4). Apply then appends
--- the compaction entry as a child of the CURRENT leaf, bumps rev, records the effect, counts it
--- for the loop guard, writes a succeeded job record and its events (session stream), and
--- deletes the draft. An invalid draft is deleted in both modes.
+-- The body of apply_draft.lua as a function of its KEYS and ARGV (included by apply_draft,
+-- compact_auto and observe; needs _walk). What it does, its KEYS, ARGV and replies:
+-- Apply the session's speculative draft (api_client/client/draft_apply.py), or check it, in one
+-- step. The draft summarises a prefix of the path up to its cut; what was appended after its
+-- snapshot only lengthens the kept part. So it applies while
+--   * the session exists and the draft's snapshot leaf is on the current leaf's path (the prefix
+--     it summarised is unchanged),
+--   * no compaction entry was appended on that path since the snapshot, and
+--   * it fits: tokensAfter (summary + kept entries, at the snapshot) + the entries appended
+--     since (their stored JSON line lengths / 4) <= the line (window - reserve tokens: ARGV[4],
+--     else the draft's own `threshold`).
+-- Apply then appends the compaction entry as a child of the CURRENT leaf, bumps rev, records the
+-- effect, counts it for the loop guard, writes a succeeded job record and its events (session
+-- stream), and deletes the draft. A draft off the path, after a compaction or unreadable is
+-- deleted in both modes; one that no longer fits is kept: the job that runs instead (or the
+-- next speculative job) extends it rather than summarising its span again.
 -- The loop guard comes first (modes 'apply' and 'guard'): with ARGV[11] automatic compactions
 -- already counted within the window, nothing is written and 'guarded' is returned (the draft
--- stays). The counter is the workers' (worker/store/loop_guard.py): job id → epoch seconds.
+-- stays). The counter is the workers' (worker/store/compaction_counter.py): job id → epoch s.
 -- KEYS: 1 header, 2 entries, 3 order, 4 leaf, 5 rev, 6 effects, 7 draft, 8 new job record,
 --       9 session event stream, 10 the session's compactions counter (loop guard)
 -- ARGV: 1 mode 'apply' | 'check' | 'guard' (the loop guard only), 2 new job id, 3 walk limit,
---       4 growth bound (tokens), 5 timestamp (entry), 6 id candidates, 7 record TTL s,
+--       4 the line the context must fit under, tokens ('' = the draft's `threshold`),
+--       5 timestamp (entry), 6 id candidates, 7 record TTL s,
 --       8 stream MAXLEN, 9 session_compact event JSON (no entry/tokens/result/fromExtension),
 --       10 compaction_end event JSON (same), 11 loop-guard limit (0 = off), 12 its window s,
 --       13 now (epoch s), 14 ineffective above this many tokens after ('' = the draft's
 --       ineffectiveAbove, the worker's line), 15 job record field/value pairs as one JSON
---       array (decoded only when the draft applies)
+--       array (decoded only when the draft applies), 16 (check) tokens the context will still
+--       grow before the draft is applied ('' = 0)
 -- Returns {'applied', entry id, revision, line, result JSON, event 1 JSON, event 2 JSON}
---       | {'valid', growth tokens} | {'clear'} (guard mode) | {'guarded', count}
---       | {'discarded', cause}
---   cause: nodraft | nosession | corrupt | offpath | compacted | grown | noid
+--       | {'valid', growth tokens, draft leadMs or ''} | {'stale', growth tokens, leadMs or ''}
+--       | {'clear'} (guard mode) | {'guarded', count} | {'discarded', cause}
+--   cause: nodraft | nosession | corrupt | offpath | compacted | grown (kept) | noid
 local function apply_draft(KEYS, ARGV)
   local limit, window, now = tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
   if ARGV[1] ~= 'check' and limit > 0 then
@@ -49,8 +58,12 @@ local function apply_draft(KEYS, ARGV)
   end
   local ok, draft = pcall(cjson.decode, raw)
   if not ok or type(draft) ~= 'table' or type(draft['snapshotLeafId']) ~= 'string'
-      or type(draft['lineTail']) ~= 'string' then
+      or type(draft['lineTail']) ~= 'string' or type(draft['tokensAfter']) ~= 'number' then
     return discard('corrupt')
+  end
+  local line_limit = tonumber(ARGV[4]) or tonumber(draft['threshold'])
+  if not line_limit then
+    return discard('corrupt')  -- a draft of an older worker: no line to fit under
   end
 
   -- Walk from the current leaf up to the snapshot leaf, weighing what was appended since.
@@ -80,11 +93,18 @@ local function apply_draft(KEYS, ARGV)
   if not found then
     return discard('offpath')
   end
-  if grown > tonumber(ARGV[4]) then
-    return discard('grown')
+  local lead = ''
+  if type(draft['leadMs']) == 'number' then
+    lead = string.format('%d', draft['leadMs'])
+  end
+  if draft['tokensAfter'] + grown + (tonumber(ARGV[16]) or 0) > line_limit then
+    if ARGV[1] == 'check' then
+      return {'stale', tostring(grown), lead}
+    end
+    return {'discarded', 'grown'}
   end
   if ARGV[1] == 'check' then
-    return {'valid', tostring(grown)}
+    return {'valid', tostring(grown), lead}
   end
 
   local new_id = free_id(KEYS[2], ARGV[6])
@@ -125,6 +145,12 @@ local function apply_draft(KEYS, ARGV)
     .. ',"snapshotLeafId":' .. cjson.encode(target) .. ',"growthTokens":' .. tostring(grown)
     .. tokens .. ',"entry":' .. line .. '}'
   local fields = ',"entry":' .. line .. tokens .. ',"fromExtension":' .. ext
+  -- What the draft cost (its extensions summed), apart from the compaction's own usage (none).
+  local draft_usage = nil
+  if type(draft['usage']) == 'table' then
+    draft_usage = cjson.encode(draft['usage'])
+    fields = fields .. ',"draftUsage":' .. draft_usage
+  end
   if limit > 0 then
     redis.call('ZADD', KEYS[10], ARGV[13], ARGV[2])
     redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', '(' .. tostring(now - window))
@@ -135,6 +161,9 @@ local function apply_draft(KEYS, ARGV)
 
   redis.call('HSET', KEYS[8], unpack(cjson.decode(ARGV[15])))
   redis.call('HSET', KEYS[8], 'entry', line, 'resultEntryId', new_id, 'result', result)
+  if draft_usage then
+    redis.call('HSET', KEYS[8], 'draftUsage', draft_usage)
+  end
   redis.call('EXPIRE', KEYS[8], ARGV[7])
   redis.call('XADD', KEYS[9], 'MAXLEN', '~', ARGV[8], '*', 'type', 'session_compact',
     'job', ARGV[2], 'data', ev1)

@@ -1,13 +1,20 @@
 -- Append entries as a chain under the current leaf, move the leaf, bump the revision. O(n).
--- KEYS: header, entries, order, leaf, rev
--- ARGV: n, then per entry i: head (ARGV[3i-1]), tail (ARGV[3i]), ids (ARGV[3i+1])
+-- KEYS: header, entries, order, leaf, rev, appends (idempotency key -> reply)
+-- ARGV: n, then per entry i: head (ARGV[3i-1]), tail (ARGV[3i]), ids (ARGV[3i+1]),
+--   then the idempotency key (ARGV[3n+2]), the replies' TTL in s (ARGV[3n+3]) and how many
+--   replies to keep (ARGV[3n+4])
 --   the stored line is head .. <id JSON> .. ',"parentId":' .. <parent JSON> .. tail
 --   ids: '=<id>' (the caller's id, must be new) or space-separated candidates (first unused wins)
--- Returns {id_1, ..., id_n, revision}. Writes nothing when any id is refused.
+-- Returns {id_1, ..., id_n, revision}. Writes nothing when any id is refused. The reply is kept
+-- under its key: the same append sent again (its reply was lost) returns it, writing nothing.
+local n = tonumber(ARGV[1])
+local done = redis.call('HGET', KEYS[6], ARGV[3 * n + 2])
+if done then
+  return cjson.decode(done)
+end
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return redis.error_reply('COMPACTOR_NOSESSION')
 end
-local n = tonumber(ARGV[1])
 local chosen, taken = {}, {}
 for i = 1, n do
   local spec = ARGV[3 * i + 1]
@@ -44,4 +51,9 @@ for i = 1, n do
 end
 redis.call('SET', KEYS[4], parent)
 chosen[n + 1] = redis.call('INCR', KEYS[5])
+if redis.call('HLEN', KEYS[6]) >= tonumber(ARGV[3 * n + 4]) then
+  redis.call('DEL', KEYS[6])  -- the older replies go: a retry comes at once
+end
+redis.call('HSET', KEYS[6], ARGV[3 * n + 2], cjson.encode(chosen))
+redis.call('EXPIRE', KEYS[6], ARGV[3 * n + 3])
 return chosen

@@ -1,16 +1,35 @@
 -- Create or replace a whole session: header, entries (file order), leaf. Bumps the revision
--- (never resets it, so a replaced session cannot repeat a revision a worker has seen).
--- KEYS: header, entries, order, leaf, rev, effects, effects:at
--- ARGV: replace ('1' | '0'), header JSON, leaf id ('' = none), then id, line, id, line, ...
+-- (never resets it, so a replaced session cannot repeat a revision a worker has seen) and the
+-- rewrites counter (a prune planned on the replaced lines is stale). A large import arrives in
+-- steps (api_client/client/imports.py): its entries and order were written to staging keys,
+-- renamed into place here, so the session changes at once, whatever its size.
+-- KEYS: header, entries, order, leaf, rev, effects, effects:at, rewrites, rewriting, pruned,
+--       [staged entries, staged order]
+-- ARGV: replace ('1' | '0'), header JSON, leaf id ('' = none), staged entries ('0' = none),
+--       then id, line, id, line, ... (a small import: no staging)
 -- Returns the new revision.
 if ARGV[1] ~= '1' and redis.call('EXISTS', KEYS[1]) == 1 then
   return redis.error_reply('COMPACTOR_SESSION_EXISTS')
 end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7])
+local staged = tonumber(ARGV[4])
+if staged > 0 and (redis.call('HLEN', KEYS[11]) ~= staged
+    or redis.call('LLEN', KEYS[12]) ~= staged) then
+  return redis.error_reply('COMPACTOR_IMPORT_INCOMPLETE')
+end
+-- UNLINK: a replaced session's large values are freed by a background thread, not while every
+-- other client waits.
+redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], KEYS[9], KEYS[10])
 redis.call('SET', KEYS[1], ARGV[2])
-for i = 4, #ARGV, 2 do
+if staged > 0 then
+  redis.call('RENAME', KEYS[11], KEYS[2])
+  redis.call('PERSIST', KEYS[2])
+  redis.call('RENAME', KEYS[12], KEYS[3])
+  redis.call('PERSIST', KEYS[3])
+end
+for i = 5, #ARGV, 2 do
   redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
   redis.call('RPUSH', KEYS[3], ARGV[i])
 end
 redis.call('SET', KEYS[4], ARGV[3])
+redis.call('INCR', KEYS[8])
 return redis.call('INCR', KEYS[5])

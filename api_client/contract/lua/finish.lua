@@ -1,6 +1,7 @@
 -- End a job exactly once: terminal state, single-flight key cleared, lease dropped, record TTL,
 -- and its completion event on the session stream, all atomically.
--- KEYS: record, lease, inflight compact, inflight prune, inflight branch_summary, session stream
+-- KEYS: record, lease, inflight compact, inflight prune, inflight branch_summary, session stream,
+--       inflight speculative
 -- ARGV: 1 job id, 2 terminal state, 3 finishedAt, 4 record TTL s, 5 stream MAXLEN,
 --       6 event type ('' = no event), 7 event JSON, 8 mode: 'finish' | 'cancel'
 --       ('cancel' ends only a queued job; on a running one it sets cancelRequested),
@@ -21,7 +22,8 @@ redis.call('HSET', KEYS[1], 'state', ARGV[2], 'finishedAt', ARGV[3])
 if #ARGV >= 9 then
   redis.call('HSET', KEYS[1], unpack(ARGV, 9))
 end
-for k = 3, 5 do
+-- Only the slot holding this job is freed: a newer job of the kind may hold it already.
+for _, k in ipairs({3, 4, 5, 7}) do
   if redis.call('GET', KEYS[k]) == ARGV[1] then
     redis.call('DEL', KEYS[k])
   end

@@ -14,7 +14,7 @@ from worker.llm.errors import (
     UnexpectedResponse,
     Who,
 )
-from worker.llm.providers.base import HttpContext, Reply, as_int
+from worker.llm.providers.base import HttpContext, Reply, as_int, check_endpoint
 from worker.llm.settings import ModelCandidate
 from worker.summary_requests import CancelToken, SummaryRequest, Usage
 
@@ -27,6 +27,7 @@ class AnthropicProvider:
     uses_http = True
 
     def __init__(self, candidate: ModelCandidate, http: HttpContext, api_key: str | None) -> None:
+        check_endpoint(candidate)
         self.candidate = candidate
         self._http = http
         self._api_key = api_key
@@ -65,14 +66,15 @@ class AnthropicProvider:
         headers = {"x-api-key": self._api_key or "", "anthropic-version": ANTHROPIC_VERSION}
         reply = post_json(self._http.client, self._url, self.payload(request, max_tokens),
                           headers=headers, timeout_s=self.candidate.timeout_s,
-                          connect_timeout_s=self._http.connect_timeout_s, cancel=cancel, **who)
+                          connect_timeout_s=self._http.connect_timeout_s, cancel=cancel,
+                          max_response_bytes=self._http.max_response_bytes, **who)
         if not 200 <= reply.status < 300:
             raise classify_http_error(reply.status, reply.reason, reply.headers, reply.body, **who)
         try:
             data = reply.json()
         except ValueError as err:
-            raise MalformedResponse(f"Malformed JSON from the model: {reply.body[:200]!r}",
-                                    **who) from err
+            raise MalformedResponse(f"Malformed JSON from the model ({err}): "
+                                    f"{reply.body[:200]!r}", **who) from err
         if not isinstance(data, dict) or not isinstance(data.get("content"), list):
             raise UnexpectedResponse("Model response has no content list", **who)
         # SPEC §10.3: the text blocks joined with newlines; thinking blocks are not the summary.

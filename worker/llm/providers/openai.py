@@ -15,7 +15,7 @@ from worker.llm.errors import (
     UnexpectedResponse,
     Who,
 )
-from worker.llm.providers.base import HttpContext, Reply, as_int
+from worker.llm.providers.base import HttpContext, Reply, as_int, check_endpoint
 from worker.llm.settings import ModelCandidate
 from worker.summary_requests import CancelToken, SummaryRequest, Usage
 
@@ -26,6 +26,7 @@ class OpenAIChatProvider:
     uses_http = True
 
     def __init__(self, candidate: ModelCandidate, http: HttpContext, api_key: str | None) -> None:
+        check_endpoint(candidate)
         self.candidate = candidate
         self._http = http
         self._api_key = api_key
@@ -63,14 +64,15 @@ class OpenAIChatProvider:
         headers = {"authorization": f"Bearer {self._api_key}"} if self._api_key else {}
         reply = post_json(self._http.client, self._url, self.payload(request, max_tokens),
                           headers=headers, timeout_s=self.candidate.timeout_s,
-                          connect_timeout_s=self._http.connect_timeout_s, cancel=cancel, **who)
+                          connect_timeout_s=self._http.connect_timeout_s, cancel=cancel,
+                          max_response_bytes=self._http.max_response_bytes, **who)
         if not 200 <= reply.status < 300:
             raise classify_http_error(reply.status, reply.reason, reply.headers, reply.body, **who)
         try:
             data = reply.json()
         except ValueError as err:
-            raise MalformedResponse(f"Malformed JSON from the model: {reply.body[:200]!r}",
-                                    **who) from err
+            raise MalformedResponse(f"Malformed JSON from the model ({err}): "
+                                    f"{reply.body[:200]!r}", **who) from err
         if isinstance(data, dict) and "error" in data and not data.get("choices"):
             # OpenRouter and some proxies answer 200 with an error object
             status = data["error"].get("code") if isinstance(data["error"], dict) else None
@@ -86,8 +88,8 @@ def _text(data: Any, who: Who) -> str:
         raise UnexpectedResponse("Model response has no choices[0].message", **who) from err
     content = message.get("content") if isinstance(message, dict) else None
     if isinstance(content, list):  # some servers return content parts
-        content = "\n".join(p.get("text", "") for p in content
-                            if isinstance(p, dict) and p.get("type") == "text")
+        content = "\n".join(p["text"] for p in content if isinstance(p, dict)
+                            and p.get("type") == "text" and isinstance(p.get("text"), str))
     if not isinstance(content, str) or not content.strip():
         raise EmptyOutput("Model returned an empty summary", **who)
     return content

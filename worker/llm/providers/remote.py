@@ -3,44 +3,20 @@ POST {systemPrompt, prompt} -> {summary}."""
 
 from __future__ import annotations
 
-import ipaddress
-from urllib.parse import urlsplit
-
 from worker.llm._classify import classify_http_error
 from worker.llm._http import post_json
 from worker.llm.errors import (
     EmptyOutput,
-    InsecureEndpointError,
     MalformedResponse,
     ModelCallError,
     UnexpectedResponse,
     Who,
 )
-from worker.llm.providers.base import HttpContext, Reply
+from worker.llm.providers.base import HttpContext, Reply, check_endpoint
 from worker.llm.settings import ModelCandidate
 from worker.summary_requests import CancelToken, SummaryRequest, Usage
 
-__all__ = ["RemoteEndpointProvider", "check_endpoint_url", "is_loopback_host"]
-
-
-def is_loopback_host(host: str) -> bool:
-    if host.lower() in ("localhost", "localhost."):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def check_endpoint_url(url: str) -> None:
-    """https only, except on a loopback host: prompts carry the whole conversation."""
-    parts = urlsplit(url)
-    if parts.scheme == "https" and parts.hostname:
-        return
-    if parts.scheme == "http" and parts.hostname and is_loopback_host(parts.hostname):
-        return
-    raise InsecureEndpointError(
-        f"Remote summarization endpoint must use https (plain http only on a loopback host): {url}")
+__all__ = ["RemoteEndpointProvider"]
 
 
 def parse_header(raw: str | None) -> dict[str, str]:
@@ -58,7 +34,7 @@ class RemoteEndpointProvider:
 
     def __init__(self, candidate: ModelCandidate, http: HttpContext,
                  auth_header: str | None) -> None:
-        check_endpoint_url(candidate.resolved_base_url)
+        check_endpoint(candidate)
         self.candidate = candidate
         self._http = http
         self._headers = parse_header(auth_header)
@@ -75,7 +51,8 @@ class RemoteEndpointProvider:
         payload = {"systemPrompt": request.system_prompt, "prompt": request.prompt}
         reply = post_json(self._http.client, self.candidate.resolved_base_url, payload,
                           headers=self._headers, timeout_s=self.candidate.timeout_s,
-                          connect_timeout_s=self._http.connect_timeout_s, cancel=cancel, **who)
+                          connect_timeout_s=self._http.connect_timeout_s, cancel=cancel,
+                          max_response_bytes=self._http.max_response_bytes, **who)
         if not 200 <= reply.status < 300:
             message = f"Remote compaction failed ({reply.status} {reply.reason})"
             raise classify_http_error(reply.status, reply.reason, reply.headers, reply.body,
@@ -83,7 +60,7 @@ class RemoteEndpointProvider:
         try:
             data = reply.json()
         except ValueError as err:
-            raise MalformedResponse("Malformed JSON from the remote endpoint: "
+            raise MalformedResponse(f"Malformed JSON from the remote endpoint ({err}): "
                                     f"{reply.body[:200]!r}", **who) from err
         summary = data.get("summary") if isinstance(data, dict) else None
         if not isinstance(summary, str):

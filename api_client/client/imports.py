@@ -1,0 +1,81 @@
+"""Importing a whole session: a small one in one script call, a large one in bounded steps.
+
+Redis runs one command at a time, so a 30 MB import sent as one ``EVALSHA`` (40 000 arguments)
+kept every other client of the shard waiting for it. A large import first writes its entries
+and order to staging keys of its own (``<p>:session:{<sid>}:import:<t>:*``, expiring after
+:data:`STAGING_TTL_S`), each step a bounded ``HSET`` and ``RPUSH``; then ``import.lua`` checks
+that every staged entry is there and renames the staging keys into place, so the session still
+changes at once: a reader sees the old session or the new one, never a part. A client that dies
+half-way leaves staging keys that expire; the session is untouched.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator, Sequence
+from typing import NoReturn
+
+import redis
+
+from api_client.contract.errors import SessionFormatError
+from api_client.contract.keys import SessionKeys
+from api_client.contract.lua_scripts import CLIENT_SCRIPTS
+from api_client.contract.redis_flows import Flow, Pipeline, Rescue, Script, cmd
+
+__all__ = ["INLINE_BYTES", "STAGING_TTL_S", "STEP_BYTES", "import_flow", "import_keys"]
+
+INLINE_BYTES = 256 << 10  # an import up to this much JSON goes in the script call itself
+STEP_BYTES = 256 << 10  # JSON per staging step, about (a page is at least one entry)
+STEP_ENTRIES = 500
+STAGING_TTL_S = 3_600  # an import slower than this finds its staged entries gone
+
+
+def import_keys(k: SessionKeys, staging: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """KEYS of ``import.lua`` (the staging keys last, for a large import)."""
+    return (*k.data(), k.effects, k.effects_at, k.rewrites, k.rewriting, k.pruned, *staging)
+
+
+def _pages(pairs: Sequence[str]) -> Iterator[list[str]]:
+    """``pairs`` (id, line, id, line, ...) in pages of about :data:`STEP_BYTES`."""
+    page: list[str] = []
+    size = 0
+    for at in range(0, len(pairs), 2):
+        page += pairs[at:at + 2]
+        size += len(pairs[at + 1])
+        if size >= STEP_BYTES or len(page) >= 2 * STEP_ENTRIES:
+            yield page
+            page, size = [], 0
+    if page:
+        yield page
+
+
+def _incomplete(rescue: Rescue, session_id: str) -> Rescue:
+    def handle(err: redis.ResponseError) -> NoReturn:
+        if str(err).startswith("COMPACTOR_IMPORT_INCOMPLETE"):
+            raise SessionFormatError(f"the import's staged entries expired ({STAGING_TTL_S} s) "
+                                     "or were changed before it finished; nothing was stored",
+                                     source=f"import {session_id}") from err
+        rescue(err)
+        raise err  # a rescue that returned: not an error it knows
+
+    return handle
+
+
+def import_flow(k: SessionKeys, session_id: str, args: Sequence[str],
+                rescue: Rescue) -> Flow[int]:
+    """Run ``import.lua`` for ``args`` (replace, header, leaf, then id, line, ...); returns
+    the session's new revision."""
+    head, pairs = list(args[:3]), list(args[3:])
+    if sum(map(len, pairs[1::2])) <= INLINE_BYTES:
+        return int((yield Script("import", import_keys(k), [*head, "0", *pairs], rescue,
+                                 CLIENT_SCRIPTS)))
+    staging = k.import_staging(secrets.token_hex(8))
+    entries, order = staging
+    for page in _pages(pairs):
+        yield Pipeline((cmd("hset", entries, mapping=dict(zip(page[::2], page[1::2],
+                                                               strict=True))),
+                        cmd("rpush", order, *page[::2]),
+                        cmd("expire", entries, STAGING_TTL_S), cmd("expire", order, STAGING_TTL_S)),
+                       transaction=False)
+    return int((yield Script("import", import_keys(k, staging), [*head, str(len(pairs) // 2)],
+                             _incomplete(rescue, session_id), CLIENT_SCRIPTS)))

@@ -1,0 +1,148 @@
+"""The ASGI app of ``compactor serve``: the asyncio client's operations over HTTP.
+
+FastAPI on uvicorn: FastAPI validates every body with the pydantic models of
+:mod:`api_client.server.schemas` and writes the same models into ``/openapi.json``, so the
+document other tools build on (``docs/openapi.json``) is generated, never hand-kept. The app
+holds one :class:`AsyncCompactionClient` and nothing else: any number of replicas serve alike.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from api_client import AsyncCompactionClient, ClientSettings, CompactorError
+from api_client.server import event_stream, job_routes, model_routes, session_routes
+from api_client.server.auth import TokenTable
+from api_client.server.body_limit import BodyLimit
+from api_client.server.problems import MEDIA_TYPE, PROBLEMS, error_body, problem_body
+from api_client.server.schemas import ProblemBody
+from api_client.server.server_state import BearerAuth, ServerState, server_state
+from api_client.server.settings import ServerSettings
+
+__all__ = ["API_VERSION", "create_app", "problem_codes"]
+
+log = logging.getLogger("api_client.server")
+
+API_VERSION = "1.0.0"  # of the HTTP API (the routes and bodies), not of the package
+_PROBLEM = {"content": {MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/ProblemBody"}}},
+            "description": "a problem (RFC 9457): `code` says which"}
+_HTTP_CODES = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed",
+               413: "body_too_large"}
+# Codes only the HTTP layer answers (the others are the error tree's: problems.PROBLEMS).
+_OWN_CODES = ("invalid_json", "validation_error", "internal_error")
+
+
+def problem_codes() -> set[str]:
+    """Every ``code`` a problem body may carry."""
+    return ({p.code for p in PROBLEMS.values()} | set(_HTTP_CODES.values()) | set(_OWN_CODES))
+
+
+def _problem(status: int, body: dict[str, Any], headers: dict[str, str] | None = None
+             ) -> JSONResponse:
+    return JSONResponse(body, status_code=status, media_type=MEDIA_TYPE, headers=headers)
+
+
+async def _on_compactor_error(_: Request, err: Exception) -> JSONResponse:
+    status, body = error_body(err)
+    return _problem(status, body)
+
+
+async def _on_validation(_: Request, err: Exception) -> JSONResponse:
+    assert isinstance(err, RequestValidationError)
+    problems = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type")}
+                for e in err.errors()]
+    if any(p["type"] == "json_invalid" for p in problems):
+        return _problem(400, problem_body(400, "invalid_json", "the body is not JSON"))
+    detail = "; ".join(f"{'.'.join(map(str, p['loc']))}: {p['msg']}" for p in problems)
+    return _problem(422, problem_body(422, "validation_error", detail, errors=problems))
+
+
+async def _on_http(_: Request, err: Exception) -> JSONResponse:
+    assert isinstance(err, HTTPException)
+    code = _HTTP_CODES.get(err.status_code, f"http_{err.status_code}")
+    return _problem(err.status_code, problem_body(err.status_code, code, str(err.detail)),
+                    dict(err.headers or {}))
+
+
+async def _on_crash(_: Request, err: Exception) -> JSONResponse:
+    # The text may quote a request's content: the log keeps it, the caller gets the type.
+    log.error("request failed: %s", err, exc_info=err)
+    return _problem(500, problem_body(500, "internal_error",
+                                      f"internal error ({type(err).__name__})"))
+
+
+def _probes(app: FastAPI) -> None:
+    @app.get("/livez", tags=["probes"])
+    async def livez() -> dict[str, str]:
+        """The process serves requests (no Redis call): restart it when this fails."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["probes"], responses={503: _PROBLEM})
+    async def readyz(request: Request) -> dict[str, str]:
+        """Redis answers PING: route requests elsewhere while this fails."""
+        await server_state(request).client.ping()  # BrokerUnavailableError: 503
+        return {"status": "ready"}
+
+
+def _document_problems(app: FastAPI) -> None:
+    """Every error response refers to ProblemBody; FastAPI lists only models a route returns."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        document = generate()
+        schemas = document.setdefault("components", {}).setdefault("schemas", {})
+        if "ProblemBody" not in schemas:
+            body = ProblemBody.model_json_schema()
+            body["properties"]["code"]["enum"] = sorted(problem_codes())
+            schemas["ProblemBody"] = body
+        return document
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def create_app(settings: ServerSettings | None = None,
+               client_settings: ClientSettings | None = None) -> FastAPI:
+    """The app; its client is made at start-up (in the server's event loop) and closed at the
+    end. Start checks (tokens, loopback) are the caller's: :func:`serving.serve`."""
+    server = settings or ServerSettings()
+    tokens = TokenTable.parse(server.api_tokens)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        client = AsyncCompactionClient(client_settings or ClientSettings())
+        try:
+            await client.warm()
+        except CompactorError as err:  # /readyz says so until Redis answers
+            log.warning("Redis not reachable at start: %s", err)
+        app.state.compactor = ServerState(client, server, tokens)
+        try:
+            yield
+        finally:
+            await client.aclose()
+
+    app = FastAPI(title="Compactor", version=API_VERSION, lifespan=lifespan,
+                  docs_url=None, redoc_url=None, openapi_url="/openapi.json",
+                  responses={"4XX": _PROBLEM, "5XX": _PROBLEM},
+                  # operationId = the handler's name (create_session): stable for generators.
+                  generate_unique_id_function=lambda route: route.name,
+                  description="Sessions, compaction jobs and their events over HTTP; "
+                              "README \"From any language\".")
+    for module in (session_routes, job_routes, event_stream, model_routes):
+        app.include_router(module.router)
+    _probes(app)
+    _document_problems(app)
+    app.add_exception_handler(CompactorError, _on_compactor_error)
+    app.add_exception_handler(RequestValidationError, _on_validation)
+    app.add_exception_handler(HTTPException, _on_http)
+    app.add_exception_handler(Exception, _on_crash)
+    app.add_middleware(BodyLimit, max_bytes=server.api_max_body_bytes)
+    app.add_middleware(BearerAuth, tokens=tokens)  # outermost: no body is read before it
+    return app

@@ -1,0 +1,92 @@
+"""Job events as Server-Sent Events: one session's stream, or every session's.
+
+Each event is ``id: <stream id>``, ``event: <type>``, ``data: <JobEvent JSON>``. A client that
+reconnects with ``Last-Event-ID`` (browsers do it by themselves) gets what came after that
+event; without it ``since`` says where to begin (``now``: only new events, the default;
+``start``: everything the stream retains; a stream id). ``follow=false`` sends what is there
+(by default from the start) and ends.
+While nothing happens a comment line goes out every ``COMPACTOR_API_SSE_KEEPALIVE_S``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Query
+from fastapi.responses import StreamingResponse
+
+from api_client import AsyncEventReader, JobEvent
+from api_client.server.server_state import ServerState, authorize, state_of
+
+__all__ = ["router", "sse_frame"]
+
+State = Annotated[ServerState, Depends(state_of)]
+router = APIRouter(prefix="/v1", tags=["events"], dependencies=[Depends(authorize)])
+
+_SSE: dict[int | str, dict[str, Any]] = {200: {
+    "description": "text/event-stream: `id` is the stream id, `event` the type, `data` the "
+                   "event as JSON (JobEvent)",
+    "content": {"text/event-stream": {"schema": {"type": "string"}}}}}
+Since = Annotated[str | None, Query(description="start | now | a stream id (Last-Event-ID "
+                                               "wins); default now, or start with follow=false")]
+Follow = Annotated[bool, Query(description="false: send what is retained, then end")]
+LastEventId = Annotated[str | None, Header(alias="Last-Event-ID")]
+
+
+def sse_frame(event: JobEvent) -> bytes:
+    # JobEvent.to_json is one line (json.dumps escapes newlines), as a data: field needs.
+    return (f"id: {event.stream_id}\nevent: {event.type.value}\n"
+            f"data: {event.to_json()}\n\n").encode()
+
+
+async def _frames(reader: AsyncEventReader, keepalive_s: float) -> AsyncIterator[bytes]:
+    """The reader's events as frames, a keepalive comment after each quiet ``keepalive_s``.
+    The pending read survives a keepalive (it is only cancelled when the client goes)."""
+    pending: asyncio.Task[JobEvent] | None = None
+    try:
+        yield b": connected\n\n"  # headers and a first byte out at once
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(reader.__anext__())
+            done, _ = await asyncio.wait({pending}, timeout=keepalive_s)
+            if not done:
+                yield b": keepalive\n\n"
+                continue
+            task, pending = pending, None
+            try:
+                event = task.result()
+            except StopAsyncIteration:
+                return
+            yield sse_frame(event)
+    finally:
+        if pending is not None:
+            pending.cancel()
+            with contextlib.suppress(BaseException):
+                await pending
+        with contextlib.suppress(Exception):
+            await reader.aclose()
+
+
+def _stream(state: ServerState, session_id: str | None, since: str | None, follow: bool,
+            last_event_id: str | None) -> StreamingResponse:
+    reader = state.client.events(session_id, since=last_event_id or since, follow=follow,
+                                 block_ms=int(state.settings.api_sse_keepalive_s * 1000))
+    return StreamingResponse(_frames(reader, state.settings.api_sse_keepalive_s),
+                             media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+@router.get("/sessions/{session_id}/events", response_class=StreamingResponse, responses=_SSE)
+async def session_events(session_id: str, state: State, since: Since = None,
+                         follow: Follow = True,
+                         last_event_id: LastEventId = None) -> StreamingResponse:
+    return _stream(state, session_id, since, follow, last_event_id)
+
+
+@router.get("/events", response_class=StreamingResponse, responses=_SSE)
+async def all_events(state: State, since: Since = None, follow: Follow = True,
+                     last_event_id: LastEventId = None) -> StreamingResponse:
+    return _stream(state, None, since, follow, last_event_id)

@@ -1,0 +1,85 @@
+"""Jobs over HTTP: compact, prune, branch summary (202 with the job's id, or 200 with the entry
+when a draft applied on the spot), the record with a long poll, cancel."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query
+from fastapi.responses import JSONResponse
+
+from api_client import AsyncJobHandle, JobError, JobRecord
+from api_client.server.schemas import (
+    BranchSummaryRequest,
+    CancelResult,
+    CompactRequest,
+    JobAccepted,
+    JobApplied,
+)
+from api_client.server.server_state import ServerState, authorize, state_of
+
+__all__ = ["router"]
+
+State = Annotated[ServerState, Depends(state_of)]
+router = APIRouter(prefix="/v1", tags=["jobs"], dependencies=[Depends(authorize)])
+
+_ACCEPTED: dict[int | str, dict[str, Any]] = {
+    202: {"model": JobAccepted, "description": "queued (or coalesced into an equal job): "
+                                               "GET /v1/jobs/{jobId} tells how it ends"}}
+
+
+def accepted(handle: AsyncJobHandle) -> JSONResponse:
+    body = JobAccepted(job_id=handle.id, coalesced=handle.coalesced)
+    return JSONResponse(body.model_dump(by_alias=True), status_code=202,
+                        headers={"Location": f"/v1/jobs/{handle.id}"})
+
+
+@router.post("/sessions/{session_id}/compact", status_code=202,
+             responses={**_ACCEPTED, 200: {"model": JobApplied,
+                                           "description": "a draft applied: the entry is in"}})
+async def compact(session_id: str, body: CompactRequest, state: State) -> JSONResponse:
+    """Threshold and overflow compactions without instructions apply a valid speculative draft
+    at once (200); otherwise the job is queued (202)."""
+    handle = await state.client.compact(session_id, body.reason, body.instructions,
+                                        context_window=body.context_window)
+    if not handle.from_draft:
+        return accepted(handle)
+    entry = await handle.wait(timeout=1.0)  # finished already: the record holds the entry
+    assert isinstance(entry, dict)
+    applied = JobApplied(job_id=handle.id, entry=entry)
+    return JSONResponse(applied.model_dump(by_alias=True), status_code=200)
+
+
+@router.post("/sessions/{session_id}/prune", status_code=202, responses=_ACCEPTED)
+async def prune(session_id: str, state: State) -> JSONResponse:
+    return accepted(await state.client.prune(session_id))
+
+
+@router.post("/sessions/{session_id}/branch-summary", status_code=202, responses=_ACCEPTED)
+async def branch_summary(session_id: str, body: BranchSummaryRequest,
+                         state: State) -> JSONResponse:
+    return accepted(await state.client.branch_summary(session_id, body.target_id,
+                                                      body.instructions))
+
+
+@router.get("/jobs/{job_id}", response_model=JobRecord, response_model_exclude_none=True)
+async def get_job(job_id: str, state: State,
+                  wait: Annotated[float, Query(ge=0, description="hold the request until the "
+                                               "job ends, at most this many seconds (capped by "
+                                               "COMPACTOR_API_MAX_WAIT_S)")] = 0) -> JSONResponse:
+    """The job record (state, kind, reason, times, attempts, model, usage; the entry or result
+    once it succeeded, the error once it failed)."""
+    handle = await state.client.job(job_id)
+    if wait > 0:
+        with contextlib.suppress(JobError):  # how it ended is in the record
+            await handle.wait(timeout=min(wait, state.settings.api_max_wait_s))
+    record = await handle.record()
+    return JSONResponse(record.to_wire())
+
+
+@router.post("/jobs/{job_id}/cancel", response_model=CancelResult)
+async def cancel_job(job_id: str, state: State) -> CancelResult:
+    handle = await state.client.job(job_id)
+    after = await handle.cancel()
+    return CancelResult(job_id=job_id, state=after)

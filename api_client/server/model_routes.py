@@ -1,0 +1,124 @@
+"""oh-my-pi's remote compaction endpoint, two ways: ``POST /v1/summarize`` (``{systemPrompt,
+prompt, maxTokens?}`` → ``{summary}``) and ``POST /v1/chat/completions`` (non-streaming, for a
+``remoteEndpoint`` that ends in ``/chat/completions``).
+
+Each request is a summarize job (:meth:`AsyncCompactionClient.summarize`): a worker runs it
+through the model router (retries, fallback, cooldowns, deadline, metrics; Flower shows it) and
+the request waits for it. A caller that hangs up cancels its job; one that outwaits
+``COMPACTOR_API_SUMMARIZE_TIMEOUT_S`` gets 504 and the job is cancelled too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request, Response
+
+from api_client import AsyncJobHandle, CompactorError, InvalidRequestError, JobTimeoutError
+from api_client.server.schemas import (
+    ChatChoice,
+    ChatChoiceMessage,
+    ChatCompletion,
+    ChatCompletionRequest,
+    ChatMessage,
+    ChatUsage,
+    SummarizeRequest,
+    Summary,
+)
+from api_client.server.server_state import ServerState, authorize, state_of
+
+__all__ = ["chat_prompts", "router"]
+
+State = Annotated[ServerState, Depends(state_of)]
+router = APIRouter(prefix="/v1", tags=["summaries"], dependencies=[Depends(authorize)])
+
+_HANG_UP_POLL_S = 0.5  # how soon a caller's hang-up cancels its job
+_CLOSED = 499  # nginx's "client closed request": logged, never read by anyone
+
+
+class CallerGone(Exception):
+    pass
+
+
+async def _result(request: Request, handle: AsyncJobHandle, timeout_s: float) -> Any:
+    """The job's result, cancelling the job when the caller hangs up or the time runs out."""
+    waiting = asyncio.ensure_future(handle.wait(timeout=timeout_s))
+    try:
+        while not (await asyncio.wait({waiting}, timeout=_HANG_UP_POLL_S))[0]:
+            if await request.is_disconnected():
+                raise CallerGone()
+        return waiting.result()
+    except (CallerGone, JobTimeoutError):
+        with contextlib.suppress(CompactorError):
+            await handle.cancel()
+        raise
+    finally:
+        if not waiting.done():
+            waiting.cancel()
+            with contextlib.suppress(BaseException):
+                await waiting
+
+
+async def _summarize(request: Request, state: ServerState, system_prompt: str, prompt: str,
+                     max_tokens: int | None) -> tuple[AsyncJobHandle, dict[str, Any]]:
+    handle = await state.client.summarize(system_prompt, prompt, max_tokens=max_tokens)
+    result = await _result(request, handle, state.settings.api_summarize_timeout_s)
+    assert isinstance(result, dict) and isinstance(result.get("summary"), str)
+    return handle, result
+
+
+@router.post("/summarize", response_model=Summary, response_model_exclude_none=True)
+async def summarize(body: SummarizeRequest, request: Request, state: State) -> Summary | Response:
+    """The summary of ``prompt`` under ``systemPrompt`` by the workers' models."""
+    try:
+        _, result = await _summarize(request, state, body.system_prompt, body.prompt,
+                                     body.max_tokens)
+    except CallerGone:
+        return Response(status_code=_CLOSED)
+    return Summary(summary=result["summary"])
+
+
+def _text(message: ChatMessage) -> str:
+    content = message.content
+    if isinstance(content, list):  # content parts: their text
+        return "\n".join(str(p.get("text", "")) for p in content if p.get("type") == "text")
+    return content or ""
+
+
+def chat_prompts(messages: list[ChatMessage]) -> tuple[str, str]:
+    """(system prompt, prompt): system (and developer) messages, then the others' text; when
+    there are several of those, each line-led by its role."""
+    system = "\n\n".join(_text(m) for m in messages if m.role in ("system", "developer"))
+    rest = [m for m in messages if m.role not in ("system", "developer")]
+    if not rest:
+        raise InvalidRequestError("messages: no user message to summarize")
+    if len(rest) == 1:
+        return system, _text(rest[0])
+    return system, "\n\n".join(f"{m.role}: {_text(m)}" for m in rest)
+
+
+@router.post("/chat/completions", response_model=ChatCompletion)
+async def chat_completions(body: ChatCompletionRequest, request: Request,
+                           state: State) -> ChatCompletion | Response:
+    """A chat completion whose answer is the summary (non-streaming only)."""
+    if body.stream:
+        raise InvalidRequestError("stream: true is not supported: this endpoint answers once")
+    system, prompt = chat_prompts(body.messages)
+    try:
+        handle, result = await _summarize(request, state, system, prompt,
+                                          body.max_completion_tokens or body.max_tokens)
+    except CallerGone:
+        return Response(status_code=_CLOSED)
+    usage = (await handle.record()).usage
+    tokens = ChatUsage() if usage is None else ChatUsage(
+        prompt_tokens=usage.input + usage.cache_read + usage.cache_write,
+        completion_tokens=usage.output,
+        total_tokens=usage.input + usage.cache_read + usage.cache_write + usage.output)
+    models = result.get("models") or [body.model or "compactor"]
+    return ChatCompletion(
+        id=f"chatcmpl-{handle.id.rpartition(':')[2]}", created=int(time.time()),
+        model=str(models[0]), usage=tokens,
+        choices=[ChatChoice(message=ChatChoiceMessage(content=result["summary"]))])

@@ -1,0 +1,94 @@
+"""What every request of the app shares (one asyncio client, the settings, the token table) and
+the bearer check. The app keeps no other state: replicas are equal.
+
+The check is ASGI middleware (:class:`BearerAuth`), so a request without a valid token is
+answered 401 from its headers, before any of its body is read or parsed; the ``authorize``
+dependency only hands the tenant to a route and puts the bearer scheme into the OpenAPI
+document."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from api_client import AsyncCompactionClient
+from api_client.server.auth import DEFAULT_TENANT, TokenTable
+from api_client.server.problems import MEDIA_TYPE, problem_body
+from api_client.server.settings import ServerSettings
+
+__all__ = ["OPEN_PATHS", "BearerAuth", "ServerState", "authorize", "server_state", "state_of"]
+
+# What a load balancer, a probe or a client generator reads without a token.
+OPEN_PATHS = frozenset({"/livez", "/readyz", "/openapi.json"})
+
+
+@dataclass(frozen=True, slots=True)
+class ServerState:
+    client: AsyncCompactionClient
+    settings: ServerSettings
+    tokens: TokenTable  # empty: --insecure-no-auth on loopback (checked at start)
+
+
+def server_state(request: Request) -> ServerState:
+    state: ServerState = request.app.state.compactor
+    return state
+
+
+async def state_of(request: Request) -> ServerState:
+    """The dependency (``async``: FastAPI runs a plain ``def`` one in a thread, ~0.1 ms)."""
+    return server_state(request)
+
+
+class BearerAuth:
+    """401 (problem+json, ``WWW-Authenticate: Bearer``) unless the request carries a configured
+    token; the tenant goes into the request's state. With no token configured (the start
+    checks allow that only on loopback) every request is the default tenant's."""
+
+    def __init__(self, app: ASGIApp, tokens: TokenTable) -> None:
+        self.app = app
+        self.tokens = tokens
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        tenant, problem = self._tenant(dict(scope["headers"]).get(b"authorization"))
+        if tenant is None:
+            await _unauthorized(send, problem)
+            return
+        scope.setdefault("state", {})["tenant"] = tenant
+        await self.app(scope, receive, send)
+
+    def _tenant(self, header: bytes | None) -> tuple[str | None, str]:
+        if not self.tokens.entries:
+            return DEFAULT_TENANT, ""
+        scheme, _, token = (header or b"").decode("latin-1").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return None, "no bearer token (Authorization: Bearer <token>)"
+        tenant = self.tokens.tenant(token.strip())
+        return tenant, "" if tenant else "unknown bearer token"
+
+
+async def _unauthorized(send: Send, detail: str) -> None:
+    body = json.dumps(problem_body(401, "unauthorized", detail)).encode()
+    await send({"type": "http.response.start", "status": 401,
+                "headers": [(b"content-type", MEDIA_TYPE.encode()),
+                            (b"content-length", str(len(body)).encode()),
+                            (b"www-authenticate", b'Bearer realm="compactor"')]})
+    await send({"type": "http.response.body", "body": body})
+
+
+# auto_error=False: BearerAuth has answered a request without a token already.
+_bearer = HTTPBearer(auto_error=False, description="a token of COMPACTOR_API_TOKENS")
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+
+
+async def authorize(request: Request, _: Credentials) -> str:
+    """The request's tenant, as :class:`BearerAuth` found it."""
+    tenant: str = request.state.tenant
+    return tenant

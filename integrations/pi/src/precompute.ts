@@ -1,0 +1,57 @@
+/**
+ * When to ask Compactor for a draft: inside the band just below pi's threshold, the rule of
+ * Compactor's `should_precompute` (api_client/client/thresholds.py) with pi's own settings, so
+ * the draft is ready when pi crosses the threshold and applying it costs one round trip.
+ */
+
+export interface Limits {
+  contextWindow: number;
+  reserveTokens: number;
+  keepRecentTokens: number;
+}
+
+/** The shape of pi's `compaction` settings (settings.json), every field optional. */
+export interface CompactionSettings {
+  enabled?: boolean;
+  reserveTokens?: number;
+  keepRecentTokens?: number;
+  modelOverrides?: Record<string, { reserveTokens?: number; keepRecentTokens?: number }>;
+}
+
+// pi's defaults (docs/settings.md), used where settings.json says nothing.
+const RESERVE = 16_384;
+const KEEP_RECENT = 20_000;
+
+/** pi's effective limits for `model` (`provider/id`), or undefined when compaction is off. */
+export function limitsFor(settings: CompactionSettings | undefined, model: string,
+                          contextWindow: number): Limits | undefined {
+  if (settings?.enabled === false) return undefined;
+  const override = settings?.modelOverrides?.[model];
+  return {
+    contextWindow,
+    reserveTokens: override?.reserveTokens ?? settings?.reserveTokens ?? RESERVE,
+    keepRecentTokens: override?.keepRecentTokens ?? settings?.keepRecentTokens ?? KEEP_RECENT,
+  };
+}
+
+/** Width of the band below `threshold`: clamp(0.125 × threshold, 8 192, 32 000) (oh-my-pi's). */
+export function band(threshold: number): number {
+  return Math.trunc(Math.max(8_192, Math.min(32_000, 0.125 * threshold)));
+}
+
+/**
+ * Whether to ask for a draft now: `tokens` inside the band, and no draft asked for yet, or the
+ * last one will not last until the threshold. A draft stays valid while what is appended after
+ * it fits in the kept tail (Compactor counts the stored JSON, a little more than pi's tokens:
+ * hence 0.8); one that cannot reach the threshold is replaced once the context grew by half
+ * the kept tail, so a valid draft is there when pi crosses it.
+ */
+export function precomputeDue(tokens: number, limits: Limits,
+                              lastAsked: number | undefined): boolean {
+  const threshold = limits.contextWindow - limits.reserveTokens;
+  if (limits.contextWindow <= 0 || threshold <= 0) return false;
+  if (tokens <= threshold - band(threshold) || tokens > threshold) return false;
+  if (lastAsked === undefined) return true;
+  const lasts = threshold - lastAsked <= 0.8 * limits.keepRecentTokens;
+  return !lasts && tokens - lastAsked >= limits.keepRecentTokens / 2;
+}

