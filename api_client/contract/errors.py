@@ -26,6 +26,8 @@
     ├── ModelError                    the summarisation model failed (worker.llm refines it)
     ├── HookError                     a hook returned something invalid
     ├── ConfigurationError            settings that cannot work
+    │   └── RedisAuthenticationError  Redis refused the URL's credentials (retrying cannot help)
+    ├── StorageReadOnlyError          Redis refused a write: a read-only replica
     ├── StorageFullError              Redis refused a write: out of memory (``maxmemory`` with
     │                                 ``noeviction``); that write changed nothing
     ├── LimitExceededError            an input over a configured bound; names the setting, the
@@ -214,6 +216,16 @@ class HookError(CompactorError):
 
 class ConfigurationError(CompactorError):
     pass
+
+
+class RedisAuthenticationError(ConfigurationError):
+    """Redis refused the credentials of the URL (wrong password, unknown ACL user): not an
+    outage, so a caller that retries on :class:`BrokerUnavailableError` does not retry it."""
+
+
+class StorageReadOnlyError(CompactorError):
+    """Redis refused a write because it is a read-only replica (after a failover, the URL still
+    names the old primary): nothing was written; point the URL at the primary."""
 
 
 class StorageFullError(CompactorError):

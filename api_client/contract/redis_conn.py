@@ -17,15 +17,19 @@ from redis.retry import Retry
 
 from api_client.contract.errors import (
     BrokerUnavailableError,
+    CompactorError,
     ConfigurationError,
+    RedisAuthenticationError,
     StorageFullError,
+    StorageReadOnlyError,
 )
+from api_client.contract.redaction import redact_userinfo
 
 if TYPE_CHECKING:
     from api_client.contract.settings import ClientSettings
 
 __all__ = [
-    "STORAGE_FULL", "check_decoding", "make_async_redis", "make_redis", "storage_full",
+    "STORAGE_FULL", "check_decoding", "make_async_redis", "make_redis", "refusal", "storage_full",
     "unavailable",
 ]
 
@@ -81,6 +85,25 @@ def check_decoding(client: redis.Redis[Any] | redis.asyncio.Redis[Any]) -> None:
     """The stores read ``str`` replies: refuse a client built without ``decode_responses``."""
     if not client.get_encoder().decode_responses:  # type: ignore[no-untyped-call,union-attr]
         raise ConfigurationError("the Redis client must be created with decode_responses=True")
+
+
+def refusal(err: BaseException) -> CompactorError | None:
+    """The typed error for a reply that is no outage: Redis refused the credentials, is a
+    read-only replica, has no such database, or is not Redis at all. None for anything else."""
+    text = str(err)
+    if isinstance(err, redis.AuthenticationError) or text.startswith(("WRONGPASS", "NOAUTH")):
+        return RedisAuthenticationError(
+            f"Redis refused the credentials of the URL ({redact_userinfo(text)}): check the "
+            "user and password")
+    if isinstance(err, redis.ReadOnlyError) or text.startswith("READONLY"):
+        return StorageReadOnlyError(
+            "Redis is a read-only replica: the write was refused and changed nothing; point "
+            "the URL at the primary")
+    if "DB index is out of range" in text:
+        return ConfigurationError(f"Redis has no such database ({text}): check the URL's /<db>")
+    if isinstance(err, redis.InvalidResponse):
+        return ConfigurationError(f"the URL does not name a Redis server ({text})")
+    return None
 
 
 def unavailable(err: BaseException, what: str = "Redis") -> BrokerUnavailableError:

@@ -27,6 +27,7 @@ from api_client.contract.redis_conn import (
     REDIS_DOWN,
     STORAGE_FULL,
     check_decoding,
+    refusal,
     storage_full,
     unavailable,
 )
@@ -188,8 +189,12 @@ class SyncShell(_Shell["redis.Redis[str]"]):
             return self._bound(call)()
         except STORAGE_FULL as err:
             raise storage_full(err) from err
-        except redis.ResponseError as err:
-            return call.rescue(err)
+        except (redis.ResponseError, redis.AuthenticationError, redis.InvalidResponse) as err:
+            if (refused := refusal(err)) is not None:
+                raise refused from err
+            if isinstance(err, redis.ResponseError):
+                return call.rescue(err)
+            raise
         except REDIS_DOWN as err:
             raise unavailable(err) from err
 
@@ -245,7 +250,11 @@ class AsyncShell(_Shell["redis.asyncio.Redis[str]"]):
             return await self._bound(call)()
         except STORAGE_FULL as err:
             raise storage_full(err) from err
-        except redis.ResponseError as err:
-            return call.rescue(err)
+        except (redis.ResponseError, redis.AuthenticationError, redis.InvalidResponse) as err:
+            if (refused := refusal(err)) is not None:
+                raise refused from err
+            if isinstance(err, redis.ResponseError):
+                return call.rescue(err)
+            raise
         except REDIS_DOWN as err:
             raise unavailable(err) from err

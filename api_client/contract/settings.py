@@ -81,7 +81,17 @@ def check_url(value: str, schemes: tuple[str, ...]) -> str:
     except ValueError:
         raise ValueError(f"{shown} has a port that is not a number") from None
     _check_tls(shown, parts.scheme, parts.query)
+    if parts.scheme in ("redis", "rediss"):
+        _check_db(shown, parts.path, parts.query)
     return value
+
+
+def _check_db(shown: str, path: str, query: str) -> None:
+    """The database is a number (``/abc`` used to mean db 0 without a word)."""
+    for db in (path.strip("/") or "0", dict(parse_qsl(query)).get("db", "0")):
+        if not db.isdigit():
+            raise ValueError(f"{shown}: the database must be a number (/0, /1, ...), "
+                             f"not {db!r}")
 
 
 # URLs that may carry a password: masked in repr() and str() (model_dump() keeps them whole).
