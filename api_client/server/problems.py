@@ -54,6 +54,8 @@ PROBLEMS: dict[type[BaseException], Problem] = {
     e.HookError: _P(502, "hook_error"),
     e.ConfigurationError: _P(500, "configuration_error"),
     e.StorageFullError: _P(507, "storage_full"),
+    e.StorageReadOnlyError: _P(503, "storage_read_only"),
+    e.RedisAuthenticationError: _P(500, "redis_authentication"),
     e.LimitExceededError: _P(413, "limit_exceeded"),
     e.EntryTooLargeError: _P(413, "entry_too_large"),
     e.AppendTooLargeError: _P(413, "append_too_large"),

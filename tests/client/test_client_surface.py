@@ -36,6 +36,7 @@ PUBLIC = {
     # bounds and a full Redis (issue 33)
     "LimitExceededError", "EntryTooLargeError", "AppendTooLargeError", "InstructionsTooLongError",
     "SessionTooLargeError", "AppendUnconfirmedError", "StorageFullError",
+    "RedisAuthenticationError", "StorageReadOnlyError",
 }
 
 
