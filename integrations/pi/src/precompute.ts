@@ -41,10 +41,11 @@ export function band(threshold: number): number {
 
 /**
  * Whether to ask for a draft now: `tokens` inside the band, and no draft asked for yet, or the
- * last one will not last until the threshold. A draft stays valid while what is appended after
- * it fits in the kept tail (Compactor counts the stored JSON, a little more than pi's tokens:
- * hence 0.8); one that cannot reach the threshold is replaced once the context grew by half
- * the kept tail, so a valid draft is there when pi crosses it.
+ * last one may not last until the threshold. How long a draft stays valid is Compactor's rule
+ * (README "Instant compaction": the context after applying it must fit under the threshold);
+ * this side assumes the stricter bound of the kept tail (0.8 of it: Compactor weighs stored
+ * JSON, a little more than pi's tokens), so at most one more draft is asked for, once the
+ * context grew by half the kept tail, and a valid draft is there when pi crosses the threshold.
  */
 export function precomputeDue(tokens: number, limits: Limits,
                               lastAsked: number | undefined): boolean {
