@@ -235,7 +235,8 @@ def _settled() -> None:
 def _import_job_modules() -> None:
     import importlib
 
-    for module in ("api_client.contract.session", "api_client.client.sessions", "worker.compaction"):
+    for module in ("api_client.contract.session", "api_client.client.sessions",
+                   "worker.compaction"):
         importlib.import_module(module)
 
 
