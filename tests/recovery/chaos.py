@@ -205,8 +205,10 @@ class Chaos:
         self._spawned = 0
 
     def env(self, host: str) -> dict[str, str]:
+        # The cut-off worker reaches the model over the namespace's veth (10.231.x.1): plain
+        # http beyond loopback, allowed explicitly.
         models = json.dumps([{"provider": "openai", "model": "loop", "base_url":
-                              self.model.url(host), "api_key": "k"}])
+                              self.model.url(host), "api_key": "k", "allow_http": True}])
         c = self.config
         return worker_env(f"redis://{host}:{self.redis.port}/0", COMPACTOR_MODELS=models,
                           COMPACTOR_CONCURRENCY="4", COMPACTOR_LEASE_TTL_S=str(c.lease_ttl_s),
