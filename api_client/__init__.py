@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from api_client.client.async_client import AsyncCompactionClient
     from api_client.client.event_readers import AsyncEventReader, EventReader
     from api_client.client.handles import AsyncJobHandle, JobHandle, JobResult, ObserveResult
+    from api_client.client.session_listing import SessionPage
     from api_client.client.sessions import AsyncSessionStore, SessionStore, Snapshot
     from api_client.client.sync_client import CompactionClient
     from api_client.client.thresholds import should_compact, should_precompute
@@ -100,6 +101,7 @@ _LAZY: dict[str, str] = {
     "AsyncSessionStore": "client.sessions",
     "SessionStore": "client.sessions",
     "Snapshot": "client.sessions",
+    "SessionPage": "client.session_listing",
     "ClientSettings": "contract.settings",
     "CompactReason": "contract.wire",
     "EventType": "contract.wire",
@@ -166,6 +168,7 @@ __all__ = [
     "SessionExistsError",
     "SessionFormatError",
     "SessionNotFoundError",
+    "SessionPage",
     "SessionStore",
     "SessionTooLargeError",
     "Snapshot",

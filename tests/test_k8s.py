@@ -1,11 +1,15 @@
 """deploy/k8s: every kustomization renders, its objects validate offline against the Kubernetes
 schemas (kubernetes-validate, strict), KEDA objects pass our own check of the fields we use, and
-the objects agree with each other and with the worker's settings."""
+the objects agree with each other and with the worker's settings. Secure defaults: Redis wants
+the password of a Secret (every Compactor container's URL carries it, KEDA's triggers too), the
+image is versioned, only the overlays need KEDA, and a worker without COMPACTOR_MODELS refuses to
+start."""
 
 from __future__ import annotations
 
 import bisect
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -15,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from api_client.contract.errors import ConfigurationError
 from api_client.contract.wire import (
     QUEUES,
     CompactReason,
@@ -22,7 +27,7 @@ from api_client.contract.wire import (
     redis_transport_options,
     route_for,
 )
-from worker.settings import WorkerSettings
+from worker.settings import WorkerSettings, check_startup
 
 REPO = Path(__file__).resolve().parents[1]
 K8S = REPO / "deploy" / "k8s"
@@ -62,6 +67,19 @@ def config(objs: list[Obj]) -> dict[str, str]:
     [cm] = [o for o in objs if o["kind"] == "ConfigMap"
             and o["metadata"]["name"].startswith("compactor-config")]
     return dict(cm["data"])
+
+
+def container(objs: list[Obj], deployment: str) -> Obj:
+    [found] = named(objs, "Deployment", deployment)["spec"]["template"]["spec"]["containers"]
+    return found
+
+
+def env_of(found: Obj) -> dict[str, Obj]:
+    return {e["name"]: e for e in found.get("env", [])}
+
+
+COMPACTOR_DEPLOYMENTS = ("compactor-worker", "compactor-flower", "compactor-api")
+REDIS_SECRET = {"name": "compactor-redis", "key": "password"}
 
 
 def containers(objs: list[Obj]) -> Iterator[tuple[Obj, Obj]]:
@@ -148,10 +166,9 @@ def test_every_setting_is_real_and_keys_come_from_secrets(directory: Path, tmp_p
         monkeypatch.setenv(name, value)
     settings = WorkerSettings()  # the container's environment is valid
     assert settings.metrics_enabled and settings.job_deadline_s < settings.visibility_timeout_s
-    [container] = (named(objs, "Deployment", "compactor-worker")
-                   ["spec"]["template"]["spec"]["containers"])
-    secrets = [s["secretRef"]["name"] for s in container["envFrom"] if "secretRef" in s]
-    assert secrets == ["compactor-api-keys"]
+    worker = container(objs, "compactor-worker")
+    secrets = [s["secretRef"] for s in worker["envFrom"] if "secretRef" in s]
+    assert secrets == [{"name": "compactor-api-keys"}]  # required: no optional
     flower = (named(objs, "Deployment", "compactor-flower")
               ["spec"]["template"]["spec"]["containers"][0])
     [auth] = [e for e in flower["env"] if e["name"] == "FLOWER_BASIC_AUTH"]
@@ -179,16 +196,144 @@ def _bytes(quantity: str) -> int:
 def test_redis_is_durable_and_never_evicts() -> None:
     objs = render(K8S / "base")
     redis = named(objs, "StatefulSet", "compactor-redis")
-    container = redis["spec"]["template"]["spec"]["containers"][0]
-    args = " ".join(container["args"])
+    found = redis["spec"]["template"]["spec"]["containers"][0]
+    args = " ".join(found["args"])
     assert "--appendonly yes" in args and "--maxmemory-policy noeviction" in args
     # Full at maxmemory (writes refused, typed), never killed at the container's limit.
-    maxmemory = container["args"][container["args"].index("--maxmemory") + 1]
-    limit = _bytes(container["resources"]["limits"]["memory"])
+    maxmemory = found["args"][found["args"].index("--maxmemory") + 1]
+    limit = _bytes(found["resources"]["limits"]["memory"])
     assert 0.5 * limit <= _bytes(maxmemory) <= 0.8 * limit
     [claim] = redis["spec"]["volumeClaimTemplates"]
     assert claim["spec"]["resources"]["requests"]["storage"]
-    assert config(objs)["COMPACTOR_REDIS_URL"] == "redis://compactor-redis:6379/0"
+
+
+# -- Redis's password -------------------------------------------------------------------------
+def test_redis_wants_the_password_of_its_secret_and_its_probes_give_it() -> None:
+    """The Secret's password reaches redis-server on stdin through the same script compose runs
+    (tests/test_deploy.py runs that one against a real redis-server), never its arguments; the
+    probes' redis-cli authenticates with REDISCLI_AUTH and looks for PONG (NOAUTH exits 0)."""
+    from test_deploy import redis_command
+
+    found = named(render(K8S / "base"), "StatefulSet", "compactor-redis")[
+        "spec"]["template"]["spec"]["containers"][0]
+    compose_command, compose_check = redis_command()
+    script_end = compose_command.index("redis-server")
+    assert found["command"] == compose_command[:script_end + 1]
+    def options(args: list[str]) -> dict[str, str]:
+        return dict(zip(args[::2], args[1::2], strict=True))
+
+    assert options(found["args"]) == options(compose_command[script_end + 1:]) | {"--dir": "/data"}
+    assert not any("requirepass" in arg or "$" in arg for arg in found["args"])
+    auth = env_of(found)["REDISCLI_AUTH"]
+    assert auth["valueFrom"]["secretKeyRef"] == REDIS_SECRET  # required: no optional
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert found[probe]["exec"]["command"] == ["sh", "-c", compose_check]
+
+
+@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=lambda p: p.name)
+def test_every_compactor_container_reaches_redis_with_the_password(directory: Path) -> None:
+    """Worker, Flower and the API: COMPACTOR_REDIS_URL takes $(REDIS_PASSWORD), a variable from
+    the Secret defined before it (Kubernetes expands only those); no ConfigMap holds a URL."""
+    objs = render(directory)
+    assert "COMPACTOR_REDIS_URL" not in config(objs)
+    service = named(objs, "Service", "compactor-redis")
+    for deployment in COMPACTOR_DEPLOYMENTS:
+        env = container(objs, deployment)["env"]
+        names = [e["name"] for e in env]
+        assert names.index("REDIS_PASSWORD") < names.index("COMPACTOR_REDIS_URL"), deployment
+        assert env_of({"env": env})["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"] == REDIS_SECRET
+        url = env_of({"env": env})["COMPACTOR_REDIS_URL"]["value"]
+        host = f"{service['metadata']['name']}:{service['spec']['ports'][0]['port']}"
+        assert url == f"redis://:$(REDIS_PASSWORD)@{host}/0", deployment
+        # the URL as the container gets it is one the client takes
+        from api_client.contract.settings import ClientSettings
+
+        expanded = url.replace("$(REDIS_PASSWORD)", "Secret-0123456789abcdef")
+        assert ClientSettings(redis_url=expanded).redis_url == expanded
+
+
+# -- the image and KEDA -----------------------------------------------------------------------
+def _version() -> str:
+    import tomllib
+
+    version: str = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    return version
+
+
+@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=lambda p: p.name)
+def test_every_compactor_container_runs_the_versioned_image(directory: Path) -> None:
+    objs = render(directory)
+    for deployment in COMPACTOR_DEPLOYMENTS:
+        assert container(objs, deployment)["image"] == f"compactor:{_version()}", deployment
+    assert not any(c["image"].endswith(":latest") or ":" not in c["image"]
+                   for _, c in containers(objs))
+
+
+def test_only_the_overlays_need_keda_and_they_say_so() -> None:
+    assert not any(o["apiVersion"].startswith("keda.sh/") for o in render(K8S / "base"))
+    for overlay in OVERLAYS:
+        assert [o["kind"] for o in render(overlay) if o["apiVersion"].startswith("keda.sh/")] == [
+            "ScaledObject"]
+        assert "Needs KEDA in the cluster" in (overlay / "kustomization.yaml").read_text()
+    assert "needs no KEDA" in (K8S / "base" / "kustomization.yaml").read_text()
+
+
+# -- models ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=lambda p: p.name)
+def test_a_worker_without_models_refuses_to_start(directory: Path,
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 tmp_path: Path) -> None:
+    """The base requires COMPACTOR_MODELS (it used to ship COMPACTOR_MODELS=[] and an optional
+    keys Secret: the no-LLM summarizer in silence); [{"provider": "extractive"}] chooses it."""
+    settings = config(render(directory))
+    assert settings["COMPACTOR_REQUIRE_MODELS"] == "true" and "COMPACTOR_MODELS" not in settings
+    monkeypatch.chdir(tmp_path)
+    for name in [n for n in os.environ if n.startswith("COMPACTOR_")]:
+        monkeypatch.delenv(name)
+    for name, value in settings.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigurationError, match="COMPACTOR_REQUIRE_MODELS"):
+        check_startup(WorkerSettings(metrics_port=0), {})
+    monkeypatch.setenv("COMPACTOR_MODELS", '[{"provider": "extractive"}]')
+    check_startup(WorkerSettings(metrics_port=0), {})
+
+
+def _readme_overlay() -> str:
+    readme = (REPO / "README.md").read_text()
+    blocks = [b for b in re.findall(r"^```yaml\n(.*?)^```$", readme, re.S | re.M)
+              if "behavior: merge" in b and "COMPACTOR_MODELS" in b]
+    assert len(blocks) == 1, "README: one yaml block of an overlay that sets COMPACTOR_MODELS"
+    return blocks[0]
+
+
+def test_the_readmes_overlay_sets_the_models_and_the_image(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The overlay of one's own the README shows renders on ours, and its workers start."""
+    text = _readme_overlay()
+    [ours] = re.findall(r"^  - \.\./(redis-broker)\b.*$", text, re.M)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    relative = os.path.relpath(K8S / "overlays" / ours, mine)
+    (mine / "kustomization.yaml").write_text(text.replace(f"../{ours}", relative, 1))
+    objs = render(mine)
+    settings = config(objs)
+    worker = container(objs, "compactor-worker")
+    assert [e["configMapRef"]["name"] for e in worker["envFrom"] if "configMapRef" in e] == [
+        next(o["metadata"]["name"] for o in objs if o["kind"] == "ConfigMap")]
+    assert settings["COMPACTOR_REQUIRE_MODELS"] == "true"
+    images = {container(objs, d)["image"] for d in COMPACTOR_DEPLOYMENTS}
+    assert len(images) == 1 and not images.pop().startswith("compactor:")  # your registry's
+    monkeypatch.chdir(tmp_path)
+    for name in [n for n in os.environ if n.startswith("COMPACTOR_")]:
+        monkeypatch.delenv(name)
+    for name, value in settings.items():
+        monkeypatch.setenv(name, value)
+    chosen = WorkerSettings(metrics_port=0)
+    keys = {c.api_key_env: "sk-from-the-secret" for c in chosen.models if c.api_key_env}
+    assert chosen.models and keys  # a model that needs the keys Secret (not optional)
+    check_startup(chosen, keys)
+    with pytest.raises(ConfigurationError, match="not set"):
+        check_startup(chosen, {})
 
 
 def _matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
@@ -270,12 +415,16 @@ def test_keda_scaled_object(directory: Path) -> None:
 def _check_redis_triggers(objs: list[Obj], triggers: list[Obj]) -> None:
     assert {t["metadata"]["listName"] for t in triggers} == _redis_lists()
     service = named(objs, "Service", "compactor-redis")
+    worker = env_of(container(objs, "compactor-worker"))
     for trigger in triggers:
         host, port = trigger["metadata"]["address"].split(":")
         assert host == service["metadata"]["name"]
         assert int(port) in {p["port"] for p in service["spec"]["ports"]}
-        url = config(objs)["COMPACTOR_REDIS_URL"]
+        url = worker["COMPACTOR_REDIS_URL"]["value"]
         assert url.endswith(f"/{trigger['metadata']['databaseIndex']}")  # the broker's db
+        # KEDA reads the password from the worker container's env (its Secret): Redis wants it
+        password = worker[trigger["metadata"]["passwordFromEnv"]]
+        assert password["valueFrom"]["secretKeyRef"] == REDIS_SECRET
 
 
 def _check_rabbitmq_triggers(target: Obj, triggers: list[Obj]) -> None:

@@ -247,7 +247,8 @@ def test_cli_command_modules_are_registered_in_one_place() -> None:
     """Only worker/cli/__init__.py imports the command modules; they share session_files."""
     commands = {"worker.cli.file_commands", "worker.cli.inspect_commands",
                 "worker.cli.prompt_commands", "worker.cli.runtime_commands",
-                "worker.cli.celery_commands", "worker.cli.serve_command"}
+                "worker.cli.celery_commands", "worker.cli.serve_command",
+                "worker.cli.session_commands"}
     for path in (ROOT / "worker" / "cli").glob("*.py"):
         if path.name != "__init__.py":
             assert not commands & set(_imported_modules(path)), path.name

@@ -52,3 +52,24 @@ def test_the_chain_is_named_never_its_keys(models: list[dict[str, str]],
     settings = WorkerSettings(models=models, metrics_port=0)
     check_startup(settings, environ)
     assert model_chain_text(settings) == chain and "sk-secret" not in chain
+
+
+@pytest.mark.parametrize("models", [None, "[]"], ids=["unset", "empty"])
+def test_a_deployment_that_requires_models_refuses_to_start_without_them(
+        models: str | None) -> None:
+    """The Kubernetes base sets COMPACTOR_REQUIRE_MODELS=true: no chain means no worker, not the
+    no-LLM summarizer in silence (it used to ship COMPACTOR_MODELS=[])."""
+    env = {"COMPACTOR_REQUIRE_MODELS": "true"} | ({} if models is None else
+                                                  {"COMPACTOR_MODELS": models})
+    done = run_worker(**env)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "COMPACTOR_REQUIRE_MODELS" in done.stderr and '"provider": "extractive"' in done.stderr
+
+
+def test_the_deterministic_summarizer_chosen_explicitly_passes_the_model_requirement() -> None:
+    explicit = WorkerSettings(models=[{"provider": "extractive"}], require_models=True,
+                              metrics_port=0)
+    check_startup(explicit, {})
+    assert model_chain_text(explicit) == "extractive"
+    check_startup(WorkerSettings(models=[], metrics_port=0), {})  # local runs need no model

@@ -182,8 +182,18 @@ def start_metrics(settings: WorkerSettings) -> None:
     assert settings.metrics_port
     metrics.start(settings.metrics_port, address=str(settings.metrics_address),
                   multiprocess_mode=settings.pool == "prefork",
-                  collectors=[depth, _cooldown_gauge(settings, sessions)],
+                  collectors=[depth, _cooldown_gauge(settings, sessions),
+                              *_session_gauge(settings, sessions)],
                   live=health.live, ready=health.ready)
+
+
+def _session_gauge(settings: WorkerSettings, client: Any) -> list[Any]:
+    """Stored sessions and bytes; not on a Redis Cluster (one SCAN walks one node)."""
+    from worker.session_gauge import SessionGaugeCollector
+
+    if settings.redis_cluster:
+        return []
+    return [SessionGaugeCollector(client, KeyLayout(settings.key_prefix))]
 
 
 def _cooldown_gauge(settings: WorkerSettings, client: Any) -> Any:

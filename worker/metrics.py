@@ -111,10 +111,14 @@ _DEFINITIONS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
      "Texts of sessions new to a worker: counts loaded from the other workers' store, or "
      "tokenized here (and stored for them)", ("source",)),
 )
-# Served by the scrape-time collector of worker.queue_depth (not stored per process).
+# Served by the scrape-time collectors (worker.queue_depth, worker.cooldown_gauge,
+# worker.session_gauge), not stored per process.
 _SCRAPED: dict[str, tuple[str, ...]] = {"compactor_queue_depth": ("queue",),
                                         "compactor_broker_up": (),
-                                        "compactor_model_cooldown_seconds": ("candidate",)}
+                                        "compactor_model_cooldown_seconds": ("candidate",),
+                                        # worker.session_gauge: stored sessions (retention)
+                                        "compactor_sessions_stored": (),
+                                        "compactor_session_bytes": ()}
 # Every exported metric and its labels (the dashboard test checks its queries against these).
 METRIC_LABELS: dict[str, tuple[str, ...]] = {**{d[0]: d[3] for d in _DEFINITIONS}, **_SCRAPED}
 METRIC_NAMES: tuple[str, ...] = tuple(METRIC_LABELS)

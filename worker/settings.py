@@ -106,6 +106,12 @@ class WorkerSettings(LlmSettings, ClientSettings):
     # Loopback by default: the metrics name models and queues. Containers set 0.0.0.0 (or ::).
     metrics_address: IPvAnyAddress = IPv4Address("127.0.0.1")
 
+    # -- models ---------------------------------------------------------------------------------
+    # Refuse to start without COMPACTOR_MODELS (deployments set it: the Kubernetes base does), so
+    # a forgotten chain is not the no-LLM summarizer in silence; '[{"provider": "extractive"}]'
+    # chooses that summarizer explicitly. Off by default: local runs and tests need no model.
+    require_models: bool = False
+
     hooks: HookSettings = Field(default_factory=_hook_settings)
 
     @model_validator(mode="after")
@@ -130,6 +136,11 @@ def check_startup(settings: WorkerSettings, environ: Mapping[str, str] | None = 
                   check_port: bool = True) -> None:
     """Refuse settings a worker must not run with (raises :class:`ConfigurationError`): found at
     start, a bad model chain or a busy metrics port costs one line, not a failed job later."""
+    if settings.require_models and not settings.models:
+        raise ConfigurationError(
+            "COMPACTOR_REQUIRE_MODELS is set and COMPACTOR_MODELS names no model: set your model "
+            "chain (README \"Models\"), or COMPACTOR_MODELS='[{\"provider\": \"extractive\"}]' "
+            "for the deterministic no-LLM summarizer")
     check_model_chain(settings, os.environ if environ is None else environ)
     if settings.metrics_enabled and check_port:
         check_port_free(str(settings.metrics_address), int(settings.metrics_port or 0))

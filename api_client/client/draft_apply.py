@@ -56,6 +56,7 @@ from api_client.contract.job_records import event_fields
 from api_client.contract.keys import KeyLayout
 from api_client.contract.lua_scripts import CLIENT_SCRIPTS
 from api_client.contract.redis_flows import Command, Flow, Pipeline, Script, cmd
+from api_client.contract.retention import retain_command
 from api_client.contract.settings import ClientSettings
 from api_client.contract.wire import (
     QUEUE_COMPACT,
@@ -176,7 +177,8 @@ def _call(layout: KeyLayout, settings: ClientSettings, session_id: str, reason: 
             " ".join(candidates[i:i + 8] for i in range(0, len(candidates), 8)),
             str(settings.job_ttl_s), str(settings.session_event_maxlen), compacted, done,
             str(settings.loop_guard_max), repr(float(settings.loop_guard_window_s)),
-            repr(time.time()), "" if above is None else str(above), fields, str(max(0, ahead))]
+            repr(time.time()), "" if above is None else str(above), fields, str(max(0, ahead)),
+            str(settings.session_ttl_s)]
     return Script("apply_draft", keys, args, package=CLIENT_SCRIPTS), job_id
 
 
@@ -251,16 +253,24 @@ def refuse(layout: KeyLayout, settings: ClientSettings, session_id: str,
                      error=error, result=result)
     fields = event_fields(JobEvent.completion(record, JobState.FAILED, error=error,
                                               result=result, duration_ms=0))
-    key = layout.job(job_id).record
+    key, events = layout.job(job_id).record, layout.session(session_id).events
     yield Pipeline((
         Command("hset", (key,), {"mapping": record.to_redis()}),
         cmd("expire", key, settings.job_ttl_s),
-        Command("xadd", (layout.session(session_id).events, fields),
+        Command("xadd", (events, fields),
                 {"maxlen": settings.session_event_maxlen, "approximate": True}),
+        *_event_lifetime(events, settings),
         Command("xadd", (layout.global_events, fields),
                 {"maxlen": settings.event_stream_maxlen, "approximate": True}),
     ), transaction=False)
     return job_id
+
+
+def _event_lifetime(events: str, settings: ClientSettings) -> tuple[Command, Command]:
+    """After an XADD to the session's stream: it lives as long as job records (as finish.lua
+    has it), and the session's retention is refreshed (a write like any other)."""
+    return (cmd("expire", events, settings.job_ttl_s),
+            retain_command(events, settings.session_ttl_s))
 
 
 def check_call(layout: KeyLayout, settings: ClientSettings, session_id: str,
@@ -299,8 +309,10 @@ def discard_note(layout: KeyLayout, settings: ClientSettings, session_id: str, j
     calls: list[Command] = []
     if created:
         calls.append(cmd("hset", layout.job(job_id).record, "draftDiscarded", cause))
-    calls.append(Command("xadd", (layout.session(session_id).events, fields),
+    events = layout.session(session_id).events
+    calls.append(Command("xadd", (events, fields),
                          {"maxlen": settings.session_event_maxlen, "approximate": True}))
+    calls += _event_lifetime(events, settings)
     calls.append(Command("xadd", (layout.global_events, fields),
                          {"maxlen": settings.event_stream_maxlen, "approximate": True}))
     yield Pipeline(tuple(calls), transaction=False)

@@ -21,6 +21,7 @@ from api_client.contract.errors import SessionFormatError
 from api_client.contract.keys import SessionKeys
 from api_client.contract.lua_scripts import CLIENT_SCRIPTS
 from api_client.contract.redis_flows import Flow, Pipeline, Rescue, Script, cmd
+from api_client.contract.retention import capped_ttl
 
 __all__ = ["INLINE_BYTES", "STAGING_TTL_S", "STEP_BYTES", "import_flow", "import_keys"]
 
@@ -61,21 +62,23 @@ def _incomplete(rescue: Rescue, session_id: str) -> Rescue:
     return handle
 
 
-def import_flow(k: SessionKeys, session_id: str, args: Sequence[str],
-                rescue: Rescue) -> Flow[int]:
+def import_flow(k: SessionKeys, session_id: str, args: Sequence[str], rescue: Rescue,
+                retention_s: int) -> Flow[int]:
     """Run ``import.lua`` for ``args`` (replace, header, leaf, then id, line, ...); returns
-    the session's new revision."""
+    the session's new revision. ``retention_s``: the session's idle expiry (0 = none)."""
     head, pairs = list(args[:3]), list(args[3:])
     if sum(map(len, pairs[1::2])) <= INLINE_BYTES:
-        return int((yield Script("import", import_keys(k), [*head, "0", *pairs], rescue,
-                                 CLIENT_SCRIPTS)))
+        return int((yield Script("import", import_keys(k), [*head, "0", str(retention_s),
+                                                            *pairs], rescue, CLIENT_SCRIPTS)))
     staging = k.import_staging(secrets.token_hex(8))
     entries, order = staging
+    ttl = capped_ttl(STAGING_TTL_S, retention_s)  # no key of the session outlives the retention
     for page in _pages(pairs):
         yield Pipeline((cmd("hset", entries, mapping=dict(zip(page[::2], page[1::2],
                                                                strict=True))),
                         cmd("rpush", order, *page[::2]),
-                        cmd("expire", entries, STAGING_TTL_S), cmd("expire", order, STAGING_TTL_S)),
+                        cmd("expire", entries, ttl), cmd("expire", order, ttl)),
                        transaction=False)
-    return int((yield Script("import", import_keys(k, staging), [*head, str(len(pairs) // 2)],
+    return int((yield Script("import", import_keys(k, staging),
+                             [*head, str(len(pairs) // 2), str(retention_s)],
                              _incomplete(rescue, session_id), CLIENT_SCRIPTS)))

@@ -142,7 +142,7 @@ def enqueue_call(layout: KeyLayout, settings: ClientSettings, session_id: str, k
     args = [job_id, record_prefix, str(route.priority), route.queue, why.value if why else "",
             target_id or "", str(settings.job_pending_ttl_s), str(settings.job_pending_ttl_s),
             instructions or "", push.message if push else "", push.channel if push else "",
-            push.event if push else "", due, *fields]
+            push.event if push else "", due, str(settings.session_ttl_s), *fields]
     return keys, args, route
 
 

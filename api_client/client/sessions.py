@@ -21,6 +21,7 @@ import redis
 import redis.asyncio
 
 from api_client.client.imports import import_flow, import_keys
+from api_client.client.session_listing import AsyncSessionListing, SessionListing
 from api_client.contract.errors import (
     AppendTooLargeError,
     AppendUnconfirmedError,
@@ -231,7 +232,8 @@ class _SessionCore:
         sid = check_session_id(session_id if session_id is not None else str(uuid.uuid4()))
         k = self.keys(sid)
         header = dump_record(new_session_header(sid, cwd, title))
-        yield self._script("import", sid, import_keys(k), ["0", header, "", "0"])
+        yield self._script("import", sid, import_keys(k),
+                           ["0", header, "", "0", str(self.settings.session_ttl_s)])
         return sid
 
     def _append_many(self, session_id: str, items: Iterable[Mapping[str, Any]],
@@ -243,7 +245,8 @@ class _SessionCore:
         key = (secrets.token_hex(16) if idempotency_key is None
                else check_idempotency_key(idempotency_key))
         args = [*append_args(batch, source, self.settings), key,
-                str(self.settings.append_idempotency_ttl_s), str(APPEND_REPLIES)]
+                str(self.settings.append_idempotency_ttl_s), str(APPEND_REPLIES),
+                str(self.settings.session_ttl_s)]
         k = self.keys(session_id)
         script = self._script("append", session_id, (*k.data(), k.appends), args)
         try:
@@ -263,7 +266,8 @@ class _SessionCore:
     def _navigate(self, session_id: str, entry_id: str | None) -> Flow[int]:
         k = self.keys(session_id)
         keys = (k.header, k.entries, k.leaf, k.rev)
-        return int((yield self._script("navigate", session_id, keys, [entry_id or ""])))
+        return int((yield self._script("navigate", session_id, keys,
+                                       [entry_id or "", str(self.settings.session_ttl_s)])))
 
     def _load(self, session_id: str) -> Flow[Snapshot]:
         return (yield from load_snapshot(self.layout, session_id))
@@ -276,7 +280,7 @@ class _SessionCore:
         session, sid = parse_import(text, session_id, new_id, source)
         # A large session is written in bounded steps, then renamed into place at once.
         yield from import_flow(self.keys(sid), sid, import_args(session, sid, replace),
-                               _rescue(sid))
+                               _rescue(sid), self.settings.session_ttl_s)
         return sid
 
     def _export(self, session_id: str) -> Flow[str]:
@@ -291,8 +295,8 @@ class _SessionCore:
         return bool((yield cmd("unlink", *self.keys(session_id).all())))
 
 
-class SessionStore(_SessionCore):
-    """Sessions in Redis: create, append, navigate, load, import/export pi JSONL.
+class SessionStore(_SessionCore, SessionListing):
+    """Sessions in Redis: create, append, navigate, load, import/export pi JSONL, list, delete.
 
     ``client`` must decode responses (see :func:`api_client.contract.redis_conn.make_redis`). A down
     server raises :class:`BrokerUnavailableError`; a missing session :class:`SessionNotFoundError`.
@@ -356,7 +360,7 @@ class SessionStore(_SessionCore):
         return self._io.run(self._delete(session_id))
 
 
-class AsyncSessionStore(_SessionCore):
+class AsyncSessionStore(_SessionCore, AsyncSessionListing):
     """Sessions in Redis from asyncio code; each method does what :class:`SessionStore`'s does."""
 
     def __init__(self, client: redis.asyncio.Redis[str], layout: KeyLayout | None = None,

@@ -93,7 +93,8 @@ def finish_call(layout: KeyLayout, settings: ClientSettings, job_id: str, state:
             jk.session.events, jk.session.inflight(INFLIGHT_SPECULATIVE)]
     fields = event_fields(event) if event is not None else {"type": "", "data": ""}
     args = [job_id, state.value, now_iso(), str(settings.job_ttl_s),
-            str(settings.session_event_maxlen), fields["type"], fields["data"], mode, *extra]
+            str(settings.session_event_maxlen), fields["type"], fields["data"], mode,
+            str(settings.session_ttl_s), *extra]
     return keys, args
 
 

@@ -94,6 +94,11 @@ spaces or controls, so an id can never name a path (``../../etc``) or a key patt
 Every key starts with ``<p>:``, the broker's too: one ACL key pattern ``~<p>:*`` covers all that
 Compactor, Celery and kombu use (README "Redis ACL and TLS" names the channels too).
 
+Every key of a session but its job records (and a large import's staging keys, an hour at most)
+expires once the session has been idle for ``session_ttl_s``: each write refreshes them all
+(:mod:`api_client.contract.retention`; ``lua/_retention.lua`` names them by suffix, a test
+keeps it in step with :meth:`SessionKeys.all`).
+
 Stream entries have the fields ``type`` (event type), ``job`` (job id) and ``data`` (the
 :class:`~api_client.JobEvent` as JSON, camelCase).
 """
@@ -129,6 +134,7 @@ APPEND_REPLIES = 64
 _SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,255}")
 _TOKEN = re.compile(r"[0-9a-f]{16}")
 _IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+_ID_PREFIX = re.compile(r"[A-Za-z0-9_.:-]{1,256}")
 
 
 def check_session_id(session_id: object) -> str:
@@ -267,3 +273,22 @@ class KeyLayout:
 
     def new_job_id(self, session_id: str) -> str:
         return f"{check_session_id(session_id)}:{secrets.token_hex(8)}"
+
+    def headers_match(self, id_prefix: str = "") -> str:
+        """``SCAN MATCH`` pattern of the header keys of the sessions whose id starts with
+        ``id_prefix`` (a header's presence is the session's existence)."""
+        if id_prefix and not _ID_PREFIX.fullmatch(id_prefix):
+            raise InvalidIdError(f"invalid session id prefix {id_prefix!r}: up to 256 "
+                                 "characters of A-Z a-z 0-9 _ . : -")
+        # The key prefix may hold glob characters; a session id cannot.
+        prefix = re.sub(r"([*?\[\]\\])", r"\\\1", self.prefix)
+        return f"{prefix}:session:{{{id_prefix}*}}:header"
+
+    def session_of_header(self, key: str) -> str | None:
+        """The session id a header key names (None: not a header key of this layout)."""
+        head, tail = f"{self.prefix}:session:{{", "}:header"
+        if key.startswith(head) and key.endswith(tail):
+            sid = key[len(head):-len(tail)]
+            if _SESSION_ID.fullmatch(sid):
+                return sid
+        return None

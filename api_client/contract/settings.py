@@ -18,7 +18,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from api_client.contract.errors import ConfigurationError
 from api_client.contract.redaction import mask_url
 
-__all__ = ["ClientSettings", "load_settings", "tls_options"]
+__all__ = ["DEFAULT_SESSION_TTL_S", "ClientSettings", "load_settings", "tls_options"]
+
+DEFAULT_SESSION_TTL_S = 30 * 86_400  # a session idle for 30 days expires (0 = never)
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 BROKER_SCHEMES = (*REDIS_SCHEMES, "redis+socket", "sentinel", "amqp", "amqps", "pyamqp")
@@ -172,6 +174,11 @@ class ClientSettings(BaseSettings):
     # An append's reply is kept this long under its idempotency key, so that the same append
     # sent again (a retry after a lost reply) returns it instead of storing the entries twice.
     append_idempotency_ttl_s: int = Field(default=600, gt=0)
+    # Retention: every key of a session expires once the session has been idle this long (each
+    # write refreshes them all, atomically, to within 1 %: api_client/contract/lua/_retention.lua),
+    # so Redis does not fill up with sessions nobody uses. 0 = keep sessions forever. Client and
+    # workers must agree: each write applies the setting of the process that makes it.
+    session_ttl_s: int = Field(default=DEFAULT_SESSION_TTL_S, ge=0)
 
     @field_validator("key_prefix")
     @classmethod

@@ -20,6 +20,7 @@ PUBLIC = {
     "CompactReason", "EventType", "JobEvent", "JobKind", "JobRecord", "JobState", "PruneResult",
     # what client.sessions and client.events() hand out (for type hints)
     "AsyncEventReader", "AsyncSessionStore", "EventReader", "SessionStore", "Snapshot",
+    "SessionPage",  # sessions.list() (issue 30)
     "LlmContext", "ClientSettings", "is_context_overflow", "should_compact",
     # instant compaction (README "Instant compaction")
     "ObserveResult", "should_precompute",

@@ -56,7 +56,8 @@ def test_draft_call_matches_the_wire_models(session_id: str, reason: CompactReas
     assert script.args[1] == job_id and job_id.startswith(session_id + ":")
     assert script.args[8] == compacted.to_json()
     assert script.args[9] == done.to_json()
-    assert len(script.args) == 16 and script.args[15] == "0"  # apply: no growth still to come
+    assert script.args[15] == "0"  # apply: no growth still to come
+    assert len(script.args) == 17 and script.args[16] == str(SETTINGS.session_ttl_s)
     # the line the draft must fit under: the request's window - reserve, else the draft's
     assert script.args[3] == ("" if window is None else str(window - SETTINGS.reserve_tokens))
     fields = json.loads(script.args[14])

@@ -5,6 +5,7 @@
   files, no Redis; shared helpers in ``session_files``);
 - ``celery_commands``: ``worker`` and ``flower`` (their ``--help`` adds Celery's / Flower's own);
 - ``runtime_commands``: ``session import|export``, the job commands, ``demo``;
+- ``session_commands``: ``session list|delete`` (stored sessions);
 - ``serve_command``: ``serve``, the HTTP API (``api_client.server``, imported when it runs).
 
 The global ``--redis-url`` (before or after the command) overrides ``COMPACTOR_REDIS_URL`` for
@@ -34,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
         prompt_commands,
         runtime_commands,
         serve_command,
+        session_commands,
     )
 
     parser = argparse.ArgumentParser(prog="compactor", description="Distributed context compaction")
@@ -46,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     prompt_commands.register(inspect_commands.register(commands))
     celery_commands.register(commands)
     runtime_commands.register(commands)
+    session_commands.register(commands)
     serve_command.register(commands)
     return parser
 

@@ -23,6 +23,7 @@ from api_client.contract.keys import KeyLayout
 from api_client.contract.lua_scripts import lua
 from api_client.contract.redis_conn import REDIS_DOWN, unavailable
 from api_client.contract.session import JsonObject, dump_record
+from api_client.contract.settings import DEFAULT_SESSION_TTL_S
 
 __all__ = ["CommitOutcome", "CommitStatus", "CommitStore", "entry_line_parts", "script_text"]
 
@@ -62,8 +63,9 @@ class CommitOutcome:
 @cache
 def script_text(name: str) -> str:
     """A script of this package with the shared helpers in front (Redis scripts cannot
-    import)."""
-    helpers = lua("_walk")  # api_client/contract/lua/_walk.lua: one copy, shared with the client
+    import): the path walk and the retention refresh (api_client/contract/lua/_walk.lua and
+    _retention.lua: one copy of each, shared with the client)."""
+    helpers = lua("_walk") + "\n" + lua("_retention")
     return helpers + "\n" + (files("worker.store") / f"{name}.lua").read_text(encoding="utf-8")
 
 
@@ -88,10 +90,12 @@ class CommitStore:
     """Worker-side commits for one Redis (``client`` must decode responses)."""
 
     def __init__(self, client: redis.Redis[str], layout: KeyLayout, *, walk_limit: int = 10_000,
-                 effect_retention_s: float = 86_400) -> None:
+                 effect_retention_s: float = 86_400,
+                 session_ttl_s: int = DEFAULT_SESSION_TTL_S) -> None:
         self.redis = client
         self.layout = layout
         self.walk_limit = walk_limit
+        self.session_ttl_s = session_ttl_s  # every commit refreshes the session's retention
         # Effect markers older than this are trimmed by later commits (api_client.contract.keys).
         self.effect_retention_ms = max(1, int(effect_retention_s * 1000))
         self._entry = client.register_script(script_text("commit_entry"))
@@ -137,7 +141,8 @@ class CommitStore:
         pages = _pages(rewrites)
         flag, result_json = "0" if result is None else "1", _json(result or {})
         tail = [snapshot_leaf or "", str(self.walk_limit), str(rewrites_seen),
-                pruned_through or "", str(REWRITING_TTL_MS), str(self.effect_retention_ms)]
+                pruned_through or "", str(REWRITING_TTL_MS), str(self.effect_retention_ms),
+                str(self.session_ttl_s)]
         outcome = CommitOutcome(CommitStatus.COMMITTED)
         for n, page in enumerate(pages):
             step = ("all" if len(pages) == 1 else "begin" if n == 0
@@ -172,7 +177,7 @@ class CommitStore:
 
     def _run(self, script: Any, job_id: str, args: list[str]) -> CommitOutcome:
         reply = self._call_script(script, self._keys(job_id),
-                                  [*args, str(self.effect_retention_ms)])
+                                  [*args, str(self.effect_retention_ms), str(self.session_ttl_s)])
         return self._reply(job_id, reply)
 
     @staticmethod

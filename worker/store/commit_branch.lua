@@ -5,7 +5,7 @@
 -- KEYS: 1 header, 2 entries, 3 order, 4 leaf, 5 rev, 6 effects, 7 job record, 8 effects:at
 -- ARGV: 1 job id, 2 snapshot leaf id, 3 destination id ('' = none), 4 line head ('' = no entry),
 --       5 line tail, 6 id candidates, 7 job result JSON
---       last: effect marker retention ms
+--       8 effect marker retention ms, 9 the session's retention s (0 = forever)
 -- Returns {status, entry id ('' = none), revision, stored line}
 local refused = job_guard(KEYS[1], KEYS[7], KEYS[6], ARGV[1])
 if refused then
@@ -32,11 +32,12 @@ if ARGV[4] ~= '' then
   line = ARGV[4] .. cjson.encode(id) .. ',"parentId":' .. parent .. ARGV[5]
   redis.call('HSET', KEYS[2], id, line)
   redis.call('RPUSH', KEYS[3], id)
-  redis.call('SET', KEYS[4], id)
+  redis.call('SET', KEYS[4], id, 'KEEPTTL')
 else
-  redis.call('SET', KEYS[4], dest)
+  redis.call('SET', KEYS[4], dest, 'KEEPTTL')
 end
-remember_effect(KEYS[6], KEYS[8], ARGV[1], id, ARGV[#ARGV])
+remember_effect(KEYS[6], KEYS[8], ARGV[1], id, ARGV[8])
 redis.call('HSET', KEYS[7], 'result', ARGV[7])
 local rev = redis.call('INCR', KEYS[5])
+retain(KEYS[1], ARGV[9])
 return {'committed', id, tostring(rev), line}

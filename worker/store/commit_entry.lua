@@ -6,7 +6,7 @@
 -- ARGV: 1 job id, 2 snapshot leaf id, 3 walk limit, 4 line head (up to '"id":'),
 --       5 line tail (from ',"timestamp"' on, leading comma included), 6 id candidates,
 --       7 job result JSON (stored on the record)
---       last: effect marker retention ms
+--       8 effect marker retention ms, 9 the session's retention s (0 = forever)
 -- Returns {status, entry id, revision, stored line}
 --   status: committed | duplicate | stale | cancelled | finished | nosession | noid
 local refused = job_guard(KEYS[1], KEYS[7], KEYS[6], ARGV[1])
@@ -28,8 +28,9 @@ end
 local line = ARGV[4] .. cjson.encode(id) .. ',"parentId":' .. parent .. ARGV[5]
 redis.call('HSET', KEYS[2], id, line)
 redis.call('RPUSH', KEYS[3], id)
-redis.call('SET', KEYS[4], id)
-remember_effect(KEYS[6], KEYS[8], ARGV[1], id, ARGV[#ARGV])
+redis.call('SET', KEYS[4], id, 'KEEPTTL')  -- the session's expiry instant stays
+remember_effect(KEYS[6], KEYS[8], ARGV[1], id, ARGV[8])
 redis.call('HSET', KEYS[7], 'result', ARGV[7])
 local rev = redis.call('INCR', KEYS[5])
+retain(KEYS[1], ARGV[9])
 return {'committed', id, tostring(rev), line}

@@ -14,7 +14,7 @@
 --       4 step: 'all' (the only one) | 'begin' | 'more' | 'end',
 --       5 snapshot leaf id ('' = not checked), 6 walk limit, 7 rewrites counter the plan saw,
 --       8 watermark entry id ('' = none), 9 marker TTL ms, 10 effect marker retention ms,
---       then per entry: id, new line
+--       11 the session's retention s (0 = forever), then per entry: id, new line
 -- Returns {status, '', revision, ''}; status committed (this step is in) | stale | busy
 --   (another job is rewriting) | cancelled | finished | duplicate | nosession
 local step = ARGV[4]
@@ -64,18 +64,21 @@ elseif redis.call('GET', KEYS[10]) ~= ARGV[1] then
 else
   redis.call('PEXPIRE', KEYS[10], ARGV[9])
 end
-for i = 11, #ARGV, 2 do
+for i = 12, #ARGV, 2 do
   redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
 end
 if step == 'begin' or step == 'more' then
+  retain(KEYS[1], ARGV[11])  -- every step writes, so each refreshes the retention
   return {'committed', '', revision(), ''}
 end
 if ARGV[8] ~= '' then
-  redis.call('SET', KEYS[11], ARGV[8])
+  redis.call('SET', KEYS[11], ARGV[8], 'KEEPTTL')
 end
 if ARGV[2] == '1' then
   remember_effect(KEYS[6], KEYS[8], ARGV[1], '', ARGV[10])
   redis.call('HSET', KEYS[7], 'result', ARGV[3])
 end
 redis.call('DEL', KEYS[10])
-return {'committed', '', tostring(redis.call('INCR', KEYS[5])), ''}
+local rev = redis.call('INCR', KEYS[5])
+retain(KEYS[1], ARGV[11])
+return {'committed', '', tostring(rev), ''}

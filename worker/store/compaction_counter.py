@@ -15,6 +15,8 @@ import redis
 
 from api_client.contract.keys import KeyLayout
 from api_client.contract.redis_conn import REDIS_DOWN, STORAGE_FULL, unavailable
+from api_client.contract.retention import retain_in
+from api_client.contract.settings import DEFAULT_SESSION_TTL_S
 
 __all__ = ["CompactionCounter"]
 
@@ -22,9 +24,11 @@ log = logging.getLogger("worker.store")
 
 
 class CompactionCounter:
-    def __init__(self, client: redis.Redis[str], layout: KeyLayout) -> None:
+    def __init__(self, client: redis.Redis[str], layout: KeyLayout,
+                 session_ttl_s: int = DEFAULT_SESSION_TTL_S) -> None:
         self.redis = client
         self.layout = layout
+        self.session_ttl_s = session_ttl_s
 
     def recent(self, session_id: str, now: float, window_s: float) -> int:
         """Automatic compactions of the session committed within ``window_s`` before ``now``."""
@@ -48,6 +52,7 @@ class CompactionCounter:
                 pipe.zadd(key, {job_id: now})
                 pipe.zremrangebyscore(key, "-inf", f"({now - window_s}")
                 pipe.expire(key, max(1, math.ceil(window_s)))
+                retain_in(pipe, key, self.session_ttl_s)  # in the MULTI
                 pipe.execute()
         except REDIS_DOWN as err:
             raise unavailable(err) from err

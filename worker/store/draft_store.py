@@ -17,7 +17,9 @@ from typing import Any
 import redis
 
 from api_client.contract.keys import KeyLayout
+from api_client.contract.lua_scripts import lua
 from api_client.contract.redis_conn import REDIS_DOWN, unavailable
+from api_client.contract.settings import DEFAULT_SESSION_TTL_S
 from api_client.contract.wire import now_iso
 from worker.store._commits import entry_line_parts
 
@@ -26,7 +28,9 @@ __all__ = ["DraftStore", "draft_json"]
 
 @cache
 def _script() -> str:
-    return (files("worker.store") / "save_draft.lua").read_text(encoding="utf-8")
+    # Refreshes the session's retention when it stores a draft (_retention.lua's retain()).
+    return lua("_retention") + "\n" + (files("worker.store") / "save_draft.lua").read_text(
+        encoding="utf-8")
 
 
 def draft_json(job_id: str, snapshot_leaf: str, revision: int, entry: Mapping[str, Any], *,
@@ -61,10 +65,12 @@ def draft_json(job_id: str, snapshot_leaf: str, revision: int, entry: Mapping[st
 
 
 class DraftStore:
-    def __init__(self, client: redis.Redis[str], layout: KeyLayout, ttl_s: int) -> None:
+    def __init__(self, client: redis.Redis[str], layout: KeyLayout, ttl_s: int,
+                 session_ttl_s: int = DEFAULT_SESSION_TTL_S) -> None:
         self.redis = client
         self.layout = layout
         self.ttl_s = ttl_s
+        self.session_ttl_s = session_ttl_s
         self._save = client.register_script(_script())
 
     def save(self, job_id: str, draft: str) -> str:
@@ -72,7 +78,8 @@ class DraftStore:
         jk = self.layout.job(job_id)
         keys = [jk.session.header, jk.record, jk.session.draft]
         try:
-            return str(self._save(keys=keys, args=[draft, str(self.ttl_s)]))
+            return str(self._save(keys=keys, args=[draft, str(self.ttl_s),
+                                                   str(self.session_ttl_s)]))
         except REDIS_DOWN as err:
             raise unavailable(err) from err
 

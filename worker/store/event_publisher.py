@@ -15,6 +15,7 @@ import redis
 from api_client.contract.job_records import event_fields
 from api_client.contract.keys import KeyLayout
 from api_client.contract.redis_conn import REDIS_DOWN, STORAGE_FULL, unavailable
+from api_client.contract.retention import retain_in
 from api_client.contract.settings import ClientSettings
 from api_client.contract.wire import JobEvent
 
@@ -41,10 +42,12 @@ class EventPublisher:
         pipe.xadd(stream, fields,  # type: ignore[arg-type]
                   maxlen=self.settings.session_event_maxlen, approximate=True)
         pipe.expire(stream, self.settings.job_ttl_s)  # as finish.lua: lives as long as records
+        # A write of the session, sent with it: the session's retention is refreshed.
+        retain_in(pipe, stream, self.settings.session_ttl_s)
         pipe.xadd(self.layout.global_events, fields,  # type: ignore[arg-type]
                   maxlen=self.settings.event_stream_maxlen, approximate=True)
         try:
-            session_id, _, _ = pipe.execute()
+            session_id, *_ = pipe.execute()
         except REDIS_DOWN as err:
             raise unavailable(err) from err
         except STORAGE_FULL as err:

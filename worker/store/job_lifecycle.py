@@ -46,7 +46,7 @@ class JobStore:
         self.leases = Leases(client, self.layout)
         self.events = EventPublisher(client, self.settings, self.layout)
         self._running = client.register_script(script_text("running"))
-        self.compactions = CompactionCounter(client, self.layout)
+        self.compactions = CompactionCounter(client, self.layout, self.settings.session_ttl_s)
 
     def get(self, job_id: str) -> JobRecord:
         return self._io.run(get_record(self.layout, job_id))

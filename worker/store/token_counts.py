@@ -20,6 +20,8 @@ from collections.abc import Iterable
 import redis
 
 from api_client.contract.keys import KeyLayout
+from api_client.contract.retention import retain_in
+from api_client.contract.settings import DEFAULT_SESSION_TTL_S
 
 __all__ = ["RedisTokenCounts"]
 
@@ -29,10 +31,12 @@ _BATCH = 500  # fields per HSET / HSCAN page: each command short (a 20k-entry se
 
 
 class RedisTokenCounts:
-    def __init__(self, client: redis.Redis[str], layout: KeyLayout, ttl_s: int) -> None:
+    def __init__(self, client: redis.Redis[str], layout: KeyLayout, ttl_s: int,
+                 session_ttl_s: int = DEFAULT_SESSION_TTL_S) -> None:
         self.redis = client
         self.layout = layout
         self.ttl_s = ttl_s
+        self.session_ttl_s = session_ttl_s
 
     def load(self, session_id: str) -> list[tuple[bytes, int]]:
         """The stored counts (digest, count); none when off, absent or unreadable."""
@@ -69,6 +73,9 @@ class RedisTokenCounts:
             for start in range(0, len(items), _BATCH):
                 pipe.hset(key, mapping=dict(items[start:start + _BATCH]))
             pipe.expire(key, self.ttl_s)
+            # A write of the session: its keys' retention is refreshed with it (and the counts
+            # never outlive the session: retain() caps their TTL at the retention).
+            retain_in(pipe, key, self.session_ttl_s)
             pipe.execute()
         except redis.RedisError as err:
             log.warning("session %s: token counts not saved: %s", session_id, err)

@@ -1,5 +1,6 @@
 -- The body of apply_draft.lua as a function of its KEYS and ARGV (included by apply_draft,
--- compact_auto and observe; needs _walk). What it does, its KEYS, ARGV and replies:
+-- compact_auto and observe; needs _walk and _retention). What it does, its KEYS, ARGV and
+-- replies:
 -- Apply the session's speculative draft (api_client/client/draft_apply.py), or check it, in one
 -- step. The draft summarises a prefix of the path up to its cut; what was appended after its
 -- snapshot only lengthens the kept part. So it applies while
@@ -27,7 +28,7 @@
 --       13 now (epoch s), 14 ineffective above this many tokens after ('' = the draft's
 --       ineffectiveAbove, the worker's line), 15 job record field/value pairs as one JSON
 --       array (decoded only when the draft applies), 16 (check) tokens the context will still
---       grow before the draft is applied ('' = 0)
+--       grow before the draft is applied ('' = 0), 17 the session's retention s (0 = forever)
 -- Returns {'applied', entry id, revision, line, result JSON, event 1 JSON, event 2 JSON}
 --       | {'valid', growth tokens, draft leadMs or ''} | {'stale', growth tokens, leadMs or ''}
 --       | {'clear'} (guard mode) | {'guarded', count} | {'discarded', cause}
@@ -121,7 +122,7 @@ local function apply_draft(KEYS, ARGV)
     .. cjson.encode(leaf) .. ',"timestamp":' .. cjson.encode(ARGV[5]) .. draft['lineTail']
   redis.call('HSET', KEYS[2], new_id, line)
   redis.call('RPUSH', KEYS[3], new_id)
-  redis.call('SET', KEYS[4], new_id)
+  redis.call('SET', KEYS[4], new_id, 'KEEPTTL')  -- the session's expiry instant stays
   redis.call('HSET', KEYS[6], ARGV[2], new_id)
   local rev = redis.call('INCR', KEYS[5])
 
@@ -169,6 +170,8 @@ local function apply_draft(KEYS, ARGV)
     'job', ARGV[2], 'data', ev1)
   redis.call('XADD', KEYS[9], 'MAXLEN', '~', ARGV[8], '*', 'type', 'compaction_end',
     'job', ARGV[2], 'data', ev2)
+  redis.call('EXPIRE', KEYS[9], ARGV[7])  -- as finish.lua: the stream lives as long as records
   redis.call('DEL', KEYS[7])
+  retain(KEYS[1], ARGV[17])
   return {'applied', new_id, tostring(rev), line, result, ev1, ev2}
 end

@@ -10,7 +10,7 @@
 --       9 instructions ('' = none), 10 task message to LPUSH ('' = the caller publishes),
 --       11 event channel, 12 task-sent event to PUBLISH ('' = none),
 --       13 when the sweep looks at the new job (Unix ms; '' = the caller indexes it),
---       14.. record field pairs
+--       14 the session's retention in s (0 = forever; needs _retention), 15.. record field pairs
 -- Errors: COMPACTOR_NOSESSION (no header), COMPACTOR_NOENTRY <id> (target not in the session)
 -- Returns {outcome, job id, state, last event id of the session stream ('0-0' when empty),
 --          why (conflicts only)}
@@ -51,10 +51,11 @@ local function enqueue(KEYS, ARGV)
         redis.call('HSET', record, 'priority', ARGV[3], 'queue', ARGV[4], 'reason', ARGV[5])
         return {'upgraded', current, f[1], last_event_id()}
       end
+      -- Only the job record changed (it keeps its own TTL): the session's keys are untouched.
       return {'coalesced', current, f[1], last_event_id()}
     end
   end
-  redis.call('HSET', KEYS[2], unpack(ARGV, 14))
+  redis.call('HSET', KEYS[2], unpack(ARGV, 15))
   redis.call('EXPIRE', KEYS[2], ARGV[8])
   redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[7])
   if ARGV[13] ~= '' then
@@ -66,5 +67,6 @@ local function enqueue(KEYS, ARGV)
       redis.call('PUBLISH', ARGV[11], ARGV[12])
     end
   end
+  retain(KEYS[4], ARGV[14])
   return {'created', ARGV[1], 'queued', last_event_id()}
 end

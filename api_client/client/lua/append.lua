@@ -1,8 +1,9 @@
+-- include: _retention
 -- Append entries as a chain under the current leaf, move the leaf, bump the revision. O(n).
 -- KEYS: header, entries, order, leaf, rev, appends (idempotency key -> reply)
 -- ARGV: n, then per entry i: head (ARGV[3i-1]), tail (ARGV[3i]), ids (ARGV[3i+1]),
---   then the idempotency key (ARGV[3n+2]), the replies' TTL in s (ARGV[3n+3]) and how many
---   replies to keep (ARGV[3n+4])
+--   then the idempotency key (ARGV[3n+2]), the replies' TTL in s (ARGV[3n+3]), how many
+--   replies to keep (ARGV[3n+4]) and the session's retention in s (ARGV[3n+5], 0 = forever)
 --   the stored line is head .. <id JSON> .. ',"parentId":' .. <parent JSON> .. tail
 --   ids: '=<id>' (the caller's id, must be new) or space-separated candidates (first unused wins)
 -- Returns {id_1, ..., id_n, revision}. Writes nothing when any id is refused. The reply is kept
@@ -49,11 +50,12 @@ for i = 1, n do
   redis.call('RPUSH', KEYS[3], chosen[i])
   parent = chosen[i]
 end
-redis.call('SET', KEYS[4], parent)
+redis.call('SET', KEYS[4], parent, 'KEEPTTL')  -- the session's expiry instant stays
 chosen[n + 1] = redis.call('INCR', KEYS[5])
 if redis.call('HLEN', KEYS[6]) >= tonumber(ARGV[3 * n + 4]) then
   redis.call('DEL', KEYS[6])  -- the older replies go: a retry comes at once
 end
 redis.call('HSET', KEYS[6], ARGV[3 * n + 2], cjson.encode(chosen))
 redis.call('EXPIRE', KEYS[6], ARGV[3 * n + 3])
+retain(KEYS[1], ARGV[3 * n + 5])
 return chosen

@@ -1,3 +1,3 @@
--- include: _walk _apply_draft
+-- include: _walk _retention _apply_draft
 -- See _apply_draft.lua.
 return apply_draft(KEYS, ARGV)

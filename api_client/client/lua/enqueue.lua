@@ -1,3 +1,3 @@
--- include: _enqueue
+-- include: _retention _enqueue
 -- See _enqueue.lua.
 return enqueue(KEYS, ARGV)

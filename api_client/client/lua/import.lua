@@ -1,3 +1,4 @@
+-- include: _retention
 -- Create or replace a whole session: header, entries (file order), leaf. Bumps the revision
 -- (never resets it, so a replaced session cannot repeat a revision a worker has seen) and the
 -- rewrites counter (a prune planned on the replaced lines is stale). A large import arrives in
@@ -6,6 +7,7 @@
 -- KEYS: header, entries, order, leaf, rev, effects, effects:at, rewrites, rewriting, pruned,
 --       [staged entries, staged order]
 -- ARGV: replace ('1' | '0'), header JSON, leaf id ('' = none), staged entries ('0' = none),
+--       the session's retention in s (0 = forever),
 --       then id, line, id, line, ... (a small import: no staging)
 -- Returns the new revision.
 if ARGV[1] ~= '1' and redis.call('EXISTS', KEYS[1]) == 1 then
@@ -26,10 +28,12 @@ if staged > 0 then
   redis.call('RENAME', KEYS[12], KEYS[3])
   redis.call('PERSIST', KEYS[3])
 end
-for i = 5, #ARGV, 2 do
+for i = 6, #ARGV, 2 do
   redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
   redis.call('RPUSH', KEYS[3], ARGV[i])
 end
 redis.call('SET', KEYS[4], ARGV[3])
 redis.call('INCR', KEYS[8])
-return redis.call('INCR', KEYS[5])
+local rev = redis.call('INCR', KEYS[5])
+retain(KEYS[1], ARGV[5])
+return rev

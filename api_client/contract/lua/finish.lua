@@ -1,3 +1,4 @@
+-- include: _retention
 -- End a job exactly once: terminal state, single-flight key cleared, lease dropped, record TTL,
 -- and its completion event on the session stream, all atomically.
 -- KEYS: record, lease, inflight compact, inflight prune, inflight branch_summary, session stream,
@@ -5,7 +6,7 @@
 -- ARGV: 1 job id, 2 terminal state, 3 finishedAt, 4 record TTL s, 5 stream MAXLEN,
 --       6 event type ('' = no event), 7 event JSON, 8 mode: 'finish' | 'cancel'
 --       ('cancel' ends only a queued job; on a running one it sets cancelRequested),
---       9.. extra record field/value pairs
+--       9 the session's retention s (0 = forever), 10.. extra record field/value pairs
 -- Returns {1 if this call ended the job else 0, state before, event stream id or ''}
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then
@@ -19,8 +20,8 @@ if ARGV[8] == 'cancel' and state == 'running' then
   return {0, state, ''}
 end
 redis.call('HSET', KEYS[1], 'state', ARGV[2], 'finishedAt', ARGV[3])
-if #ARGV >= 9 then
-  redis.call('HSET', KEYS[1], unpack(ARGV, 9))
+if #ARGV >= 10 then
+  redis.call('HSET', KEYS[1], unpack(ARGV, 10))
 end
 -- Only the slot holding this job is freed: a newer job of the kind may hold it already.
 for _, k in ipairs({3, 4, 5, 7}) do
@@ -37,4 +38,5 @@ if ARGV[6] ~= '' then
   -- A session's stream lives as long as the records of its jobs, then goes.
   redis.call('EXPIRE', KEYS[6], ARGV[4])
 end
+retain(KEYS[6], ARGV[9])
 return {1, state, id}

@@ -1,0 +1,46 @@
+"""Retention: every key of a session expires once the session has been idle for
+``session_ttl_s`` (``COMPACTOR_SESSION_TTL_S``, 30 days; 0 = keep forever).
+
+Each write of a session refreshes the TTLs of all its keys in the same step (they share one
+expiry instant, moved once 1 % of the retention has run down: a session expires between 99 %
+and 100 % of the retention after its last write). The Lua scripts end their writing paths with
+``retain(...)`` (``lua/_retention.lua``, included like ``_walk``); writes made by plain
+commands (progress events, token counts, the loop guard's count, a refusal's event) send
+:func:`retain_command` / :func:`retain_in` (``lua/retain.lua``) in the same MULTI or
+pipeline.
+Keys with a shorter lifetime of their own (events, single-flight slots, draft, pace, ...) keep
+it, capped at the retention; job records keep their own TTLs (``job_ttl_s``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from api_client.contract.lua_scripts import lua
+from api_client.contract.redis_flows import Command, cmd
+
+__all__ = ["capped_ttl", "retain_args", "retain_command", "retain_in"]
+
+
+def retain_args(session_key: str, retention_s: int) -> tuple[str | int, ...]:
+    """``EVAL`` of ``retain.lua`` for the session ``session_key`` belongs to, as arguments of a
+    pipeline's ``execute_command``: ``EVAL``, not ``EVALSHA``, so that no NOSCRIPT can come
+    back inside a MULTI (these writes are rare, the script's bytes do not matter), and not
+    ``pipe.eval()``, which a Redis Cluster pipeline refuses (its ``execute_command`` routes an
+    ``EVAL`` by its key)."""
+    return ("EVAL", lua("retain"), 1, session_key, str(retention_s))
+
+
+def retain_in(pipe: Any, session_key: str, retention_s: int) -> None:
+    """Queue the refresh in a redis-py pipeline or MULTI (plain or Cluster)."""
+    pipe.execute_command(*retain_args(session_key, retention_s))
+
+
+def retain_command(session_key: str, retention_s: int) -> Command:
+    """The same as a flow command (a client's pipeline)."""
+    return cmd("execute_command", *retain_args(session_key, retention_s))
+
+
+def capped_ttl(ttl_s: int, retention_s: int) -> int:
+    """A key's own TTL, never longer than the session's retention (0 = no retention)."""
+    return min(ttl_s, retention_s) if retention_s > 0 else ttl_s

@@ -1,0 +1,89 @@
+"""What a stored session costs in Redis: the reference sessions, imported, then worked on.
+
+    .venv/bin/python bench/bench_session_bytes.py [--fixtures DIR]
+
+Starts a private redis-server (never the shared one), imports each reference session
+(``../shared/fixtures/pi/*.jsonl``) and sums ``MEMORY USAGE <key> SAMPLES 0`` (exact: every
+element counted) over every key of the session (``SCAN MATCH <p>:session:{<sid>}:*``); then a
+worker (the no-LLM summarizer, so the figure does not depend on a model) runs a prune and a
+manual compaction on each and the sum is taken again (job records, events, effect markers and
+token counts included). Figures are bytes, against the JSONL's bytes: the README's "Sizing".
+Writes ``bench/results/session_bytes.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import redis
+from _report import Report
+
+from api_client import CompactionClient
+from api_client.contract.keys import KeyLayout
+from worker.app import create_app
+from worker.demo import embedded_redis, worker_thread
+from worker.settings import WorkerSettings
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO.parent / "shared" / "fixtures" / "pi"
+
+
+def session_bytes(raw: redis.Redis[str], layout: KeyLayout, sid: str) -> dict[str, int]:
+    """MEMORY USAGE (exact) of every key of the session, by its name after the hash tag."""
+    base = layout.session(sid).header.removesuffix("header")
+    sizes: dict[str, int] = defaultdict(int)
+    for key in raw.scan_iter(base.replace("{", "\\{").replace("}", "\\}") + "*", count=1000):
+        name = key[len(base):]
+        kind = "job:*" if name.startswith("job:") else name
+        sizes[kind] += int(raw.memory_usage(key, samples=0) or 0)
+    return dict(sizes)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--fixtures", type=Path, default=FIXTURES)
+    args = parser.parse_args()
+    files = sorted(args.fixtures.glob("*.jsonl"))
+    if not files:
+        raise SystemExit(f"no reference sessions in {args.fixtures}")
+    report = Report("session_bytes")
+    notes: dict[str, Any] = {}
+    with embedded_redis() as url:
+        raw: redis.Redis[str] = redis.Redis.from_url(url, decode_responses=True)
+        settings = WorkerSettings(redis_url=url, pool="threads", concurrency=2)
+        layout = KeyLayout(settings.key_prefix)
+        with CompactionClient(settings) as client:
+            for path in files:
+                text = path.read_text(encoding="utf-8")
+                size = len(text.encode("utf-8"))
+                sid = client.sessions.import_jsonl(text, path.stem)
+                imported = session_bytes(raw, layout, sid)
+                report.baseline(f"{sid}_jsonl", size, "B", f"{path.name}, {len(text.splitlines())}"
+                                " lines")
+                report.figure(f"{sid}_imported", sum(imported.values()), "B",
+                              against=f"{sid}_jsonl", what="every key after the import")
+                notes[sid] = {"jsonl": size, "imported": imported}
+            app = create_app(settings)
+            with worker_thread(app):
+                for path in files:
+                    sid = path.stem
+                    client.prune(sid).wait(timeout=300)
+                    client.compact(sid, reason="manual").wait(timeout=300)
+                    worked = session_bytes(raw, layout, sid)
+                    report.figure(f"{sid}_worked", sum(worked.values()), "B",
+                                  against=f"{sid}_jsonl",
+                                  what="after a prune and a compaction (records, events, ...)")
+                    notes[sid]["worked"] = worked
+            app.close_runtime()
+        raw.close()
+    report.note(**notes)
+    print(json.dumps(notes, indent=1))
+    report.write()
+
+
+if __name__ == "__main__":
+    main()
