@@ -40,6 +40,10 @@ def test_jobs_on_a_redis_cluster(redis_cluster: RedisClusterServers, model: Mode
                 assert len(completions(client, handle.session_id, handle.id)) == 1
             async_entry = asyncio.run(_async_compact(settings, sids[4]))
             assert isinstance(async_entry, dict)
+            for sid in sids:  # retention (issue 30): the scripts reach every key of the slot
+                k = client.layout.session(sid)
+                assert all(0 < client.redis.ttl(key) <= settings.session_ttl_s
+                           for key in (k.header, k.entries, k.order, k.leaf, k.rev, k.effects))
         # The sessions really are spread over the masters.
         owners = {_owner(redis_cluster, client.layout.session(sid).header) for sid in sids}
         assert len(owners) >= 2
