@@ -77,7 +77,9 @@ def test_chat_completions_is_a_non_streaming_chat_completion(http: httpx.Client,
 def test_a_caller_that_hangs_up_cancels_its_job(api: str, http: httpx.Client,
                                                 model_server: FakeLLMServer,
                                                 module_redis: str) -> None:
-    model_server.script(MODEL, hang())
+    # Every attempt hangs (each times out after 2 s and is retried): the job can only end by
+    # the cancel the hang-up causes, never by a retry that happens to answer first.
+    model_server.script(MODEL, *[hang() for _ in range(6)])
     with pytest.raises(httpx.ReadTimeout):
         http.post("/v1/summarize", json={"prompt": PROMPT}, timeout=1.5)
     client = CompactionClient(module_redis)
@@ -92,6 +94,7 @@ def test_a_caller_that_hangs_up_cancels_its_job(api: str, http: httpx.Client,
             time.sleep(0.2)
     finally:
         client.close()
+        model_server.scripts.clear()  # the hangs the cancelled job left are not the next test's
 
 
 def test_the_python_client_summarizes_too(module_redis: str, worker: object,
