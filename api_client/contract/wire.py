@@ -111,6 +111,7 @@ class EventType(StrEnum):
     DRAFT_SAVED = "draft_saved"           # a speculative job stored its draft
     DRAFT_DISCARDED = "draft_discarded"   # a draft could not be applied (``error`` = cause)
     SUMMARIZE_END = "summarize_end"       # terminal event of a successful summarize job
+    MODEL_PROGRESS = "model_progress"     # a chunked summary: result {call, calls, candidate}
 
 
 TASK_COMPACT = "compactor.compact"

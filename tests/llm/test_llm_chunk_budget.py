@@ -35,3 +35,15 @@ def test_retries_beyond_the_budget_still_end_the_job(llm_server: FakeLLMServer,
         router.for_job().summarize(make_request(CONVERSATION, chunkable=True, max_tokens=200))
     # two failures spend the budget of two: the third 503 is never asked for
     assert len(llm_server.seen) == 2
+
+
+def test_a_chunked_call_reports_each_answered_chunk(llm_server: FakeLLMServer,
+                                                    make_router: MakeRouter) -> None:
+    router = make_router([openai(llm_server, "m", context_window=1500)])
+    job = router.for_job()
+    seen: list[tuple[int, int, str]] = []
+    job.progress = lambda call, calls, candidate: seen.append((call, calls, candidate))
+    result = job.summarize(make_request(CONVERSATION, chunkable=True, max_tokens=200))
+    assert [call for call, _, _ in seen] == list(range(1, result.chunks + 1))
+    assert seen[-1][:2] == (result.chunks, result.chunks)  # the estimate ends exact
+    assert all(call <= calls for call, calls, _ in seen) and {c for *_, c in seen} == {"openai/m"}

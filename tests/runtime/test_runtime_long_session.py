@@ -44,6 +44,12 @@ def test_a_20k_entry_session_without_an_earlier_compaction_compacts(
         assert len(result["prunedEntryIds"]) > 5_000  # the prune pass, in bounded steps
         assert client.sessions.export_jsonl(sid).count('"prunedAt"') == len(
             result["prunedEntryIds"])
+        # Operators see where such a job is: one progress event per answered chunk.
+        progress = [e.result for e in client.events(sid, since="start", follow=False)
+                    if e.type.value == "model_progress" and e.job_id == handle.id]
+        assert [p["call"] for p in progress if p] == list(range(1, len(progress) + 1))
+        assert len(progress) > 20 and progress[-1] is not None
+        assert progress[-1]["call"] == progress[-1]["calls"]
         context = client.context(sid)  # the summary and the kept messages only
         assert entry["summary"][:40] in context.messages[0]["content"][0]["text"]
         assert len(context.messages) < 200

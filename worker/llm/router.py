@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 from worker import metrics
 from worker.llm._answer_bounds import complete_bounded
@@ -50,6 +51,8 @@ log = logging.getLogger(__name__)
 _SLEEP_SLICE_S = 0.05
 _TRAIL_LINE = 400
 _COUNTED = ("transient", "timeout", "permanent")  # failure kinds the circuit breaker counts
+# (calls answered, calls planned in all, candidate): the plan's size is an estimate until the end.
+Progress: TypeAlias = Callable[[int, int, str], None]
 MAX_SHRINKS = 3  # re-plans after a server refused a chunk as too long, per candidate
 MIN_CHUNK_OUTPUT = 256  # output tokens a chunk call gets at least
 
@@ -95,6 +98,7 @@ class _Call:
 
     cancel: CancelToken | None
     budget: AttemptBudget
+    progress: Progress | None = None
     attempts: int = 0
     chunks: int = 0
     usage: Usage = field(default_factory=Usage)
@@ -168,8 +172,8 @@ class Router:
             self._on_close()
 
     def run(self, request: SummaryRequest, cancel: CancelToken | None,
-            budget: AttemptBudget) -> SummaryResult:
-        call = _Call(cancel, budget)
+            budget: AttemptBudget, progress: Progress | None = None) -> SummaryResult:
+        call = _Call(cancel, budget, progress)
         for index, provider in enumerate(self.providers):
             call.check_cancel()
             refusal = self._refusal(provider, call)
@@ -356,6 +360,9 @@ class Router:
             call.note(f"{label}: chunk {call.chunks} (messages {plan.start}-{end - 1}, "
                       f"~{self.counter.request(sub)} tokens, max_tokens {max_tokens})",
                       level=logging.INFO)
+            if call.progress is not None:  # "call i of about n" for the operators' events
+                left = -(-sum(costs[end:]) // max(1, plan.limit))
+                call.progress(call.chunks, call.chunks + left, label)
             if self.counter.text(text) >= replaced:
                 raise SummaryNotSmaller(f"chunk summary (~{self.counter.text(text)} tokens) "
                                         "is not smaller than what it replaces "
@@ -371,7 +378,9 @@ class JobSummarizer:
     def __init__(self, router: Router) -> None:
         self.router = router
         self.budget = AttemptBudget(router.policy.job_attempt_budget)
+        # Told after each answered chunk of a chunked call (the job publishes it as an event).
+        self.progress: Progress | None = None
 
     def summarize(self, request: SummaryRequest,
                   cancel: CancelToken | None = None) -> SummaryResult:
-        return self.router.run(request, cancel, self.budget)
+        return self.router.run(request, cancel, self.budget, self.progress)

@@ -15,6 +15,7 @@ from api_client.contract.redaction import redact_secrets
 from api_client.contract.redis_conn import storage_full
 from api_client.contract.wire import (
     CompactReason,
+    EventType,
     JobEvent,
     JobKind,
     JobRecord,
@@ -137,6 +138,7 @@ def _run_leased(rt: Runtime, job_id: str, owner: str) -> JobOutcome:
     with JobControl(rt.jobs, job_id, owner, deadline_s=s.job_deadline_s,
                     lease_ttl_s=s.lease_ttl_s, clock=rt.clock, flags=rt.cancel_flags) as control:
         ctx = JobContext(rt, record, control, rt.new_summarizer())
+        _report_progress(ctx)
         try:
             success = _earlier_effect(ctx) or _handler(record)(ctx)
         except LeaseLostError:
@@ -164,6 +166,19 @@ def _run_leased(rt: Runtime, job_id: str, owner: str) -> JobOutcome:
             return _fail(ctx, f"internal error ({type(err).__name__}); see the worker log for "
                               f"job {job_id}", cause="internal")
     return _succeed(ctx, success)
+
+
+def _report_progress(ctx: JobContext) -> None:
+    """A job of many model calls (a long session in chunks) says where it is: one
+    ``model_progress`` event per answered call, "call i of about n"."""
+    if not hasattr(ctx.summarizer, "progress"):
+        return  # a summarizer of its own (tests, hooks) reports nothing
+
+    def progress(call: int, calls: int, candidate: str) -> None:
+        ctx.publish(EventType.MODEL_PROGRESS,
+                    result={"call": call, "calls": calls, "candidate": candidate})
+
+    ctx.summarizer.progress = progress
 
 
 def _observed(ctx: JobContext, outcome: JobOutcome) -> JobOutcome:
