@@ -90,6 +90,8 @@ def check_decoding(client: redis.Redis[Any] | redis.asyncio.Redis[Any]) -> None:
 def refusal(err: BaseException) -> CompactorError | None:
     """The typed error for a reply that is no outage: Redis refused the credentials, is a
     read-only replica, has no such database, or is not Redis at all. None for anything else."""
+    if not isinstance(err, redis.RedisError):
+        return None
     text = str(err)
     if isinstance(err, redis.AuthenticationError) or text.startswith(("WRONGPASS", "NOAUTH")):
         return RedisAuthenticationError(

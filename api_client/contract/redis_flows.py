@@ -143,6 +143,21 @@ class _Shell(Generic[R]):
         return partial(method, *call.args, **call.kwargs)
 
 
+def _replied(call: Command | Pipeline | Script, err: Exception) -> Any:
+    """What an error of ``call`` means, in one place for both shells: a typed error (a full or
+    read-only Redis, refused credentials, Redis down), the flow's own rescue of an error reply,
+    or the error itself."""
+    if isinstance(err, STORAGE_FULL):
+        raise storage_full(err) from err
+    if (refused := refusal(err)) is not None:
+        raise refused from err
+    if isinstance(err, redis.ResponseError):
+        return call.rescue(err)
+    if isinstance(err, REDIS_DOWN):
+        raise unavailable(err) from err
+    raise err
+
+
 @dataclass(frozen=True, slots=True)
 class Done(Generic[T]):
     value: T
@@ -187,16 +202,8 @@ class SyncShell(_Shell["redis.Redis[str]"]):
             if self._pack is not None and isinstance(call, Script):
                 return self._evalsha(call, self._pack)
             return self._bound(call)()
-        except STORAGE_FULL as err:
-            raise storage_full(err) from err
-        except (redis.ResponseError, redis.AuthenticationError, redis.InvalidResponse) as err:
-            if (refused := refusal(err)) is not None:
-                raise refused from err
-            if isinstance(err, redis.ResponseError):
-                return call.rescue(err)
-            raise
-        except REDIS_DOWN as err:
-            raise unavailable(err) from err
+        except Exception as err:
+            return _replied(call, err)
 
     def _evalsha(self, call: Script, pack: _Pack) -> Any:
         """EVALSHA packed in C and sent on a pooled connection. Kept because ``make bench``
@@ -248,13 +255,5 @@ class AsyncShell(_Shell["redis.asyncio.Redis[str]"]):
             return None
         try:
             return await self._bound(call)()
-        except STORAGE_FULL as err:
-            raise storage_full(err) from err
-        except (redis.ResponseError, redis.AuthenticationError, redis.InvalidResponse) as err:
-            if (refused := refusal(err)) is not None:
-                raise refused from err
-            if isinstance(err, redis.ResponseError):
-                return call.rescue(err)
-            raise
-        except REDIS_DOWN as err:
-            raise unavailable(err) from err
+        except Exception as err:
+            return _replied(call, err)
