@@ -45,23 +45,21 @@ def child(name: str, folder: Path, step: str, growths: int) -> None:
     """One step's process (see the module's doc): the jobs up to ``step``, nothing printed."""
     import bench_overhead as overhead
 
-    from worker.compaction import get_tokenizer
     from worker.store.entry_cache import EntryCache
     from worker.tokens import cl100k_counter
 
     session, grown = overhead._held(name, folder)
-    tokenizer = get_tokenizer("tiktoken")
+    worker = overhead.Worker("tiktoken")
     cl100k_counter()
-    router = overhead._router("tiktoken")
     overhead._import_job_modules()
     entries = EntryCache()
     if step == "cold-grown":
-        overhead._job(grown[0], tokenizer, router, entries, [])
+        overhead._job(grown[0], worker, entries, [])
         return
     jobs = {"setup": [], "cold": [session], "warm": [session, session],
             "grown": [session, session, *grown[:growths]]}[step]
     for number, replies in enumerate(jobs):  # the first job stores counts, as a worker's does
-        overhead._job(replies, tokenizer, router, entries, [] if number == 0 else None)
+        overhead._job(replies, worker, entries, [] if number == 0 else None)
 
 
 def _instructions(name: str, folder: Path, step: str, growths: int) -> int:

@@ -126,13 +126,12 @@ _TEXTS = ("text", "thinking", "output")
 _IDS = ("id", "toolCallId")  # a block's ``id`` is a call id
 
 
-def _router(tokenizer_name: str) -> Any:
+def _router(tokenizer: Any) -> Any:
     from worker.llm.chunking import RequestCounter
     from worker.llm.providers.base import Reply
     from worker.llm.router import Router
     from worker.llm.settings import ModelCandidate
     from worker.summary_requests import Usage
-    from worker.tokens import get_tokenizer
 
     class Instant:
         candidate = ModelCandidate(provider="openai", model="bench", context_window=WINDOW)
@@ -147,7 +146,20 @@ def _router(tokenizer_name: str) -> Any:
         def complete(self, request: Any, max_tokens: int, cancel: Any) -> Reply:
             return Reply("## Goal\nBenchmark summary.", Usage(100, 10))
 
-    return Router([Instant()], counter=RequestCounter(get_tokenizer(tokenizer_name)))
+    return Router([Instant()], counter=RequestCounter(tokenizer))
+
+
+class Worker:
+    """What a worker process builds once (``worker.service.composition``) and its jobs share:
+    the tokenizer with its caches, the router that counts with it, the planning caches."""
+
+    def __init__(self, tokenizer_name: str) -> None:
+        from worker.compaction import PlanCaches
+        from worker.tokens import get_tokenizer
+
+        self.tokenizer = get_tokenizer(tokenizer_name)
+        self.router = _router(self.tokenizer)
+        self.caches = PlanCaches()
 
 
 def _stored(text: str) -> list[Any]:
@@ -160,7 +172,7 @@ def _stored(text: str) -> list[Any]:
             {e.id: dump_record(e.raw) for e in session.entries}]
 
 
-def _job(replies: list[Any], tokenizer: Any, router: Any, entries: Any,
+def _job(replies: list[Any], worker: Worker, entries: Any,
          shared: list[tuple[bytes, int]] | None = None) -> None:
     """The worker's part of a threshold compaction job after the Redis round trip: decoding
     the snapshot (through the worker's entry cache), the prune pass, the plan, the requests,
@@ -176,23 +188,24 @@ def _job(replies: list[Any], tokenizer: Any, router: Any, entries: Any,
         prepare_compaction,
         prime_counts,
     )
-    from worker.tokens import JobTokenizer, message_counts, worth_priming
+    from worker.tokens import JobTokenizer, counts_of, worth_priming
 
     snap = build_snapshot("bench", replies, entries)
     tree = snap.session.tree()
     path = list(tree.path_to(tree.leaf_id))
-    tokenizer = JobTokenizer(tokenizer, message_counts(tokenizer.name))  # as the worker does
+    tokenizer = JobTokenizer(worker.tokenizer, counts_of(worker.tokenizer))  # as the worker does
     if worth_priming(snap.parsed_chars, snap.stored_chars):  # as _compact._prime
         if shared:
             tokenizer.preload(shared)
         counted: list[tuple[bytes, int]] = []
-        prime_counts(tokenizer, path, prune=True, counted=counted)  # a threshold job prunes
+        prime_counts(tokenizer, path, prune=True, counted=counted,  # a threshold job prunes
+                     caches=worker.caches)
         if shared is not None:
             shared.extend(counted)
     plan_prune(path, tokenizer)
     prep = prepare_compaction(path, CompactionSettings(), tokenizer)
     assert prep is not None
-    outcome = compact(prep, router.for_job())
+    outcome = compact(prep, worker.router.for_job(), caches=worker.caches)
     entry = {"type": "compaction", "id": "benchcmp", "parentId": path[-1].id,
              "timestamp": "2025-01-01T00:00:00.000Z", "summary": outcome.summary,
              "firstKeptEntryId": outcome.first_kept_entry_id, "tokensBefore": outcome.tokens_before}
@@ -251,29 +264,26 @@ def child_grown(name: str, tokenizer_name: str, folder: Path) -> dict[str, Any]:
     The process holds what ``child``'s does when it plans cold (the session and its growths,
     as stored): a cold plan here took 20-30 % less time in a process that held only the
     session, so like is compared with like."""
-    from worker.compaction import get_tokenizer
     from worker.store.entry_cache import EntryCache
 
     held = _held(name, folder)
     grown = held[1][0]
-    tokenizer = get_tokenizer(tokenizer_name)
+    worker = Worker(tokenizer_name)
     if tokenizer_name == "tiktoken":
         from worker.tokens import cl100k_counter
 
         cl100k_counter()
-    router = _router(tokenizer_name)
     _import_job_modules()
     _settled()
-    return {"cold_grown_ms": _ms(lambda: _job(grown, tokenizer, router, EntryCache(), []))}
+    return {"cold_grown_ms": _ms(lambda: _job(grown, worker, EntryCache(), []))}
 
 
 def child(name: str, tokenizer_name: str, folder: Path) -> dict[str, Any]:
-    from worker.compaction import get_tokenizer
     from worker.store.entry_cache import EntryCache
 
     path, grown = _held(name, folder)
     growths, file_growths = grown[:GROWTHS], grown[GROWTHS:]
-    tokenizer = get_tokenizer(tokenizer_name)
+    worker = Worker(tokenizer_name)
     entries = EntryCache()
     load, counter = 0.0, "-"
     if tokenizer_name == "tiktoken":  # a worker loads its cl100k counter at start-up
@@ -281,43 +291,25 @@ def child(name: str, tokenizer_name: str, folder: Path) -> dict[str, Any]:
 
         load = _ms(cl100k_counter)
         counter = cl100k_counter().name
-    router = _router(tokenizer_name)
     imports = _ms(_import_job_modules)  # a worker imports these at start-up, not in its first job
     _settled()
     stored: list[tuple[bytes, int]] = []  # what the cold job would store for the next worker
-    cold = _ms(lambda: _job(path, tokenizer, router, entries, stored))
-    warm = statistics.median(_ms(lambda: _job(path, tokenizer, router, entries)) for _ in range(5))
+    cold = _ms(lambda: _job(path, worker, entries, stored))
+    warm = statistics.median(_ms(lambda: _job(path, worker, entries)) for _ in range(5))
     # Each growth is new text to the process (other words): the median of GROWTHS re-plans.
-    grow = statistics.median(_ms(lambda g=g: _job(g, tokenizer, router, entries))
-                             for g in growths)
-    grow_file = statistics.median(_ms(lambda g=g: _job(g, tokenizer, router, entries))
-                                  for g in file_growths)
-    from worker.tokens import TOKEN_CACHE
-
-    cache_entries = len(TOKEN_CACHE)
-    _forget_process(tokenizer_name)  # another worker, new to the session, with its counts
+    grow = statistics.median(_ms(lambda g=g: _job(g, worker, entries)) for g in growths)
+    grow_file = statistics.median(_ms(lambda g=g: _job(g, worker, entries)) for g in file_growths)
+    cache = getattr(worker.tokenizer, "cache", None)
+    cache_entries = len(cache) if cache is not None else 0
+    other = Worker(tokenizer_name)  # another worker, new to the session, with its counts
     _settled()
-    shared = _ms(lambda: _job(path, tokenizer, router, EntryCache(), list(stored)))
+    shared = _ms(lambda: _job(path, other, EntryCache(), list(stored)))
     return {"counter": counter, "entries": len(path[3]), "grown_entries": len(growths[0][3]),
             "encoding_load_ms": load,
             "import_ms": imports, "cold_ms": cold, "warm_ms": warm, "grow10_ms": grow,
             "grow10_file_ms": grow_file,
             "cold_shared_ms": shared, "shared_counts": len(stored),
             "cache_entries": cache_entries}
-
-
-def _forget_process(tokenizer_name: str) -> None:
-    """What a job left in this process: token counts, per-message counts, serialized parts."""
-    from worker.compaction import serialize
-    from worker.tokens import TOKEN_CACHE, TiktokenTokenizer, get_tokenizer, message_counts
-
-    TOKEN_CACHE.clear()
-    tokenizer = get_tokenizer(tokenizer_name)
-    if isinstance(tokenizer, TiktokenTokenizer):
-        tokenizer.clear_part_counts()
-    message_counts(tokenizer_name).clear()
-    serialize._PARTS.clear()
-    serialize._NORMALIZED.clear()
 
 
 # --- Redis: the snapshot load and the commit --------------------------------------------------

@@ -115,7 +115,8 @@ def test_a_counter_that_holds_the_gil_primes_on_the_jobs_own_thread(
     monkeypatch.setattr(counting_module, "PRIME_THREADS", 2)
     messages = [user(" ".join(f"word{i}x{j}." for j in range(60))) for i in range(40)]
     bpe.choose_counter("rs-bpe")
-    monkeypatch.setattr(counting_module, "_prime_pool", lambda: pytest.fail("handed to the pool"))
+    monkeypatch.setattr(counting_module, "ThreadPoolExecutor",
+                        lambda *a, **k: pytest.fail("handed to a pool"))
     tok = JobTokenizer(TiktokenTokenizer(TokenCache()))
     assert tok.prime(messages) > counting_module.PRIME_SERIAL_CHARS
     assert [tok.count(m) for m in messages] == [

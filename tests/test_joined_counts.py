@@ -127,28 +127,3 @@ def test_a_grown_prompt_digests_only_its_new_parts(monkeypatch: pytest.MonkeyPat
     count = counter.request(grown)
     assert count == len(ENCODE(grown.system_prompt)) + len(ENCODE(grown.prompt))
     assert 0 < sum(digested) < 0.03 * len(grown.prompt)  # templates, the new and last parts
-
-
-def test_a_request_is_counted_once_while_it_is_kept() -> None:
-    # The chunked path counts a chunk's request to plan it, to check it and for its log line.
-    counted: list[int] = []
-    inner = TiktokenTokenizer(TokenCache())
-
-    class Recording:
-        name = "tiktoken"
-
-        def count(self, message: Any) -> int:
-            return inner.count(message)
-
-        def count_text(self, text: str) -> int:
-            counted.append(len(text))
-            return inner.count_text(text)
-
-    counter = RequestCounter(Recording())  # type: ignore[arg-type]
-    opts = RequestOptions(None, None, (), 16_384, (), ())
-    request = history_request([user("a question " * 40), tool_result(BIG)], None, opts)
-    first = counter.request(request)
-    calls = len(counted)
-    assert counter.request(request) == first and len(counted) == calls  # kept
-    copy = replace(request)  # an equal request, another object: counted again
-    assert counter.request(copy) == first and len(counted) > calls

@@ -68,30 +68,3 @@ def test_the_fast_string_path_escapes_as_the_char_by_char_one(start: int) -> Non
     text = "".join(chr(c) for c in range(start, start + 0x400)
                    if not 0xD800 <= c <= 0xDFFF) + "\n\"\\😀"
     assert js_json(text) == '"' + "".join(_escape_char(c) for c in text) + '"'
-
-
-@pytest.mark.parametrize(
-    ("value", "fast"),
-    [
-        ({"path": "src/a.py", "command": "ls -la\n", "n": 3, "ok": True, "none": None}, True),
-        ({"q": 'say "hi"\\', "ctl": "\x00\x1f\x7f\u2028", "emoji": "😀é"}, True),
-        ({"big": 2**70, "neg": -5}, True),
-        ({}, True),
-        ({"2": "index key first", "b": "x"}, False),  # JavaScript's key order
-        ({"f": 1.0, "g": 1e21}, False),  # Number#toString
-        ({"s": "lone \ud800 surrogate"}, False),  # escaped by JavaScript only
-        ({"nested": {"k": "v"}}, False),
-    ],
-)
-def test_a_flat_object_through_the_c_encoder_is_written_as_by_the_general_path(
-        value: dict[str, object], fast: bool) -> None:
-    # Beside the table above: the general path's answer is JSON.stringify's; the flat fast path
-    # gives the same text, or leaves the object to the general path.
-    from worker import jsjson
-
-    general = "{" + ",".join(f"{jsjson._js_string(k)}:{js_json(value[k])}"
-                             for k in jsjson.js_property_order(value)) + "}"
-    assert js_json(value) == general
-    flat = jsjson._flat_json(value)
-    assert (flat is not None) == fast
-    assert flat is None or flat == general

@@ -254,3 +254,49 @@ def test_cli_command_modules_are_registered_in_one_place() -> None:
             assert not commands & set(_imported_modules(path)), path.name
     init = (ROOT / "worker" / "cli" / "__init__.py").read_text(encoding="utf-8")
     assert all(f"{name.rpartition('.')[2]}.register(" in init for name in commands)
+
+
+# --- planning keeps no state across jobs: a cache that pays lives at the composition root
+# (worker.service.composition builds it) and is passed in. The cl100k encoding loader is exempt.
+_STATEFUL = {"IdentityMemo", "PrefixFolds", "TokenCache", "OrderedDict", "dict", "list", "set",
+             "defaultdict", "deque", "Lock", "RLock", "ThreadPoolExecutor", "lru_cache", "cache",
+             "WeakKeyDictionary", "WeakValueDictionary"}
+
+
+def _called(node: ast.expr) -> str:
+    node = node.func if isinstance(node, ast.Call) else node
+    return node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
+
+
+def _outer_statements(body: list[ast.stmt]) -> list[ast.stmt]:
+    """The statements of a module or class body, classes' bodies included, functions' not."""
+    return [s for node in body for s in [node, *(
+        _outer_statements(node.body) if isinstance(node, ast.ClassDef) else [])]]
+
+
+def _kept_state(source: str, name: str) -> list[str]:
+    """Module and class level assignments of a memo, lock, pool or fresh container, and
+    functions cached by ``functools``: state a module keeps from one job to the next."""
+    found: list[str] = []
+    for node in _outer_statements(ast.parse(source).body):
+        value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
+        empty = isinstance(value, ast.Dict | ast.List | ast.Set) and not (
+            value.keys if isinstance(value, ast.Dict) else value.elts)
+        stateful = isinstance(value, ast.Call) and _called(value) in _STATEFUL
+        cached = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and any(
+            _called(d) in {"lru_cache", "cache"} for d in node.decorator_list)
+        if empty or stateful or cached:
+            found.append(f"{name}:{node.lineno}")
+    return found
+
+
+def test_planning_and_token_counting_keep_no_module_level_caches() -> None:
+    sample = ("import functools\nA = IdentityMemo()\nB: dict[str, int] = {}\nC = {'k': 1}\n"
+              "@functools.lru_cache(maxsize=8)\ndef f(): pass\nclass K:\n    x = Lock()\n"
+              "    def g(self):\n        y = []\n")
+    assert _kept_state(sample, "x.py") == ["x.py:2", "x.py:3", "x.py:6", "x.py:8"]
+    sources = [p for area in ("worker/compaction", "worker/tokens") for p in _sources(area)
+               if p.name != "bpe.py"]  # bpe.py: the loaded cl100k encoding and counter
+    assert len(sources) > 10
+    assert [hit for p in sources
+            for hit in _kept_state(p.read_text(encoding="utf-8"), str(p.relative_to(ROOT)))] == []

@@ -1,13 +1,16 @@
-"""Per-object results kept across jobs: a message's token count, prompt text and facts.
+"""Per-object results kept across jobs: a message's token count and prompt text, a session's facts.
 
 The snapshot loader hands out the same message objects for unchanged entries
 (:class:`worker.store.entry_cache.EntryCache`), so a result computed from a message object stays
 valid for as long as that object lives: messages are never changed in place. An
 :class:`IdentityMemo` holds the object with its result, so an ``id()`` is never reused while
-it is cached. Bounded (least recently used evicted first) and thread-safe: writes take a
-lock; a hit takes none (each ``OrderedDict`` operation is atomic under the GIL, and a key
-evicted between the lookup and the move to the end is skipped). A job makes thousands of hits:
-0.43 µs each without the lock, 0.97 µs with it.
+it is cached. Bounded (least recently used evicted first) and shared by the jobs of a worker's
+threads: writes take a lock; a hit takes none (each ``OrderedDict`` operation is atomic under
+the GIL, and a key evicted between the lookup and the move to the end is skipped), since a job
+makes a hit per message of its session.
+
+The memos live where the worker composes its parts (``worker.service.composition``): the
+tokenizer it builds holds the counts, ``worker.compaction.caches.PlanCaches`` the rest.
 """
 
 from __future__ import annotations
@@ -40,33 +43,21 @@ class IdentityMemo(Generic[K, V]):
         return len(self._known)
 
     def get(self, obj: K, compute: Callable[[K], V]) -> V:
-        key = id(obj)
-        hit = self._known.get(key)
-        if hit is not None and hit[0] is obj:
-            try:  # noqa: SIM105  (contextlib.suppress costs ~0.3 µs a hit)
-                self._known.move_to_end(key)
-            except KeyError:  # evicted by another thread just now: still a valid result
-                pass
-            return hit[1]
-        value = compute(obj)  # outside the lock: the other threads' lookups do not wait
-        self.put(obj, value)
-        return value
+        return self.get_many((obj,), compute)[0]
 
     def get_many(self, objs: Iterable[K], compute: Callable[[K], V]) -> list[V]:
-        """:meth:`get` for each of ``objs``, in one call: a plan looks up every message of a
-        session (1 000 for large-session), and the call per object was a third of each hit.
-        The new results are kept together at the end (one lock, not one per object)."""
+        """``compute(obj)`` of each of ``objs``, the new results kept together at the end (one
+        lock for all). ``compute`` runs outside the lock: other threads' lookups do not wait."""
         known = self._known
-        find, to_end = known.get, known.move_to_end
         values: list[V] = []
         computed: dict[int, tuple[K, V]] = {}  # an object twice in ``objs`` is computed once
         for obj in objs:
             key = id(obj)
-            hit = find(key) or computed.get(key)
+            hit = known.get(key) or computed.get(key)
             if hit is not None and hit[0] is obj:
-                try:  # noqa: SIM105  (as in get)
-                    to_end(key)
-                except KeyError:  # evicted just now, or computed in this call
+                try:  # noqa: SIM105  (a hit on every message of a job: no context manager)
+                    known.move_to_end(key)
+                except KeyError:  # evicted by another thread just now, or computed in this call
                     pass
                 values.append(hit[1])
             else:
@@ -97,23 +88,14 @@ class IdentityMemo(Generic[K, V]):
         hit = self._known.get(id(obj))
         return hit is not None and hit[0] is obj
 
-    def resize(self, max_objects: int) -> None:
-        with self._lock:
-            self.max_objects = max(0, max_objects)
-            while len(self._known) > self.max_objects:
-                self._known.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._known.clear()
-
 
 class PrefixFolds(Generic[K, S]):
     """Folds over sequences of objects, continued past the longest one folded before.
 
     A re-plan of a session that grew folds the same 1 000 messages as the last plan, then the
-    new ones: the facts they name, the files they touch. Kept here per tag and first object (a
-    session's messages after its last compaction): the last few folds' objects and states. A
+    new ones (the facts they name: ``worker.compaction.fact_fold``). Kept per tag and first
+    object (a session's messages after its last compaction): the last few folds' objects and
+    states. A
     sequence that starts with a kept fold's objects (the same objects, by identity) is folded
     only past the longest such fold; the same sequence costs one identity check per object.
     A few per session, not one: a session is a tree, and jobs on two branches (or two drafts
@@ -123,7 +105,7 @@ class PrefixFolds(Generic[K, S]):
 
     Bounded by the objects the kept folds hold (counted once per fold), least recently used
     start evicted first: a fold keeps its messages alive, and the default keeps no more than
-    the entry cache and the memos keep (``DEFAULT_OBJECTS``), mostly the same messages.
+    the entry cache keeps (``DEFAULT_OBJECTS``), mostly the same messages.
     """
 
     def __init__(self, max_objects: int = DEFAULT_OBJECTS, per_start: int = 3) -> None:
@@ -172,11 +154,6 @@ class PrefixFolds(Generic[K, S]):
             while self._size > self.max_objects:
                 _, evicted = self._folds.popitem(last=False)
                 self._size -= _held(evicted)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._folds.clear()
-            self._size = 0
 
 
 def _held(folds: Iterable[tuple[list[K], S]]) -> int:

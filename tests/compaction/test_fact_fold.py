@@ -3,26 +3,17 @@ gives, and never changes the state it continues."""
 
 from __future__ import annotations
 
-import contextlib
 import random
 from collections.abc import Sequence
 
 import pytest
 
 from worker.compaction import facts
-from worker.compaction.fact_fold import FactFold, fold_more
-from worker.compaction.substrings import AhoCorasickSearch, PlainSearch, SubstringSearch
+from worker.compaction.fact_fold import FactFold, _nested, fold_more
 from worker.memo import PrefixFolds
 
 Key = tuple[str, str]
 PATHS = ["a", "a/b", "a/b/c.py", "b/c.py", "src/a/b/c.py", "x.py", "src/x.py", "c.py", "/"]
-
-
-def _searches() -> list[SubstringSearch]:
-    searches: list[SubstringSearch] = [PlainSearch()]
-    with contextlib.suppress(ImportError):  # the fast extra
-        searches.append(AhoCorasickSearch())
-    return searches
 
 
 def _named(rng: random.Random, n: int) -> list[list[Key]]:
@@ -39,50 +30,44 @@ def _values(fold: FactFold) -> list[tuple[str, str, int, int]]:
     return [(f.kind, f.text, f.count, f.last) for f in fold.facts.values()]
 
 
-@pytest.mark.parametrize("search", _searches(), ids=lambda s: s.name)
 @pytest.mark.parametrize("seed", range(40))
-def test_a_continued_fold_is_the_fold_from_the_start(search: SubstringSearch, seed: int) -> None:
+def test_a_continued_fold_is_the_fold_from_the_start(seed: int) -> None:
     rng = random.Random(seed)
     named = _named(rng, rng.randint(0, 30))
     carried: Sequence[Key] = [("paths", rng.choice(PATHS)) for _ in range(rng.randint(0, 2))]
-    whole = fold_more(None, carried, enumerate(named), search)
+    whole = fold_more(None, carried, enumerate(named))
     cuts = sorted(rng.sample(range(len(named) + 1), k=min(3, len(named) + 1)))
     state: FactFold | None = None
     done = 0
     for cut in [*cuts, len(named)]:
         previous = state
-        kept = None if previous is None else (_values(previous), previous.nested,
-                                              _seen(previous))
-        state = fold_more(state, carried, enumerate(named[done:cut], start=done), search)
+        kept = None if previous is None else (_values(previous), _seen(previous))
+        state = fold_more(state, carried, enumerate(named[done:cut], start=done))
         if previous is not None:  # the continued state is as it was
-            assert (_values(previous), previous.nested, _seen(previous)) == kept
+            assert (_values(previous), _seen(previous)) == kept
         done = cut
     assert state is not None
     assert _seen(state) == _seen(whole)
-    assert state.nested == whole.nested
     assert _values(state) == _values(whole)
 
 
-@pytest.mark.parametrize("search", _searches(), ids=lambda s: s.name)
-def test_a_continuation_leaves_the_state_it_continues_as_it_was(search: SubstringSearch) -> None:
-    first = fold_more(None, [], enumerate([[("paths", "a/b")], [("paths", "x.py")]]), search)
-    kept = (_values(first), first.nested, _seen(first))
+def test_a_continuation_leaves_the_state_it_continues_as_it_was() -> None:
+    first = fold_more(None, [], enumerate([[("paths", "a/b")], [("paths", "x.py")]]))
+    kept = (_values(first), _seen(first))
     more = fold_more(first, [], enumerate([[("paths", "a/b")], [("paths", "src/a/b/c.py")]],
-                                          start=2), search)
-    assert (_values(first), first.nested, _seen(first)) == kept
+                                          start=2))
+    assert (_values(first), _seen(first)) == kept
     assert _values(more) == [("paths", "a/b", 2, 2), ("paths", "x.py", 1, 1),
                              ("paths", "src/a/b/c.py", 1, 3)]
-    assert more.nested == {"a/b"}  # inside the new path now
-    assert [f.text for f in more.listed] == ["x.py", "src/a/b/c.py"]
+    assert [f.text for f in more.listed] == ["x.py", "src/a/b/c.py"]  # a/b: inside a new path
 
 
-def test_many_new_paths_are_checked_as_the_fold_from_the_start_checks_them() -> None:
-    search = PlainSearch()
-    paths = [f"dir{i}/file{i}.py" for i in range(60)] + [f"file{i}.py" for i in range(60)]
-    first = fold_more(None, [], enumerate([[("paths", "dir0")]]), search)
-    more = fold_more(first, [], enumerate([[("paths", p)] for p in paths], start=1), search)
-    whole = fold_more(None, [], enumerate([[("paths", p)] for p in ["dir0", *paths]]), search)
-    assert more.nested == whole.nested == {"dir0", *(f"file{i}.py" for i in range(60))}
+@pytest.mark.parametrize("seed", range(20))
+def test_a_path_inside_another_is_found_as_by_comparing_every_pair(seed: int) -> None:
+    rng = random.Random(seed)
+    parts = ["src", "a", "b.py", "/", "x\0y", "lib/a", "ü", "a.py"]
+    paths = list({"".join(rng.choices(parts, k=rng.randint(1, 4))) for _ in range(40)})
+    assert _nested(paths) == {p for p in paths if any(p in q and p != q for q in paths)}
 
 
 class _Calls:
@@ -151,9 +136,9 @@ def test_extract_facts_of_a_grown_list_is_that_of_a_fresh_process(seed: int) -> 
     rng = random.Random(seed)
     messages = [_message(rng) for _ in range(40)]
     carried = [("paths", "a/b"), ("commands", "make test")]
+    folds: PrefixFolds[object, FactFold] = PrefixFolds()
     for end in (10, 25, 40):  # the session grows, and is planned again
-        grown = facts.extract_facts(messages[:end], carried)
-    facts._FOLDS.clear()
+        grown = facts.extract_facts(messages[:end], carried, folds=folds)
     fresh = facts.extract_facts(messages, carried)
     assert [(f.kind, f.text, f.count, f.last) for f in grown] == \
         [(f.kind, f.text, f.count, f.last) for f in fresh]

@@ -111,15 +111,8 @@ def test_unknown_template(name: str) -> None:
 
 @pytest.fixture
 def template_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    def clear() -> None:
-        prompts.template_names.cache_clear()
-        prompts.load_template.cache_clear()
-
-    clear()
     monkeypatch.setattr(prompts, "_root", lambda: tmp_path)
     yield tmp_path
-    monkeypatch.undo()
-    clear()
 
 
 def test_malformed_template_is_rejected(template_dir: Path) -> None:

@@ -57,25 +57,10 @@ def test_apply_prune_replaces_content_and_sets_pruned_at() -> None:
     assert prune_notice(5) == "[Output truncated - 5 tokens]"
 
 
-def test_a_notice_is_counted_once_per_tokenizer_and_size(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Each plan made a new notice message per candidate, which missed the per-message memo:
-    # hundreds of recounts per job. The count is kept per tokenizer name and token count.
-    import worker.compaction.prune as prune
-
-    monkeypatch.setattr(prune, "_NOTICE_COUNTS", {})
-    counted: list[str] = []
-
-    class Recording(EstimateTokenizer):
-        def count(self, message: dict) -> int:  # type: ignore[override]
-            counted.append(str(message["content"][0].get("text", ""))[:17])
-            return super().count(message)
-
+def test_a_notice_counts_as_its_text() -> None:
+    # A tool result of the notice's one text block: ceil4(len(notice)) with the estimate.
     specs = [(25_000 + 17 * i, "bash") for i in range(3)] + [(45_000, "bash")]
-    first = plan_prune(results(*specs), Recording())
-    assert counted.count("[Output truncated") == 3
-    counted.clear()
-    again = plan_prune(results(*specs), Recording())
-    assert first == again and len(first.pruned_entry_ids) == 3
-    assert counted and "[Output truncated" not in counted  # the results, not the notices
-    assert first.tokens_saved == sum(t - -(-len(prune_notice(t)) // 4)
-                                     for t in first.token_counts.values())
+    plan = plan_prune(results(*specs), EST)
+    assert len(plan.pruned_entry_ids) == 3
+    assert plan.tokens_saved == sum(t - -(-len(prune_notice(t)) // 4)
+                                    for t in plan.token_counts.values())

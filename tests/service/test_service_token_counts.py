@@ -21,16 +21,9 @@ from api_client.contract.keys import KeyLayout
 from api_client.contract.session import Entry
 from api_client.contract.wire import CompactReason
 from helpers.sessions import assistant, chain, user
-from worker.compaction.serialize import _PARTS
 from worker.service import run_job
 from worker.store.token_counts import RedisTokenCounts
-from worker.tokens import (
-    PRIME_MIN_CHARS,
-    TOKEN_CACHE,
-    TiktokenTokenizer,
-    get_tokenizer,
-    message_counts,
-)
+from worker.tokens import PRIME_MIN_CHARS, TiktokenTokenizer
 from worker.tokens.cache import content_key
 
 LAYOUT = KeyLayout("tc")
@@ -55,16 +48,6 @@ def large_conversation() -> list[Entry]:
     return chain(*items)
 
 
-def forget_this_process() -> None:
-    """As a fresh worker process: no counts, no per-message memo, no serialized parts."""
-    TOKEN_CACHE.clear()
-    message_counts("tiktoken").clear()
-    _PARTS.clear()
-    tokenizer = get_tokenizer("tiktoken")
-    assert isinstance(tokenizer, TiktokenTokenizer)
-    tokenizer.clear_part_counts()
-
-
 def tokenized_by(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     texts: list[str] = []
     real = TiktokenTokenizer._encoded_len
@@ -83,8 +66,7 @@ def test_a_cold_worker_loads_what_the_first_one_tokenized(
     counts = RedisTokenCounts(raw, LAYOUT, ttl_s=600)
     committed = []
     tokenized: list[list[str]] = []
-    for _ in range(2):  # two workers, one after the other, each new to the session
-        forget_this_process()
+    for _ in range(2):  # two workers (each world its own tokenizer), each new to the session
         w = world(entries=entries, reason=CompactReason.MANUAL, tokenizer="tiktoken",
                   keep_recent_tokens=2_000)
         w.sessions.parsed_chars = PRIME_MIN_CHARS  # the snapshot was parsed anew
@@ -121,7 +103,6 @@ def test_a_session_seen_before_is_counted_as_the_plan_goes(
 
     monkeypatch.setattr(TiktokenTokenizer, "prime", prime)
     for stored_chars, primed in ((10 * PRIME_MIN_CHARS, False), (PRIME_MIN_CHARS, True)):
-        forget_this_process()
         raw.delete(key)
         handed_off.clear()
         w = world(entries=entries, reason=CompactReason.MANUAL, tokenizer="tiktoken",

@@ -27,6 +27,7 @@ from worker.compaction.branch import (
     collect_entries_for_branch_summary,
     prepare_branch_entries,
 )
+from worker.compaction.caches import PlanCaches
 from worker.compaction.cutpoint import (
     CutPoint,
     find_cut_point,
@@ -58,6 +59,7 @@ __all__ = [
     "CompactionSettings",
     "ContextMessage",
     "CutPoint",
+    "PlanCaches",
     "Preparation",
     "PrunePlan",
     "SessionContext",

@@ -11,7 +11,6 @@ carried into the next ledger as the oldest candidates.
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 from collections import Counter
@@ -20,10 +19,10 @@ from dataclasses import dataclass
 
 from api_client.contract.session import Message
 from api_client.contract.session.convert import text_of_blocks
-from worker.compaction.fact_fold import Fact, FactFold, fold_more
+from worker.compaction.fact_fold import Fact, FactFold, Key, fold_more
 from worker.compaction.substrings import Containment, default_search
 from worker.jsjson import js_len
-from worker.memo import IdentityMemo, PrefixFolds
+from worker.memo import PrefixFolds
 
 __all__ = [
     "FACT_KINDS",
@@ -68,12 +67,6 @@ def _norm(text: str) -> str:
     return " ".join(text.split())
 
 
-@functools.lru_cache(maxsize=8192)
-def _fact_norm(text: str) -> str:
-    """A fact's text as it is looked up: the same few hundred texts on every job of a session."""
-    return _norm(text)
-
-
 def _head(text: str, limit: int = _HEAD) -> str:
     line = next((ln for ln in text.splitlines() if ln.strip()), "")
     return _norm(line)[:limit].rstrip()
@@ -112,23 +105,15 @@ class _Recorder:
         self.found += [("paths", path) for path in _paths_of(text)]
 
 
-def _message_facts(message: Message) -> tuple[tuple[str, str], ...]:
-    """The (kind, cleaned text) facts ``message`` names, in order (kept for the next job)."""
+def _message_facts(message: Message) -> tuple[Key, ...]:
+    """The (kind, cleaned text) facts ``message`` names, in order."""
     recorder = _Recorder()
     _one(recorder, message)
     return tuple((kind, text) for kind, raw in recorder.found if (text := _cleaned(kind, raw)))
 
 
-# A message's facts, kept for the next job: unchanged entries are the same objects there.
-_FACTS: IdentityMemo[Message, tuple[tuple[str, str], ...]] = IdentityMemo()
-
-
-@functools.lru_cache(maxsize=8192)
 def _paths_of(text: str) -> tuple[str, ...]:
-    """Whole shell words that name files: with a slash or a known extension, a letter, no URL.
-
-    Cached by text for the process: a worker that sees a session grow reads only new commands.
-    """
+    """Whole shell words that name files: with a slash or a known extension, a letter, no URL."""
     text = text.split("<<", 1)[0][:2000]  # a heredoc's body is content, not a path
     return tuple(path for word in _shell_words(text) if (path := _path_word(word)))
 
@@ -171,7 +156,6 @@ def _is_path(word: str) -> bool:
             and re.search(r"[A-Za-z]", word) is not None and len(word) > 2)
 
 
-@functools.lru_cache(maxsize=8192)
 def command_head(command: str) -> str:
     """A command as the ledger keeps it: its first line without a leading ``cd DIR &&`` and
     without output plumbing (pipes, redirections), whitespace collapsed; a read-only program
@@ -238,23 +222,21 @@ def _one(found: _Recorder, message: Message) -> None:
         found.paths_in(str(message["command"]))
 
 
-def extract_facts(messages: Iterable[Message],
-                  carried: Sequence[tuple[str, str]] = ()) -> list[Fact]:
+def extract_facts(messages: Iterable[Message], carried: Sequence[Key] = (), *,
+                  folds: PrefixFolds[Message, FactFold] | None = None) -> list[Fact]:
     """The distinct facts of ``messages`` (oldest first); ``carried`` ones count as oldest.
+    Without the paths that lie inside a longer one: found wherever the longer one is.
 
-    Continued from the last fold of the same first message and ``carried``
-    (``worker.compaction.fact_fold``): a re-plan counts only the messages new since."""
+    ``folds``: the worker's (``PlanCaches.fact_folds``): continued from the last fold of the
+    same first message and ``carried``, a re-plan counts only the messages new since."""
     cleaned = tuple((kind, text) for kind, raw in carried if (text := _cleaned(kind, raw)))
 
     def more(state: FactFold | None, rest: Sequence[Message], offset: int) -> FactFold:
-        named = enumerate(_FACTS.get_many(rest, _message_facts), start=offset)
-        return fold_more(state, cleaned, named, SEARCH)
+        return fold_more(state, cleaned, enumerate(map(_message_facts, rest), start=offset))
 
-    return list(_FOLDS.fold(cleaned, list(messages), more).listed)
-
-
-# The last fold per first message and carried facts: a session's, re-planned as it grows.
-_FOLDS: PrefixFolds[Message, FactFold] = PrefixFolds()
+    folded = (more(None, list(messages), 0) if folds is None
+              else folds.fold(cleaned, list(messages), more))
+    return list(folded.listed)
 
 
 # --- the block -------------------------------------------------------------------------------
@@ -329,9 +311,9 @@ def _choose(facts: Sequence[Fact], texts: Sequence[str], lost: Sequence[int],
     covered: list[Fact] = []
     left_out: list[int] = []
     used = 0
-    lines = within.cover()  # the chosen lines, and the facts found inside them
+    lines = ""  # the chosen facts' texts, a line each (a normalized text holds no newline)
     for i in sorted(lost, key=lambda i: _priority(facts[i])):
-        if lines.holds(i):
+        if texts[i] in lines:
             covered.append(facts[i])
             continue
         cost = js_len(facts[i].text) + 3
@@ -344,17 +326,21 @@ def _choose(facts: Sequence[Fact], texts: Sequence[str], lost: Sequence[int],
                 del chosen[j]
             covered += [facts[j] for j in inside]
             used -= sum(js_len(facts[j].text) + 3 for j in inside)
-            lines.reset(list(chosen))
+            lines = _lines(texts, chosen)
         chosen[i] = None
-        lines.add(i)
+        lines += "\n" + texts[i]
         used += cost
     while chosen and estimate_tokens(_render([facts[j] for j in chosen],
                                              [facts[j] for j in left_out])) > budget:
         left_out.append(chosen.popitem()[0])  # the last given a line
-    lines.reset(list(chosen))
-    covered += [facts[j] for j in left_out if lines.holds(j)]
+    lines = _lines(texts, chosen)
+    covered += [facts[j] for j in left_out if texts[j] in lines]
     return ([facts[j] for j in chosen], covered,
-            [facts[j] for j in left_out if not lines.holds(j)])
+            [facts[j] for j in left_out if texts[j] not in lines])
+
+
+def _lines(texts: Sequence[str], chosen: Iterable[int]) -> str:
+    return "".join("\n" + texts[j] for j in chosen)
 
 
 @dataclass(frozen=True)
@@ -368,10 +354,10 @@ def apply_ledger(facts: Sequence[Fact], found_in: str, budget: int, *,
     """Check ``facts`` against ``found_in`` (summary + kept text); the block of the lost ones.
 
     ``found_in_normalized``: more text to look in, already whitespace-normalized (the kept
-    messages: normalized once per message, not once per job). ``appended`` counts the facts
+    messages). ``appended`` counts the facts
     findable in the block: those given a line and those inside another fact's line.
     """
-    texts = [_fact_norm(f.text) for f in facts]
+    texts = [_norm(f.text) for f in facts]
     patterns = SEARCH.patterns(texts)  # one automaton for both lookups
     found = patterns.occurring(f"{_norm(found_in)} {found_in_normalized}")
     lost = [i for i in range(len(facts)) if i not in found]

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from worker.jsjson import js_sort_key
-from worker.memo import IdentityMemo, PrefixFolds
 
 __all__ = [
-    "FileLists",
     "FileOps",
     "add_details_file_ops",
     "compute_file_lists",
     "extract_all_file_ops",
     "extract_file_ops",
-    "fold_file_lists",
+    "file_lists",
     "format_file_operations",
     "strip_file_operation_tags",
     "tagged_paths",
@@ -40,44 +38,15 @@ class FileOps:
         target: dict[str, None] = getattr(self, kind)
         target.setdefault(path, None)
 
-    def copy(self) -> FileOps:
-        return FileOps(dict(self.read), dict(self.written), dict(self.edited))
 
-    def size(self) -> int:
-        return len(self.read) + len(self.written) + len(self.edited)
-
-
-@dataclass(frozen=True)
-class FileLists:
-    """The file lists of a compaction (:func:`compute_file_lists`) and the operations they
-    come from: a fold's state (never changed once made)."""
-
-    ops: FileOps
-    read: tuple[str, ...]
-    modified: tuple[str, ...]
-
-
-def fold_file_lists(previous: object | None, details: Any,
-                    messages: Sequence[Mapping[str, Any]]) -> FileLists:
-    """The file lists of the operations in ``details`` (the previous compaction's, held by
-    ``previous``; None: none to add), then of ``messages``; continued from the last fold with
-    the same start (``worker.memo.PrefixFolds``): a re-plan walks only the new messages, and
-    sorts again only when they added a path."""
-    objs: list[Any] = [previous, *messages] if previous is not None else list(messages)
-
-    def more(state: FileLists | None, rest: Sequence[Any], offset: int) -> FileLists:
-        ops = state.ops.copy() if state is not None else FileOps()
-        if previous is not None and offset == 0:
-            add_details_file_ops(details, ops)
-            rest = rest[1:]
-        size = ops.size()
-        extract_all_file_ops(rest, ops)
-        if state is not None and ops.size() == size:
-            return state
-        read, modified = compute_file_lists(ops)
-        return FileLists(ops, tuple(read), tuple(modified))
-
-    return _LISTS.fold(None, objs, more)
+def file_lists(details: Any,
+               messages: Iterable[Mapping[str, Any]]) -> tuple[list[str], list[str]]:
+    """``(read_files, modified_files)`` of the operations in ``details`` (a previous
+    compaction's; None: none), then of ``messages``."""
+    ops = FileOps()
+    add_details_file_ops(details, ops)
+    extract_all_file_ops(messages, ops)
+    return compute_file_lists(ops)
 
 
 def extract_file_ops(message: Mapping[str, Any], ops: FileOps) -> None:
@@ -87,12 +56,11 @@ def extract_file_ops(message: Mapping[str, Any], ops: FileOps) -> None:
 
 def extract_all_file_ops(messages: Iterable[Mapping[str, Any]], ops: FileOps) -> None:
     """Record the ``read``/``write``/``edit`` paths of ``messages``' assistant messages, in
-    order (one memo call for all of them)."""
-    # The memo holds only messages that may call tools.
-    calling = [m for m in messages if m.get("role") == "assistant"]
-    for found in _OPS.get_many(calling, _file_ops_of):
-        for kind, path in found:
-            ops.add(kind, path)
+    order."""
+    for message in messages:
+        if message.get("role") == "assistant":
+            for kind, path in _file_ops_of(message):
+                ops.add(kind, path)
 
 
 def _file_ops_of(message: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -112,11 +80,6 @@ def _file_ops_of(message: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
         if isinstance(path, str) and path:
             found.append((kind, path))
     return tuple(found)
-
-
-# A message's (kind, path) operations, kept for the next job: unchanged entries are the same
-# objects there (worker.store.entry_cache), so a plan walks only the messages new to the process.
-_OPS: IdentityMemo[Mapping[str, Any], tuple[tuple[str, str], ...]] = IdentityMemo()
 
 
 def add_details_file_ops(details: Any, ops: FileOps) -> None:
@@ -189,6 +152,3 @@ def tagged_paths(summary: str) -> list[str]:
     markers = {f"<{t}>" for t in tags} | {f"</{t}>" for t in tags}
     return [line for line in tail.split("\n") if line and line not in markers]
 
-
-# The last folds of fold_file_lists, per start (a session's messages after its last compaction).
-_LISTS: PrefixFolds[Any, FileLists] = PrefixFolds()

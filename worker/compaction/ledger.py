@@ -21,6 +21,7 @@ from typing import Any
 from api_client.contract.session import Entry, Message
 from api_client.contract.session.convert import convert_to_llm, for_compaction
 from worker.compaction import prompts
+from worker.compaction.caches import PlanCaches
 from worker.compaction.facts import LedgerResult, apply_ledger, default_fact_budget, extract_facts
 from worker.compaction.fileops import format_file_operations, strip_file_operation_tags
 from worker.compaction.prepare import Preparation
@@ -43,15 +44,17 @@ def summary_budget(prep: Preparation) -> int:
 
 
 def compaction_ledger(prep: Preparation, summary_with_tags: str,
-                      budget_tokens: int | None = None) -> LedgerResult:
+                      budget_tokens: int | None = None, *,
+                      caches: PlanCaches | None = None) -> LedgerResult:
     """The ledger of a compaction whose summary (file-operation tags included) is written.
 
     ``budget_tokens``: room for the block; None is 10 % of :func:`summary_budget`, 0 only
-    measures.
+    measures. ``caches``: the worker's (``PlanCaches``), else nothing is kept.
     """
+    caches = caches or PlanCaches()
     facts = extract_facts([*prep.messages_to_summarize, *prep.turn_prefix_messages],
-                          prep.carried_facts)
-    kept = normalized_conversation(convert_to_llm(prep.recent_messages))
+                          prep.carried_facts, folds=caches.fact_folds)
+    kept = normalized_conversation(convert_to_llm(prep.recent_messages), caches.parts)
     budget = _budget(budget_tokens, summary_budget(prep))
     return apply_ledger(facts, summary_with_tags, budget, found_in_normalized=kept)
 
@@ -62,7 +65,8 @@ def with_block(summary: str, tags: str, ledger: LedgerResult) -> str:
 
 
 def hook_compaction_with_facts(prep: Preparation, summary: str, details: Any,
-                               budget_tokens: int | None = None) -> tuple[str, Any, LedgerResult]:
+                               budget_tokens: int | None = None, *,
+                               caches: PlanCaches | None = None) -> tuple[str, Any, LedgerResult]:
     """A hook's summary with the lost facts appended, and its details with the counts.
 
     A summary without file-operation tags gets the plan's (as a model's summary does), so the
@@ -70,7 +74,7 @@ def hook_compaction_with_facts(prep: Preparation, summary: str, details: Any,
     """
     has_tags = strip_file_operation_tags(summary) != summary
     tags = "" if has_tags else format_file_operations(prep.read_files, prep.modified_files)
-    ledger = compaction_ledger(prep, summary + tags, budget_tokens)
+    ledger = compaction_ledger(prep, summary + tags, budget_tokens, caches=caches)
     if details is None:
         details = {"facts": ledger.stats}
     elif isinstance(details, dict) and "facts" not in details:
@@ -79,10 +83,12 @@ def hook_compaction_with_facts(prep: Preparation, summary: str, details: Any,
 
 
 def branch_ledger(entries: Sequence[Entry], included_ids: Sequence[str], summary: str,
-                  budget_tokens: int | None = None) -> LedgerResult:
+                  budget_tokens: int | None = None, *,
+                  caches: PlanCaches | None = None) -> LedgerResult:
     """The ledger of a branch summary over the entries it included (tool results too)."""
     start = next((i for i, e in enumerate(entries) if included_ids and e.id == included_ids[0]),
                  len(entries))
     messages: list[Message] = [m for e in entries[start:] if (m := for_compaction(e)) is not None]
     budget = _budget(budget_tokens, prompts.BRANCH_MAX_TOKENS)
-    return apply_ledger(extract_facts(messages), summary, budget)
+    folds = caches.fact_folds if caches is not None else None
+    return apply_ledger(extract_facts(messages, folds=folds), summary, budget)

@@ -10,14 +10,10 @@ from typing import Any, Literal
 from api_client.contract.session import CompactionEntry, Entry, Message, MessageEntry
 from api_client.contract.session.context import last_compaction_index
 from api_client.contract.session.convert import convert_to_llm, for_compaction
+from worker.compaction.caches import PlanCaches
 from worker.compaction.cutpoint import CutPoint, classify_cut, find_cut_point
 from worker.compaction.facts import parse_fact_block, strip_fact_block
-from worker.compaction.fileops import (
-    FileLists,
-    fold_file_lists,
-    strip_file_operation_tags,
-    tagged_paths,
-)
+from worker.compaction.fileops import file_lists, strip_file_operation_tags, tagged_paths
 from worker.compaction.prune import PROTECTED_TOOLS
 from worker.compaction.serialize import prompt_parts
 from worker.compaction.toolpairs import safe_first_kept_index
@@ -116,7 +112,8 @@ def older_tool_results(path: Sequence[Entry]) -> list[Message]:
 
 
 def prime_counts(tokenizer: JobTokenizer, path: Sequence[Entry], *, prune: bool,
-                 counted: list[tuple[bytes, int]] | None = None) -> int:
+                 counted: list[tuple[bytes, int]] | None = None,
+                 caches: PlanCaches | None = None) -> int:
     """Count ahead, on threads, what a plan of ``path`` will tokenize and ``tokenizer`` has
     not counted yet; returns the characters counted (``JobTokenizer.prime``). That is the
     planned messages new to it, their parts of the summary prompt (a tool call reads
@@ -127,7 +124,8 @@ def prime_counts(tokenizer: JobTokenizer, path: Sequence[Entry], *, prune: bool,
     older = tokenizer.uncounted(older_tool_results(path)) if prune else []
     if not fresh and not older:
         return 0
-    parts = prompt_parts(convert_to_llm(fresh), min_chars=SEGMENT_MIN_CHARS)
+    known = caches.parts if caches is not None else None
+    parts = prompt_parts(convert_to_llm(fresh), SEGMENT_MIN_CHARS, known)
     return tokenizer.prime([*older, *fresh], parts, counted)
 
 
@@ -136,8 +134,7 @@ def _adjusted_keep(path: Sequence[Entry], start: int, keep: int, tokenizer: Toke
     if usage is None:
         return keep
     messages = [m for _, m in _mapped(path, start, len(path))]
-    estimated = (tokenizer.running_total(messages) if isinstance(tokenizer, JobTokenizer)
-                 else total_tokens(tokenizer, messages))
+    estimated = total_tokens(tokenizer, messages)
     ratio = prompt_tokens(usage) / estimated if estimated > 0 else 0.0
     if math.isfinite(ratio) and ratio > 1:
         return max(1, math.floor(keep / ratio))
@@ -174,11 +171,12 @@ def _tool_pair_cut(path: Sequence[Entry], cut: CutPoint, prev_idx: int,
     return cut if first == cut.first_kept_entry_index else classify_cut(path, first, floor, end)
 
 
-def _file_lists(path: Sequence[Entry], prev_idx: int, messages: Sequence[Message]) -> FileLists:
+def _file_lists(path: Sequence[Entry], prev_idx: int,
+                messages: Sequence[Message]) -> tuple[list[str], list[str]]:
     previous = path[prev_idx] if prev_idx >= 0 else None
     if isinstance(previous, CompactionEntry) and not previous.from_extension and previous.details:
-        return fold_file_lists(previous, previous.details, messages)
-    return fold_file_lists(None, None, messages)
+        return file_lists(previous.details, messages)
+    return file_lists(None, messages)
 
 
 def _carried_facts(previous: Entry | None) -> tuple[tuple[str, str], ...]:
@@ -217,7 +215,7 @@ def prepare_compaction(
     summarize = _summarize_range(path, prev_idx, history_end)
     prefix = _mapped(path, cut.turn_start_index, first) if cut.is_split_turn else []
     recent = _mapped(path, first, end)
-    files = _file_lists(path, prev_idx, [m for _, m in summarize + prefix])
+    read, modified = _file_lists(path, prev_idx, [m for _, m in summarize + prefix])
     previous = path[prev_idx] if prev_idx >= 0 else None
     previous_text = (strip_file_operation_tags(previous.summary)
                      if isinstance(previous, CompactionEntry) else None)
@@ -235,8 +233,8 @@ def prepare_compaction(
         turn_prefix_entry_ids=tuple(i for i, _ in prefix),
         kept_entry_ids=tuple(i for i, _ in recent),
         previous_summary=strip_fact_block(previous_text) if previous_text is not None else None,
-        read_files=files.read,
-        modified_files=files.modified,
+        read_files=tuple(read),
+        modified_files=tuple(modified),
         settings=settings,
         carried_facts=_carried_facts(previous),
     )

@@ -12,7 +12,6 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import cache
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -71,19 +70,16 @@ def short_max_tokens(reserve: int) -> int:
 # --- loading and rendering ---------------------------------------------------------------
 
 
-@cache
 def _root() -> Traversable:
     packaged = resources.files("worker") / "_prompts"
     return packaged if packaged.is_dir() else _REPO_PROMPTS
 
 
-@cache
 def template_names() -> tuple[str, ...]:
     """Names (file stems) of every shipped template, sorted."""
     return tuple(sorted(p.name[:-3] for p in _root().iterdir() if p.name.endswith(".md")))
 
 
-@cache
 def load_template(name: str) -> Template:
     if not _NAME.fullmatch(name) or name not in template_names():
         raise PromptTemplateError(f"unknown prompt template {name!r} (in {_root()})")

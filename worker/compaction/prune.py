@@ -39,24 +39,10 @@ def prune_notice(tokens: int) -> str:
 
 
 def _notice_tokens(tokenizer: Tokenizer, tokens: int) -> int:
-    # With the estimate tokenizer this is ceil4(len(notice)), exactly the reference's formula.
-    # Kept per tokenizer name (a count is a function of the text and the name, see
-    # worker.tokens.get_tokenizer): a new message object would miss the per-message memo on
-    # every job, and a large session has hundreds of candidates (before-compaction: 254).
-    key = (tokenizer.name, tokens)
-    known = _NOTICE_COUNTS.get(key)
-    if known is None:
-        known = tokenizer.count({"role": "toolResult",
-                                 "content": [{"type": "text", "text": prune_notice(tokens)}]})
-        if tokenizer.name in ("estimate", "tiktoken"):  # not a test's own counter
-            if len(_NOTICE_COUNTS) >= _NOTICE_KEPT:
-                _NOTICE_COUNTS.clear()
-            _NOTICE_COUNTS[key] = known
-    return known
-
-
-_NOTICE_COUNTS: dict[tuple[str, int], int] = {}
-_NOTICE_KEPT = 50_000  # distinct (name, tokens) pairs; ~5 MB
+    # The notice is a tool result of one text block: it counts as its text (the estimate's
+    # ceil4(len(notice)), the reference's formula). Counted as a text, not as a new message
+    # object: the tokenizer's content cache knows the text from the last job.
+    return tokenizer.count_text(prune_notice(tokens))
 
 
 def plan_prune(

@@ -20,10 +20,8 @@ __all__ = [
     "serialize_conversation",
 ]
 
-# A message's parts, kept for the next job: unchanged entries are the same objects there.
-_PARTS: IdentityMemo[Mapping[str, Any], tuple[str, ...]] = IdentityMemo()
-_NORMALIZED: IdentityMemo[Mapping[str, Any], str] = IdentityMemo()
 PART_SEPARATOR = "\n\n"
+Parts = IdentityMemo[Mapping[str, Any], tuple[str, ...]]
 
 
 def serialize_conversation(llm_messages: Iterable[Mapping[str, Any]]) -> str:
@@ -31,31 +29,35 @@ def serialize_conversation(llm_messages: Iterable[Mapping[str, Any]]) -> str:
     return PART_SEPARATOR.join(conversation_parts(llm_messages))
 
 
-def conversation_parts(llm_messages: Iterable[Mapping[str, Any]]) -> list[str]:
+def conversation_parts(llm_messages: Iterable[Mapping[str, Any]],
+                       known: Parts | None = None) -> list[str]:
     """The parts :func:`serialize_conversation` joins with :data:`PART_SEPARATOR`, each one
-    starting with its ``[Role]:`` label; the same string objects for the same message."""
-    return [part for parts in _PARTS.get_many(llm_messages, _message_parts) for part in parts]
+    starting with its ``[Role]:`` label; with ``known`` (``PlanCaches.parts``) the same string
+    objects for the same message."""
+    return [part for parts in _parts(llm_messages, known) for part in parts]
 
 
-def prompt_parts(llm_messages: Iterable[Mapping[str, Any]], min_chars: int = 0) -> list[str]:
+def prompt_parts(llm_messages: Iterable[Mapping[str, Any]], min_chars: int = 0,
+                 known: Parts | None = None) -> list[str]:
     """The parts :func:`serialize_conversation` joins (those longer than ``min_chars``), each
     followed by the separator as it stands in a prompt: what a cold job primes besides the
     messages (a tool call reads ``name(k=…)`` there, not JSON; a short part is counted
     whole, separator included)."""
-    return [part + PART_SEPARATOR for parts in _PARTS.get_many(llm_messages, _message_parts)
+    return [part + PART_SEPARATOR for parts in _parts(llm_messages, known)
             for part in parts if len(part) > min_chars]
 
 
-def normalized_conversation(llm_messages: Iterable[Mapping[str, Any]]) -> str:
-    """``" ".join(serialize_conversation(llm_messages).split())``, memoized per message: the
-    fact ledger looks facts up in the kept messages on every job, and normalizing their whole
-    text each time was ~7 % of a busy worker's CPU."""
-    words = _NORMALIZED.get_many(llm_messages, _normalized_message)
-    return " ".join(text for text in words if text)
+def normalized_conversation(llm_messages: Iterable[Mapping[str, Any]],
+                            known: Parts | None = None) -> str:
+    """``" ".join(serialize_conversation(llm_messages).split())``."""
+    return " ".join(PART_SEPARATOR.join(conversation_parts(llm_messages, known)).split())
 
 
-def _normalized_message(message: Mapping[str, Any]) -> str:
-    return " ".join(" ".join(_PARTS.get(message, _message_parts)).split())
+def _parts(llm_messages: Iterable[Mapping[str, Any]],
+           known: Parts | None) -> Iterable[tuple[str, ...]]:
+    if known is None:
+        return map(_message_parts, llm_messages)
+    return known.get_many(llm_messages, _message_parts)
 
 
 def _message_parts(message: Mapping[str, Any]) -> tuple[str, ...]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from api_client.contract.errors import ModelError
@@ -15,6 +15,7 @@ from api_client.contract.session import Entry, Message
 from api_client.contract.session.convert import convert_to_llm
 from worker.compaction import prompts
 from worker.compaction.branch import DEFAULT_CONTEXT_WINDOW, branch_budget, prepare_branch_entries
+from worker.compaction.caches import PlanCaches
 from worker.compaction.fileops import format_file_operations
 from worker.compaction.ledger import branch_ledger, compaction_ledger, with_block
 from worker.compaction.prepare import Preparation
@@ -92,6 +93,8 @@ class RequestOptions:
     reserve: int
     read_files: tuple[str, ...]
     modified_files: tuple[str, ...]
+    # The worker's (``PlanCaches``); else the job's own: its requests share their parts.
+    caches: PlanCaches = field(default_factory=PlanCaches, compare=False, repr=False)
 
 
 def _call(summarizer: Summarizer, request: SummaryRequest,
@@ -124,9 +127,9 @@ def _request(purpose: Purpose, llm: Sequence[Message], prompt: str, max_tokens: 
     )
 
 
-def _serialized(llm: Sequence[Message]) -> prompts.Conversation:
+def _serialized(llm: Sequence[Message], opts: RequestOptions) -> prompts.Conversation:
     """The conversation of a prompt, as the parts it joins."""
-    return prompts.Conversation(tuple(conversation_parts(llm)), PART_SEPARATOR)
+    return prompts.Conversation(tuple(conversation_parts(llm, opts.caches.parts)), PART_SEPARATOR)
 
 
 def _layout(prompt: str, conversation: prompts.Conversation) -> PromptLayout | None:
@@ -145,7 +148,7 @@ def _layout(prompt: str, conversation: prompts.Conversation) -> PromptLayout | N
 
 def history_request(llm: Sequence[Message], previous: str | None,
                     opts: RequestOptions) -> SummaryRequest:
-    conversation = _serialized(llm)
+    conversation = _serialized(llm, opts)
     prompt = prompts.build_history_prompt(
         conversation,
         previous_summary=previous,
@@ -162,7 +165,7 @@ def history_request(llm: Sequence[Message], previous: str | None,
 
 def turn_prefix_request(llm: Sequence[Message], opts: RequestOptions,
                         previous: str | None = None) -> SummaryRequest:
-    conversation = _serialized(llm)
+    conversation = _serialized(llm, opts)
     prompt = prompts.build_turn_prefix_prompt(conversation, previous_summary=previous)
     # A prefix larger than the summarizer's window is summarised part by part
     # (router's chunked path).
@@ -174,7 +177,7 @@ def turn_prefix_request(llm: Sequence[Message], opts: RequestOptions,
 
 
 def short_request(llm: Sequence[Message], merged: str, opts: RequestOptions) -> SummaryRequest:
-    conversation = _serialized(llm)
+    conversation = _serialized(llm, opts)
     prompt = prompts.build_short_prompt(conversation, merged_summary=merged,
                                         extra_context=opts.extra_context)
 
@@ -189,18 +192,18 @@ def short_request(llm: Sequence[Message], merged: str, opts: RequestOptions) -> 
 
 
 def branch_request(llm: Sequence[Message], opts: RequestOptions) -> SummaryRequest:
-    conversation = _serialized(llm)
+    conversation = _serialized(llm, opts)
     prompt = prompts.build_branch_prompt(conversation,
                                          custom_instructions=opts.custom_instructions)
     return _request("branch", llm, prompt, prompts.BRANCH_MAX_TOKENS, opts, conversation)
 
 
 def options_for(preparation: Preparation, *, custom_instructions: str | None = None,
-                prompt_override: str | None = None,
-                extra_context: Sequence[str] = ()) -> RequestOptions:
+                prompt_override: str | None = None, extra_context: Sequence[str] = (),
+                caches: PlanCaches | None = None) -> RequestOptions:
     return RequestOptions(custom_instructions, prompt_override, tuple(extra_context),
                           preparation.settings.reserve_tokens, preparation.read_files,
-                          preparation.modified_files)
+                          preparation.modified_files, caches or PlanCaches())
 
 
 def _history_text(prep: Preparation, summarizer: Summarizer, opts: RequestOptions,
@@ -214,21 +217,19 @@ def _history_text(prep: Preparation, summarizer: Summarizer, opts: RequestOption
     return prep.previous_summary or NO_PRIOR_HISTORY
 
 
-# A split turn's history call runs here while the job's own thread makes the prefix call. One
-# pool for the process (threads are made as jobs need them, then reused), not a pool per job:
-# starting a pool's thread cost 0.7 ms p50 and up to 6 ms on a busy worker. Its size only
-# bounds how many split-turn jobs call the model at once.
-_HISTORY_CALLS = ThreadPoolExecutor(max_workers=64, thread_name_prefix="compactor-summary")
-
-
 def _main_summary(prep: Preparation, summarizer: Summarizer, opts: RequestOptions,
                   cancel: CancelToken | None, calls: list[SummaryResult]) -> str:
     if not (prep.is_split_turn and prep.turn_prefix_messages):
         return _history_text(prep, summarizer, opts, cancel, calls)
     prefix_request = turn_prefix_request(convert_to_llm(prep.turn_prefix_messages), opts)
-    history_future = _HISTORY_CALLS.submit(_history_text, prep, summarizer, opts, cancel, calls)
-    prefix_result = _call(summarizer, prefix_request, cancel)
-    history = history_future.result()
+    # The history call on a thread of its own while this one makes the prefix call.
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compactor-summary")
+    try:
+        history_future = pool.submit(_history_text, prep, summarizer, opts, cancel, calls)
+        prefix_result = _call(summarizer, prefix_request, cancel)
+        history = history_future.result()
+    finally:
+        pool.shutdown(wait=False)  # a failed prefix call does not wait for the history call
     calls.append(prefix_result)
     return history + SPLIT_TURN_SEPARATOR + prefix_result.text
 
@@ -242,19 +243,23 @@ def compact(
     extra_context: Sequence[str] = (),
     cancel: CancelToken | None = None,
     fact_budget_tokens: int | None = None,
+    caches: PlanCaches | None = None,
 ) -> CompactionOutcome:
-    """Summaries for a prepared compaction: history ‖ turn prefix, then the short summary."""
+    """Summaries for a prepared compaction: history ‖ turn prefix, then the short summary.
+    ``caches``: the worker's (``PlanCaches``), else nothing is kept for the next job."""
     if not preparation.first_kept_entry_id:
         raise SummarizationError("First kept entry has no ID - session may need migration")
     opts = options_for(preparation, custom_instructions=custom_instructions,
-                       prompt_override=prompt_override, extra_context=extra_context)
+                       prompt_override=prompt_override, extra_context=extra_context,
+                       caches=caches)
     calls: list[SummaryResult] = []
     summary = _main_summary(preparation, summarizer, opts, cancel, calls)
     short = _call(summarizer, short_request(convert_to_llm(preparation.recent_messages),
                                             summary, opts), cancel)
     calls.append(short)
     tags = format_file_operations(preparation.read_files, preparation.modified_files)
-    ledger = compaction_ledger(preparation, summary + tags, fact_budget_tokens)
+    ledger = compaction_ledger(preparation, summary + tags, fact_budget_tokens,
+                               caches=opts.caches)
     details = {"readFiles": list(preparation.read_files),
                "modifiedFiles": list(preparation.modified_files),
                "facts": ledger.stats}
@@ -278,6 +283,7 @@ def summarize_branch(
     custom_instructions: str | None = None,
     cancel: CancelToken | None = None,
     fact_budget_tokens: int | None = None,
+    caches: PlanCaches | None = None,
 ) -> BranchOutcome:
     """SPEC §11.3: None as summary when there is nothing to summarise (not an error)."""
     prep = prepare_branch_entries(entries, branch_budget(context_window, reserve_tokens), tokenizer)
@@ -285,10 +291,11 @@ def summarize_branch(
         return BranchOutcome(None, (), (), ())
     llm = convert_to_llm(prep.messages)
     opts = RequestOptions(custom_instructions, None, (), reserve_tokens, prep.read_files,
-                          prep.modified_files)
+                          prep.modified_files, caches or PlanCaches())
     result = _call(summarizer, branch_request(llm, opts), cancel)
     text = prompts.with_branch_preamble(result.text)
     tags = format_file_operations(prep.read_files, prep.modified_files)
-    ledger = branch_ledger(entries, prep.included_entry_ids, text + tags, fact_budget_tokens)
+    ledger = branch_ledger(entries, prep.included_entry_ids, text + tags, fact_budget_tokens,
+                           caches=opts.caches)
     return BranchOutcome(with_block(text, tags, ledger), prep.read_files, prep.modified_files,
                          (result,), ledger.stats)

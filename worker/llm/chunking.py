@@ -1,7 +1,7 @@
 """Token counts, and the split of a conversation into chunks that fit a model window.
 
 Counts use the configured tokenizer (``COMPACTOR_TOKENIZER``, ``worker.tokens``), the one the
-planner uses, with its one process-wide cache: cl100k by default, since the reference estimator
+planner uses, with its caches: cl100k by default, since the reference estimator
 (chars/4) undercounts hex dumps, minified JSON and code several times over, and a chunk planned
 with it overflowed a real server. Either way the router fills only ``SAFETY`` of a window: the
 server's own tokenizer is not cl100k. The fit check, the chunk planner and the "summary is
@@ -17,7 +17,6 @@ from typing import Any
 
 from api_client.contract.session import Message
 from worker.llm.errors import ContextOverflow
-from worker.memo import IdentityMemo
 from worker.summary_requests import SummaryRequest
 from worker.tokens import Tokenizer, counts_of, get_tokenizer
 
@@ -40,7 +39,6 @@ __all__ = [
 SAFETY = 0.9  # share of a context window we plan to fill
 _MESSAGE_OVERHEAD = 8  # role labels and separators the serialization adds per message
 _KEEP = 200  # strings up to this many chars are never clipped (ids, names, short texts)
-_REQUESTS_KEPT = 8  # request counts kept by identity (RequestCounter.request)
 
 
 class RequestCounter:
@@ -52,18 +50,12 @@ class RequestCounter:
         # By object identity, shared with the planner's counts: the chunk plan of a grown
         # session counts only its new messages.
         self._message_counts = counts_of(tokenizer)
-        # The chunked path counts each chunk's request three times (plan, check, log line).
-        # A request holds its prompt: a few are kept, not more (~0.5 MB each).
-        self._request_counts: IdentityMemo[SummaryRequest, int] = IdentityMemo(_REQUESTS_KEPT)
 
     def text(self, text: str | None) -> int:
         """Tokens of ``text`` (cached by content in the tokenizer)."""
         return self.tokenizer.count_text(text) if text else 0
 
     def request(self, request: SummaryRequest) -> int:
-        return self._request_counts.get(request, self._count_request)
-
-    def _count_request(self, request: SummaryRequest) -> int:
         return self.text(request.system_prompt) + self._prompt(request)
 
     def _prompt(self, request: SummaryRequest) -> int:

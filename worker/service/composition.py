@@ -26,7 +26,7 @@ from worker.store.entry_cache import EntryCache
 from worker.store.job_lifecycle import JobStore
 from worker.store.snapshot_store import SnapshotStore
 from worker.store.token_counts import RedisTokenCounts
-from worker.tokens import TOKEN_CACHE, choose_counter, get_tokenizer
+from worker.tokens import TokenCache, choose_counter, get_tokenizer
 
 __all__ = ["build_runtime", "worker_redis"]
 
@@ -54,12 +54,12 @@ def build_runtime(settings: WorkerSettings, *,
     """Connect nothing yet (redis-py connects on first use); load hooks and the model router."""
     client = worker_redis(settings)
     layout = KeyLayout(settings.key_prefix)
-    tokenizer = get_tokenizer(settings.tokenizer)
+    # The process's token counts: every job and the model router count with this one.
+    tokenizer = get_tokenizer(settings.tokenizer, TokenCache(settings.token_cache_entries))
     log.info("model chain: %s", model_chain_text(settings))
     if settings.tokenizer == "tiktoken":  # load the counter now, not in the first job
         log.info("cl100k counts by %s", choose_counter(settings.cl100k_counter).name)
     log.info("fact ledger looks facts up by %s", FACT_SEARCH.name)  # the fast extra or not
-    TOKEN_CACHE.resize(settings.token_cache_entries)
     on_close: list[Callable[[], Any]] = []
     if summarizer is None:
         router = build_summarizer(settings, client, tokenizer)

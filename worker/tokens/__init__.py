@@ -1,12 +1,12 @@
 """Token counting: a leaf that the planner (``worker.compaction``) and the model layer
 (``worker.llm``) both import, and that imports neither (tests/test_purity.py pins it).
 
-One process-wide tokenizer per name (``get_tokenizer``), so every job and both layers share
-one token cache.
+A worker builds one tokenizer (``get_tokenizer``, with a ``TokenCache``) and hands it to both
+layers, so every job shares its token cache and its per-message counts (``counts_of``).
 """
 
 from worker.tokens.bpe import choose_counter, cl100k_counter
-from worker.tokens.cache import TOKEN_CACHE, TokenCache
+from worker.tokens.cache import TokenCache
 from worker.tokens.counting import (
     IMAGE_CHARS,
     PRIME_MIN_CHARS,
@@ -19,7 +19,6 @@ from worker.tokens.counting import (
     ceil4,
     counts_of,
     get_tokenizer,
-    message_counts,
     message_text,
     token_counts,
     total_tokens,
@@ -31,7 +30,6 @@ __all__ = [
     "IMAGE_CHARS",
     "PRIME_MIN_CHARS",
     "SEGMENT_MIN_CHARS",
-    "TOKEN_CACHE",
     "EstimateTokenizer",
     "JobTokenizer",
     "MessageText",
@@ -44,7 +42,6 @@ __all__ = [
     "cl100k_counter",
     "counts_of",
     "get_tokenizer",
-    "message_counts",
     "message_text",
     "token_counts",
     "total_tokens",

@@ -1,8 +1,10 @@
-"""The process-wide token cache: counts of texts, keyed by a digest of their content.
+"""The token cache: counts of texts, keyed by a digest of their content.
 
-One instance (``TOKEN_CACHE``) serves every job of the process and both layers (the planner's
-message counts and the model layer's prompt counts), so a session that grew since the last plan
-costs only its new text: equal text in a fresh snapshot has the same key.
+A worker builds one (``worker.service.composition``) for its tokenizer, which serves every job
+of the process and both layers (the planner's message counts and the model layer's prompt
+counts), so a session that grew since the last plan costs only its new text: equal text in a
+fresh snapshot has the same key. The digests are also what workers share through Redis
+(``worker.store.token_counts``).
 
 Bounded: at most ``max_entries`` counts, least recently used evicted first. A key is a 16-byte
 BLAKE2b digest, not the text itself, so memory does not grow with the size of the texts: an
@@ -18,7 +20,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
-__all__ = ["DEFAULT_ENTRIES", "TOKEN_CACHE", "TokenCache", "content_key"]
+__all__ = ["DEFAULT_ENTRIES", "TokenCache", "content_key"]
 
 DEFAULT_ENTRIES = 100_000
 
@@ -34,7 +36,7 @@ class TokenCache:
     def __init__(self, max_entries: int = DEFAULT_ENTRIES) -> None:
         self._counts: OrderedDict[bytes, int] = OrderedDict()
         self._lock = threading.Lock()
-        self.max_entries = max_entries
+        self.max_entries = max(0, max_entries)
         self.hits = 0
         self.misses = 0
 
@@ -46,7 +48,7 @@ class TokenCache:
         key = content_key(text)
         known = self._counts.get(key)  # a hit takes no lock, as in worker.memo.IdentityMemo
         if known is not None:
-            try:  # noqa: SIM105  (contextlib.suppress costs ~0.3 µs a hit)
+            try:  # noqa: SIM105  (as in worker.memo: a hit per text of a job)
                 self._counts.move_to_end(key)
             except KeyError:  # evicted by another thread just now
                 pass
@@ -80,18 +82,3 @@ class TokenCache:
                 self._counts[key] = counted
             while len(self._counts) > self.max_entries:
                 self._counts.popitem(last=False)
-
-    def resize(self, max_entries: int) -> None:
-        """Keep at most ``max_entries`` counts from now on (0: cache nothing)."""
-        with self._lock:
-            self.max_entries = max(0, max_entries)
-            while len(self._counts) > self.max_entries:
-                self._counts.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._counts.clear()
-            self.hits = self.misses = 0
-
-
-TOKEN_CACHE = TokenCache()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import math
 import os
-import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,9 +19,9 @@ from typing import Any, Literal, Protocol
 from api_client.contract.session import Message
 from api_client.contract.session.convert import convert_message
 from worker.jsjson import js_json, js_len
-from worker.memo import DEFAULT_OBJECTS, IdentityMemo, PrefixFolds
+from worker.memo import DEFAULT_OBJECTS, IdentityMemo
 from worker.tokens.bpe import cl100k_counter, tiktoken_encoding
-from worker.tokens.cache import TOKEN_CACHE, TokenCache, content_key
+from worker.tokens.cache import TokenCache, content_key
 from worker.tokens.pieces import SEGMENT_MIN_CHARS, count_pieces, segments
 
 __all__ = [
@@ -35,7 +34,6 @@ __all__ = [
     "count_pieces",
     "counts_of",
     "get_tokenizer",
-    "message_counts",
     "message_text",
     "segments",
     "token_counts",
@@ -134,6 +132,9 @@ class EstimateTokenizer:
 
     name = "estimate"
 
+    def __init__(self) -> None:
+        self.message_counts: IdentityMemo[Message, int] = IdentityMemo()  # see counts_of
+
     def count(self, message: Message) -> int:
         text = message_text(message)
         return ceil4(sum(js_len(p) for p in text.pieces) + IMAGE_CHARS * text.images)
@@ -157,6 +158,7 @@ class TiktokenTokenizer:
 
     def __init__(self, cache: TokenCache | None = None) -> None:
         self.cache = TokenCache() if cache is None else cache
+        self.message_counts: IdentityMemo[Message, int] = IdentityMemo()  # see counts_of
         # The count of a part of a joined text and its separator (count_joined), by identity.
         self._parts: dict[str, IdentityMemo[str, int]] = {}
 
@@ -180,16 +182,12 @@ class TiktokenTokenizer:
     def _sum_of_pieces(self, text: str) -> int:
         return sum(self.cache.count(part, self._encoded_len) for part in count_pieces(text))
 
-    def clear_part_counts(self) -> None:
-        """Forget the parts' counts of :meth:`count_joined` (the content cache stays)."""
-        self._parts.clear()
-
     def count_joined(self, head: str, parts: Sequence[str], separator: str, tail: str) -> int:
         """``count_text(head + separator.join(parts) + tail)``, each part counted with its
         separator and kept by object identity. A summary prompt joins the conversation's
-        serialized parts, the same string objects from job to job: the prompt of a session
-        that grew costs its new parts, where cutting and digesting the whole text again took
-        12 ms for large-session's 450 kB.
+        serialized parts, the same string objects from job to job when the worker keeps them
+        (``PlanCaches.parts``): the prompt of a session that grew costs its new parts, not a
+        cut and a digest of its whole text.
 
         Exact when the text is cut where :func:`segments` cuts anyway (before a line that
         starts with ``[`` or ``<``): every part starts with ``[``, ``head`` and the separator
@@ -221,9 +219,8 @@ class TiktokenTokenizer:
               totals: list[tuple[Message, int]] | None = None) -> int:
         """Count the messages' uncounted text (and ``texts``, cut as :meth:`count_text` cuts
         them) now; returns the characters counted. tiktoken releases the GIL: it counts on
-        :data:`PRIME_THREADS` threads (on this one below :data:`PRIME_SERIAL_CHARS`); on two
-        cores every message of before-compaction took 264 ms instead of 346 ms (min of 5).
-        rs_bpe holds the GIL and counts on this thread, faster alone than tiktoken on two
+        :data:`PRIME_THREADS` threads (on this one below :data:`PRIME_SERIAL_CHARS`). rs_bpe
+        holds the GIL and counts on this thread, faster alone than tiktoken on two
         (``worker.tokens.bpe``). The counts land in
         the cache, where the plan finds them, and in ``counted`` (for the other workers:
         ``worker.store.token_counts``); each message's count, summed from its pieces, in
@@ -237,8 +234,9 @@ class TiktokenTokenizer:
         if serial or size < PRIME_SERIAL_CHARS:
             self._store(self._count_bin(list(todo.items())), counted)
         else:
-            for done in _prime_pool().map(self._count_bin, _bins(todo, PRIME_THREADS)):
-                self._store(done, counted)
+            with ThreadPoolExecutor(PRIME_THREADS, thread_name_prefix="tokenize") as pool:
+                for done in pool.map(self._count_bin, _bins(todo, PRIME_THREADS)):
+                    self._store(done, counted)
         if totals is not None:
             for (message, text), keyed in zip(cut, pieces, strict=True):
                 found = self.cache.known(key for key, _ in keyed)
@@ -292,7 +290,7 @@ class JobTokenizer:
     A compaction job counts the same messages in the prune pass, the keep-ratio estimate, the
     cut point and the context after the commit; the content cache makes each count cheap, but
     finding a message's text pieces again is not. Keyed by object identity: by default for
-    this job only; the worker passes the process-wide ``message_counts(name)``, which serves
+    this job only; the worker passes its tokenizer's counts (:func:`counts_of`), which serve
     the next job too because unchanged entries are the same objects there
     (``worker.store.entry_cache``). Messages are never changed in place.
     """
@@ -312,18 +310,6 @@ class JobTokenizer:
     def total(self, messages: Iterable[Message]) -> int:
         """The sum of :meth:`count` over ``messages``."""
         return sum(self.counts(messages))
-
-    def running_total(self, messages: Sequence[Message]) -> int:
-        """:meth:`total`, continued from the last total of a sequence that starts with the
-        same messages (``worker.memo.PrefixFolds``) when this view shares the process-wide
-        counts: a re-plan of a session that grew looks up only its new messages' counts."""
-        if self._counted is not _MESSAGE_COUNTS.get(self.name):
-            return self.total(messages)
-
-        def more(total: int | None, rest: Sequence[Message], offset: int) -> int:
-            return (total or 0) + self.total(rest)
-
-        return _TOTALS.fold(self.name, messages, more)
 
     def count_text(self, text: str) -> int:
         return self.inner.count_text(text)
@@ -356,27 +342,15 @@ class JobTokenizer:
             preload(counts)
 
 
-_MESSAGE_COUNTS: dict[str, IdentityMemo[Message, int]] = {}
-# The running totals of JobTokenizer.running_total, per tokenizer name and first message.
-_TOTALS: PrefixFolds[Message, int] = PrefixFolds()
-
-
-def message_counts(name: str) -> IdentityMemo[Message, int]:
-    """The process-wide per-message counts of one tokenizer (bounded, see ``worker.memo``)."""
-    with _SHARED_LOCK:
-        return _MESSAGE_COUNTS.setdefault(name, IdentityMemo())
-
-
 def counts_of(tokenizer: Tokenizer) -> IdentityMemo[Message, int]:
-    """Per-message counts for ``tokenizer``: the process-wide ones when it is the shared
-    instance of its name (:func:`get_tokenizer`), else a private bounded memo."""
-    with _SHARED_LOCK:
-        shared = _SHARED.get(tokenizer.name) is tokenizer
-    return message_counts(tokenizer.name) if shared else IdentityMemo()
+    """The per-message counts ``tokenizer`` keeps for the jobs it serves (the worker builds
+    one tokenizer per process: ``worker.service.composition``), else a new memo."""
+    counts = getattr(tokenizer, "message_counts", None)
+    return counts if isinstance(counts, IdentityMemo) else IdentityMemo()
 
 
 # Priming (TiktokenTokenizer.prime): threads, and the uncounted text below which the job's own
-# thread counts it (a hand-off costs ~0.1 ms; 8 kB took 1.0 ms on two threads, 1.2 on one).
+# thread counts it (less is counted sooner than it is handed off).
 PRIME_THREADS = min(4, os.cpu_count() or 1)
 PRIME_SERIAL_CHARS = 4_000
 # The text parsed anew (``Snapshot.parsed_chars``) from which a job primes (when that is most of
@@ -402,29 +376,13 @@ def worth_priming(parsed_chars: int, stored_chars: int) -> bool:
     priming a 10 % growth cost more than it saved (walk, digests, hand-off; median of 6
     re-plans of before-compaction, 220 kB of new JSON: 54.1 against 48.8 ms)."""
     return parsed_chars >= PRIME_MIN_CHARS and 2 * parsed_chars >= stored_chars
-_POOL: list[ThreadPoolExecutor] = []
 
 
-def _prime_pool() -> ThreadPoolExecutor:
-    with _SHARED_LOCK:
-        if not _POOL:
-            _POOL.append(ThreadPoolExecutor(PRIME_THREADS, thread_name_prefix="tokenize"))
-        return _POOL[0]
-
-
-_SHARED: dict[str, Tokenizer] = {}
-_SHARED_LOCK = threading.Lock()
-
-
-def get_tokenizer(name: str = "tiktoken") -> Tokenizer:
-    """A process-wide tokenizer by name; tiktoken's counts live in the one ``TOKEN_CACHE``.
+def get_tokenizer(name: str = "tiktoken", cache: TokenCache | None = None) -> Tokenizer:
+    """A new tokenizer by name; tiktoken's counts go to ``cache`` (else a cache of its own).
 
     The estimate needs no cache: ``js_len`` of a text is cheaper than its digest.
     """
     if name not in ("estimate", "tiktoken"):
         raise ValueError(f"unknown tokenizer {name!r} (expected 'estimate' or 'tiktoken')")
-    with _SHARED_LOCK:
-        if name not in _SHARED:
-            _SHARED[name] = (EstimateTokenizer() if name == "estimate"
-                             else TiktokenTokenizer(TOKEN_CACHE))
-        return _SHARED[name]
+    return EstimateTokenizer() if name == "estimate" else TiktokenTokenizer(cache)
