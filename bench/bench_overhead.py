@@ -21,6 +21,10 @@ and counting the context after the commit. Measured:
   ``--runs`` processes): what the warm process's re-plan saves;
 * ``redis``: snapshot load and the compaction commit against a private redis-server.
 
+``--fresh-plan-caches``: each job plans without the process's ``PlanCaches`` (as the service
+did before ``Runtime.plan_caches``), to measure what they save; the results go to
+``overhead-fresh-plan-caches.json`` unless ``--out`` says otherwise.
+
 Ratios: warm/cold, grow10/cold (the cold plan of the session before it grew; each the median of
 the ratios within one process, the ratio of the medians kept as ``*_of_medians``),
 grow10/cold_grown (of the same grown session, planned by other processes: the ratio of the
@@ -153,13 +157,14 @@ class Worker:
     """What a worker process builds once (``worker.service.composition``) and its jobs share:
     the tokenizer with its caches, the router that counts with it, the planning caches."""
 
-    def __init__(self, tokenizer_name: str) -> None:
+    def __init__(self, tokenizer_name: str, plan_caches: bool = True) -> None:
         from worker.compaction import PlanCaches
         from worker.tokens import get_tokenizer
 
         self.tokenizer = get_tokenizer(tokenizer_name)
         self.router = _router(self.tokenizer)
-        self.caches = PlanCaches()
+        # None: each job plans with caches of its own (``--fresh-plan-caches``).
+        self.caches = PlanCaches() if plan_caches else None
 
 
 def _stored(text: str) -> list[Any]:
@@ -259,7 +264,8 @@ def _ms(fn: Any) -> float:
     return (time.perf_counter() - start) * 1000
 
 
-def child_grown(name: str, tokenizer_name: str, folder: Path) -> dict[str, Any]:
+def child_grown(name: str, tokenizer_name: str, folder: Path,
+                plan_caches: bool = True) -> dict[str, Any]:
     """A fresh process's cold plan of the first grown session (the one ``child`` re-plans).
     The process holds what ``child``'s does when it plans cold (the session and its growths,
     as stored): a cold plan here took 20-30 % less time in a process that held only the
@@ -268,7 +274,7 @@ def child_grown(name: str, tokenizer_name: str, folder: Path) -> dict[str, Any]:
 
     held = _held(name, folder)
     grown = held[1][0]
-    worker = Worker(tokenizer_name)
+    worker = Worker(tokenizer_name, plan_caches)
     if tokenizer_name == "tiktoken":
         from worker.tokens import cl100k_counter
 
@@ -278,12 +284,13 @@ def child_grown(name: str, tokenizer_name: str, folder: Path) -> dict[str, Any]:
     return {"cold_grown_ms": _ms(lambda: _job(grown, worker, EntryCache(), []))}
 
 
-def child(name: str, tokenizer_name: str, folder: Path) -> dict[str, Any]:
+def child(name: str, tokenizer_name: str, folder: Path,
+          plan_caches: bool = True) -> dict[str, Any]:
     from worker.store.entry_cache import EntryCache
 
     path, grown = _held(name, folder)
     growths, file_growths = grown[:GROWTHS], grown[GROWTHS:]
-    worker = Worker(tokenizer_name)
+    worker = Worker(tokenizer_name, plan_caches)
     entries = EntryCache()
     load, counter = 0.0, "-"
     if tokenizer_name == "tiktoken":  # a worker loads its cl100k counter at start-up
@@ -301,7 +308,8 @@ def child(name: str, tokenizer_name: str, folder: Path) -> dict[str, Any]:
     grow_file = statistics.median(_ms(lambda g=g: _job(g, worker, entries)) for g in file_growths)
     cache = getattr(worker.tokenizer, "cache", None)
     cache_entries = len(cache) if cache is not None else 0
-    other = Worker(tokenizer_name)  # another worker, new to the session, with its counts
+    # another worker, new to the session, with its counts
+    other = Worker(tokenizer_name, plan_caches)
     _settled()
     shared = _ms(lambda: _job(path, other, EntryCache(), list(stored)))
     return {"counter": counter, "entries": len(path[3]), "grown_entries": len(growths[0][3]),
@@ -373,13 +381,18 @@ def main() -> None:
     parser.add_argument("--no-redis", action="store_true")
     parser.add_argument("--child", nargs=3, metavar=("SESSION", "TOKENIZER", "TEXTS"))
     parser.add_argument("--grown", action="store_true", help="the child plans the grown session")
-    parser.add_argument("--out", default=str(RESULTS / "overhead.json"))
+    parser.add_argument("--fresh-plan-caches", action="store_true",
+                        help="each job plans without the process's PlanCaches")
+    parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    keep = not args.fresh_plan_caches
     if args.child:
         name, tok, folder = args.child
         measure = child_grown if args.grown else child
-        print(json.dumps(measure(name, tok, Path(folder))))
+        print(json.dumps(measure(name, tok, Path(folder), keep)))
         return
+    out = args.out or str(RESULTS / ("overhead.json" if keep else
+                                     "overhead-fresh-plan-caches.json"))
     report: dict[str, Any] = {"baseline": f"one model call of {MODEL_CALL_MS:.0f} ms",
                               "sessions": {}}
     with tempfile.TemporaryDirectory(prefix="bench-overhead-") as folder:
@@ -389,19 +402,21 @@ def main() -> None:
                 continue
             write_texts(name, Path(folder))
             for tok in ("tiktoken", "estimate"):
-                row = _measured(name, tok, folder, args.runs, not args.no_redis)
+                row = _measured(name, tok, folder, args.runs, not args.no_redis, keep)
                 report["sessions"][f"{name}/{tok}"] = row
                 _print(f"{name}/{tok}", row)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {args.out}")
+    Path(out).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {out}")
 
 
-def _measured(name: str, tok: str, folder: str, runs: int, redis: bool) -> dict[str, Any]:
+def _measured(name: str, tok: str, folder: str, runs: int, redis: bool,
+              plan_caches: bool = True) -> dict[str, Any]:
     """Medians over ``runs`` fresh processes of each kind, their ratios, and with ``redis``
     (cl100k only) the snapshot load and commit."""
-    samples = [_child(name, tok, folder) for _ in range(runs)]
-    grown = [_child(name, tok, folder, "--grown") for _ in range(runs)]
+    flags = () if plan_caches else ("--fresh-plan-caches",)
+    samples = [_child(name, tok, folder, *flags) for _ in range(runs)]
+    grown = [_child(name, tok, folder, "--grown", *flags) for _ in range(runs)]
     row: dict[str, Any] = {k: statistics.median(s[k] for s in samples)
                            for k in samples[0] if k != "counter"}
     row["cold_grown_ms"] = statistics.median(g["cold_grown_ms"] for g in grown)

@@ -391,18 +391,6 @@ def test_a_grown_session_primes_only_what_it_grew_by(pi_file: Path) -> None:
     assert encoded == []  # the plan found every count
 
 
-def test_a_long_text_counted_again_is_one_cache_hit(monkeypatch: pytest.MonkeyPatch) -> None:
-    # A warm job's prompts are the texts the last job counted: one digest, no cutting.
-    import worker.tokens.counting as counting
-
-    tok = TiktokenTokenizer(TokenCache())
-    prompt = "[User]: " + "\n".join(f"line {i}: some words" for i in range(400))
-    first = tok.count_text(prompt)
-    monkeypatch.setattr(counting, "count_pieces", lambda text: pytest.fail("cut again"))
-    hits = tok.cache.hits
-    assert tok.count_text(str(prompt)) == first and tok.cache.hits == hits + 1
-
-
 def test_priming_a_session_larger_than_the_cache_still_counts_exactly(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # A message whose pieces were evicted before its total was summed gets no total: the plan

@@ -135,7 +135,8 @@ def _draft(ctx: JobContext, prep: Preparation, path: Sequence[Entry]) -> Draft:
     if before is not None and before.compaction is not None:
         c = before.compaction
         summary, details, _ = hook_compaction_with_facts(
-            prep, c["summary"], c.get("details"), ctx.rt.settings.fact_budget_tokens)
+            prep, c["summary"], c.get("details"), ctx.rt.settings.fact_budget_tokens,
+            caches=ctx.rt.plan_caches)
         entry = compaction_entry(
             summary=summary, short_summary=c.get("shortSummary"),
             # Q22: a hook's kept range, too, never starts between a tool call and its result.
@@ -151,7 +152,7 @@ def _draft(ctx: JobContext, prep: Preparation, path: Sequence[Entry]) -> Draft:
         prep, ctx.summarizer, custom_instructions=ctx.record.instructions,
         prompt_override=extra.prompt if extra else None,
         extra_context=tuple(extra.context) if extra else (), cancel=ctx.control,
-        fact_budget_tokens=ctx.rt.settings.fact_budget_tokens)
+        fact_budget_tokens=ctx.rt.settings.fact_budget_tokens, caches=ctx.rt.plan_caches)
     entry = compaction_entry(
         summary=outcome.summary, short_summary=outcome.short_summary,
         first_kept_entry_id=outcome.first_kept_entry_id, tokens_before=outcome.tokens_before,
@@ -199,7 +200,7 @@ def _prime(ctx: JobContext, snap: PathSnapshot) -> None:
     ctx.tokenizer.preload(loaded)
     counted: list[tuple[bytes, int]] = []
     prime_counts(ctx.tokenizer, snap.path, prune=_reason(ctx) is not CompactReason.MANUAL,
-                 counted=counted)
+                 counted=counted, caches=ctx.rt.plan_caches)
     if shared is not None and counted:
         shared.save(ctx.session_id, counted)
     metrics.observe_cold_counts(len(loaded), len(counted))

@@ -14,6 +14,7 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from api_client.contract.keys import KeyLayout
+from worker.compaction import PlanCaches
 from worker.compaction.facts import SEARCH as FACT_SEARCH
 from worker.hooks import load_hook_runner
 from worker.llm import Summarizer, build_summarizer
@@ -86,4 +87,7 @@ def build_runtime(settings: WorkerSettings, *,
         cancel_flags=cancel_flags,
         token_counts=RedisTokenCounts(client, layout, settings.token_counts_ttl_s,
                                       settings.session_ttl_s),
+        # The process's planning caches: a re-plan of a session seen before (warm, or grown
+        # since) serializes and folds the facts of its new messages only.
+        plan_caches=PlanCaches(),
     )

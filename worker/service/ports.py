@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from api_client.contract.session import Entry, JsonObject
 from api_client.contract.snapshots import Snapshot
 from api_client.contract.wire import JobEvent, JobRecord, JobState
-from worker.compaction import CompactionSettings, Preparation
+from worker.compaction import CompactionSettings, PlanCaches, Preparation
 from worker.hooks import (
     BeforeCompactResult,
     BeforeTreeResult,
@@ -211,6 +211,9 @@ class Runtime:
     cancel_flags: CancelFlags | None = None
     # A session's token counts shared with the other workers; None: each process counts alone.
     token_counts: TokenCounts | None = None
+    # What planning keeps from one job to the next (``worker.compaction.caches``: bounded, by
+    # object identity): every compaction and branch job of the process plans with this one.
+    plan_caches: PlanCaches = field(default_factory=PlanCaches)
     on_close: list[Callable[[], Any]] = field(default_factory=list)
 
     @property

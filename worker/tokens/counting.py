@@ -175,11 +175,6 @@ class TiktokenTokenizer:
             return 0
         if len(text) <= SEGMENT_MIN_CHARS:
             return self.cache.count(text, self._encoded_len)
-        # The whole text is a cache entry too: a warm job's prompts are the same texts as the
-        # last job's, and one digest is cheaper than cutting them into pieces again.
-        return self.cache.count(text, self._sum_of_pieces)
-
-    def _sum_of_pieces(self, text: str) -> int:
         return sum(self.cache.count(part, self._encoded_len) for part in count_pieces(text))
 
     def count_joined(self, head: str, parts: Sequence[str], separator: str, tail: str) -> int:
