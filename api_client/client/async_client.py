@@ -26,8 +26,9 @@ __all__ = ["AsyncCompactionClient"]
 class AsyncCompactionClient:
     """:class:`CompactionClient` for asyncio: the same operations, awaited."""
 
-    def __init__(self, redis_url_or_settings: str | ClientSettings | None = None) -> None:
-        self.settings = _settings(redis_url_or_settings)
+    def __init__(self, redis_url_or_settings: str | ClientSettings | None = None, *,
+                 tenant: str | None = None) -> None:
+        self.settings = _settings(redis_url_or_settings, tenant)
         self.transport = AsyncTransport(self.settings)
         self.layout = self.transport.layout
         self.redis = self.transport.redis

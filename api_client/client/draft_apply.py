@@ -166,7 +166,7 @@ def _call(layout: KeyLayout, settings: ClientSettings, session_id: str, reason: 
     s = layout.session(session_id)
     job_id = layout.new_job_id(session_id)
     ts = now_iso()
-    fields, compacted, done = _draft_texts(reason).fill(job_id, session_id, ts)
+    fields, compacted, done = _draft_texts(reason).fill(job_id, layout.qualified(session_id), ts)
     if context_window is not None:  # the record's one field that is not a stand-in
         fields = f'{fields[:-1]},"contextWindow","{context_window}"]'
     record_key = layout.job_record_prefix(session_id) + job_id.rpartition(":")[2]
@@ -249,7 +249,8 @@ def refuse(layout: KeyLayout, settings: ClientSettings, session_id: str,
                                       settings.loop_guard_window_s)
     error = job_error_text(JobKind.COMPACT, JobState.FAILED, why, str(err))
     result = {"loopGuard": err.to_result()}
-    record = _record(job_id, session_id, why, now_iso(), context_window, JobState.FAILED,
+    record = _record(job_id, layout.qualified(session_id), why, now_iso(), context_window,
+                     JobState.FAILED,
                      error=error, result=result)
     fields = event_fields(JobEvent.completion(record, JobState.FAILED, error=error,
                                               result=result, duration_ms=0))
@@ -302,7 +303,7 @@ def discard_note(layout: KeyLayout, settings: ClientSettings, session_id: str, j
                  reason: CompactReason | str, cause: str, *, created: bool) -> Flow[None]:
     """After a discarded draft: the ``draft_discarded`` event (on the job that runs instead) and,
     on a job this request created, its ``draftDiscarded`` field (the worker's metric)."""
-    record = JobRecord(id=job_id, kind=JobKind.COMPACT, session_id=session_id,
+    record = JobRecord(id=job_id, kind=JobKind.COMPACT, session_id=layout.qualified(session_id),
                        reason=CompactReason(reason), queue=QUEUE_COMPACT)
     event = JobEvent.for_record(record, EventType.DRAFT_DISCARDED, error=cause)
     fields = event_fields(event)

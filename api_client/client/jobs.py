@@ -15,7 +15,8 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from api_client.client.task_messages import task_push
+from api_client.client.admission import admission, lower_steps, route_at_step
+from api_client.client.task_messages import queue_list, task_push
 from api_client.contract.errors import (
     InstructionsTooLongError,
     InvalidRequestError,
@@ -29,7 +30,7 @@ from api_client.contract.job_records import (
     global_copy,
     job_rescue,
 )
-from api_client.contract.keys import INFLIGHT_SPECULATIVE, KeyLayout
+from api_client.contract.keys import INFLIGHT_SPECULATIVE, KeyLayout, split_tenant
 from api_client.contract.lua_scripts import CLIENT_SCRIPTS
 from api_client.contract.redis_flows import (
     AsyncShell,
@@ -113,7 +114,8 @@ def enqueue_call(layout: KeyLayout, settings: ClientSettings, session_id: str, k
     skeys = layout.session(session_id)
     record_prefix = layout.job_record_prefix(session_id)
     fields = [
-        "id", job_id, "kind", job_kind.value, "sessionId", session_id, "state", "queued",
+        "id", job_id, "kind", job_kind.value, "sessionId", layout.qualified(session_id),
+        "state", "queued",
         "priority", str(route.priority), "queue", route.queue, "attempts", "0",
         "createdAt", now_iso(), "cancelRequested", "0",
     ]
@@ -133,16 +135,19 @@ def enqueue_call(layout: KeyLayout, settings: ClientSettings, session_id: str, k
     keys = [skeys.inflight(slot), record_prefix + job_id.rpartition(":")[2],
             skeys.events, skeys.header, skeys.entries,
             push.queue_key if push else skeys.inflight(slot)]
-    # With the broker in this (single) Redis the script indexes the job itself (one round
-    # trip); otherwise the caller does, with a command of its own (a Cluster slot apart).
-    due = ""
+    # With the broker in this (single) Redis the script indexes and admits the job itself (one
+    # round trip); otherwise the caller does, with commands of its own (Cluster slots apart).
+    due, policy = "", ""
     if push is not None:
-        keys.append(layout.jobs_due)
-        due = str(due_ms(settings))
+        admitted = admission(layout, settings, session_id, job_kind, why, route)
+        keys += [layout.jobs_due, *admitted.keys,
+                 *(queue_list(route.queue, step, layout.broker)
+                   for step in lower_steps(route.priority))]
+        due, policy = str(due_ms(settings)), admitted.policy
     args = [job_id, record_prefix, str(route.priority), route.queue, why.value if why else "",
             target_id or "", str(settings.job_pending_ttl_s), str(settings.job_pending_ttl_s),
             instructions or "", push.message if push else "", push.channel if push else "",
-            push.event if push else "", due, str(settings.session_ttl_s), *fields]
+            push.event if push else "", due, str(settings.session_ttl_s), policy, *fields]
     return keys, args, route
 
 
@@ -196,14 +201,32 @@ class _JobCore:
         call = self.enqueue_script(session_id, kind, reason, instructions, target_id, broker_db,
                                    context_window)
         job_id, indexed = str(call.script.args[0]), broker_db is not None
+        route = call.route
         if not indexed:
             # Indexed before the record exists: a client that dies between the two leaves a job
             # the workers' sweep still finds (an entry without a record is simply dropped).
             yield cmd("zadd", self.layout.jobs_due, {job_id: due_ms(self.settings)}, nx=True)
+            route = yield from self._admit(session_id, kind, reason, job_id, call.route)
         reply = yield call.script
         if not indexed and str(reply[0]) != "created":
             yield cmd("zrem", self.layout.jobs_due, job_id)
-        return parse_enqueue(reply, call.route, indexed)
+            yield cmd("zrem", self._queued(session_id), job_id)
+        return parse_enqueue(reply, route, indexed)
+
+    def _admit(self, session_id: str, kind: JobKind | str, reason: CompactReason | str | None,
+               job_id: str, route: Route) -> Flow[Route]:
+        """``admit.lua`` on the tenant's keys (the enqueue script runs without the admission):
+        the route one of its priority lists down per the fair order, or QuotaExceededError."""
+        job_kind = JobKind(kind)
+        why = CompactReason(reason or "manual") if job_kind is JobKind.COMPACT else None
+        admitted = admission(self.layout, self.settings, session_id, job_kind, why, route)
+        tenant = split_tenant(self.layout.qualified(session_id))[0]
+        step = yield Script("admit", admitted.keys, [admitted.policy, job_id],
+                            job_rescue(job_id, session_id, tenant), CLIENT_SCRIPTS)
+        return route_at_step(route, int(step))
+
+    def _queued(self, session_id: str) -> str:
+        return self.layout.tenant_queued(split_tenant(self.layout.qualified(session_id))[0])
 
     def enqueue_script(self, session_id: str, kind: JobKind | str,
                        reason: CompactReason | str | None, instructions: str | None,
@@ -213,8 +236,8 @@ class _JobCore:
         indexes it too)."""
         keys, args, route = enqueue_call(self.layout, self.settings, session_id, kind, reason,
                                          instructions, target_id, broker_db, context_window)
-        return EnqueueCall(Script("enqueue", keys, args, job_rescue("", session_id),
-                                  CLIENT_SCRIPTS), route)
+        rescue = job_rescue("", session_id, split_tenant(self.layout.qualified(session_id))[0])
+        return EnqueueCall(Script("enqueue", keys, args, rescue, CLIENT_SCRIPTS), route)
 
     def _get(self, job_id: str) -> Flow[JobRecord]:
         return (yield from get_record(self.layout, job_id))

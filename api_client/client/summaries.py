@@ -57,5 +57,6 @@ def summary_record(layout: KeyLayout, request: SummaryInput) -> JobRecord:
     session_id = SUMMARIZE_SESSION_PREFIX + secrets.token_hex(16)
     route = route_for(JobKind.SUMMARIZE)
     return JobRecord(id=layout.new_job_id(session_id), kind=JobKind.SUMMARIZE,
-                     session_id=session_id, state=JobState.QUEUED, priority=route.priority,
+                     session_id=layout.qualified(session_id), state=JobState.QUEUED,
+                     priority=route.priority,
                      queue=route.queue, created_at=now_iso(), input=request.checked().to_wire())

@@ -20,6 +20,7 @@ from api_client.client.sessions import SessionStore
 from api_client.client.summaries import SummaryInput
 from api_client.client.transport import SyncTransport
 from api_client.contract.errors import ConfigurationError, InvalidRequestError
+from api_client.contract.keys import check_tenant
 from api_client.contract.session.context import LlmContext
 from api_client.contract.settings import ClientSettings, load_settings
 from api_client.contract.wire import CompactReason, JobKind
@@ -27,15 +28,17 @@ from api_client.contract.wire import CompactReason, JobKind
 __all__ = ["CompactionClient", "stream_start"]
 
 
-def _settings(value: str | ClientSettings | None) -> ClientSettings:
+def _settings(value: str | ClientSettings | None, tenant: str | None = None) -> ClientSettings:
+    """The client's settings; ``tenant`` (when given) wins over the settings' own."""
+    overrides: dict[str, Any] = {} if tenant is None else {"tenant": tenant}
     if isinstance(value, ClientSettings):
-        return value
+        return value.model_copy(update={"tenant": check_tenant(tenant)}) if overrides else value
     if value is None:
-        return load_settings()
+        return load_settings(**overrides)
     if not isinstance(value, str):
         raise ConfigurationError(
             f"CompactionClient takes a Redis URL or ClientSettings, not {type(value).__name__}")
-    return load_settings(redis_url=value)
+    return load_settings(redis_url=value, **overrides)
 
 
 _STREAM_ID = re.compile(r"\d+(-\d+)?")
@@ -61,11 +64,14 @@ class CompactionClient:
     """Sessions and compaction jobs for a platform's (sync) request path.
 
     ``CompactionClient("redis://host:6379/0")``, ``CompactionClient(settings)`` or
-    :meth:`from_env`. Thread-safe; make one per process and reuse it.
+    :meth:`from_env`; ``tenant="acme"`` makes it a client of that tenant only (else
+    ``COMPACTOR_TENANT``, else ``"default"``). Thread-safe; make one per process and tenant and
+    reuse it.
     """
 
-    def __init__(self, redis_url_or_settings: str | ClientSettings | None = None) -> None:
-        self.settings = _settings(redis_url_or_settings)
+    def __init__(self, redis_url_or_settings: str | ClientSettings | None = None, *,
+                 tenant: str | None = None) -> None:
+        self.settings = _settings(redis_url_or_settings, tenant)
         self.transport = SyncTransport(self.settings)
         self.layout = self.transport.layout
         self.redis = self.transport.redis

@@ -87,7 +87,7 @@ ClientFlow: TypeAlias = Generator[ClientCall, Any, T]
 class _Transport:
     def __init__(self, settings: ClientSettings) -> None:
         self.settings = settings
-        self.layout = KeyLayout(settings.key_prefix)
+        self.layout = KeyLayout(settings.key_prefix, settings.tenant)
         self.broker = BrokerMode.of(settings)
         self.producer = TaskProducer(settings)
 

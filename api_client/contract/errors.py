@@ -46,6 +46,8 @@
         ├── InvalidRequestError       a job request with bad parameters (also ValueError)
         ├── JobNotFoundError          no such job record (never existed or expired)
         ├── JobConflictError          an in-flight job of that kind has other parameters
+        ├── QuotaExceededError        the tenant is over a quota (names it, the limit, the
+        │                             value and when it resets); nothing was stored
         └── JobError                  a job ended without a result
             ├── JobFailedError
             │   └── CompactionLoopError  too many automatic compactions in a window (loop guard)
@@ -88,6 +90,7 @@ __all__ = [
     "NonFiniteNumberError",
     "NothingToCompactError",
     "PlanError",
+    "QuotaExceededError",
     "SessionCycleError",
     "SessionError",
     "SessionExistsError",
@@ -309,6 +312,25 @@ class JobConflictError(ClientError):
     def __init__(self, message: str, *, job_id: str) -> None:
         self.job_id = job_id
         super().__init__(message)
+
+
+class QuotaExceededError(ClientError):
+    """The tenant is over one of its quotas (README "Tenants"): ``quota`` names it
+    (``queued_jobs``, ``stored_bytes``, ``tokens_per_day``, ``usd_per_day``), ``limit`` and
+    ``value`` are in its unit, ``resets_at`` (ISO 8601, UTC) is when a per-day quota starts
+    afresh (None: when the tenant's queued jobs or stored sessions shrink). Nothing was stored
+    and no job was created."""
+
+    def __init__(self, tenant: str, *, quota: str, limit: float, value: float,
+                 resets_at: str | None = None) -> None:
+        self.tenant = tenant
+        self.quota = quota
+        self.limit = limit
+        self.value = value
+        self.resets_at = resets_at
+        when = f"; it resets at {resets_at}" if resets_at else ""
+        super().__init__(f"tenant {tenant!r} is over its {quota} quota: {value:,} of "
+                         f"{limit:,}{when}; nothing was stored")
 
 
 class JobError(ClientError):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, NoReturn
 
@@ -20,9 +21,10 @@ from api_client.contract.errors import (
     EntryNotFoundError,
     InvalidRequestError,
     JobNotFoundError,
+    QuotaExceededError,
     SessionNotFoundError,
 )
-from api_client.contract.keys import INFLIGHT_SPECULATIVE, JOB_KINDS, KeyLayout
+from api_client.contract.keys import DEFAULT_TENANT, INFLIGHT_SPECULATIVE, JOB_KINDS, KeyLayout
 from api_client.contract.redis_flows import Command, Flow, Rescue, Script, cmd
 from api_client.contract.settings import ClientSettings
 from api_client.contract.wire import JobEvent, JobRecord, JobState, TokenUsage, now_iso
@@ -66,7 +68,7 @@ def _usage(usage: Any) -> TokenUsage | None:
 
 def result_fields(**result: Any) -> list[str]:
     """Record field pairs for finish(): entry, resultEntryId, error, model, usage, draftUsage,
-    result."""
+    costUsd, draftCostUsd, result."""
     out: list[str] = []
     for key, field in (("usage", "usage"), ("draft_usage", "draftUsage")):
         usage = _usage(result.get(key))
@@ -74,7 +76,9 @@ def result_fields(**result: Any) -> list[str]:
             out += [field, _dump(usage.to_wire())]
     for key, field, as_json in (("entry", "entry", True), ("result", "result", True),
                                 ("result_entry_id", "resultEntryId", False),
-                                ("error", "error", False), ("model", "model", False)):
+                                ("error", "error", False), ("model", "model", False),
+                                ("cost_usd", "costUsd", False),
+                                ("draft_cost_usd", "draftCostUsd", False)):
         value = result.get(key)
         if value is not None:
             out += [field, _dump(value) if as_json else str(value)]
@@ -112,11 +116,31 @@ def completion_for(state: JobState | str, event: JobEvent | None, record: JobRec
     return final, event
 
 
-def job_rescue(job_id: str, session_id: str = "") -> Rescue:
+def quota_exceeded(tenant: str, reply: str) -> QuotaExceededError:
+    """``<quota> <limit> <value>`` of a ``COMPACTOR_QUOTA`` reply (``_admit.lua``) as the
+    error; a per-day quota resets at the next UTC midnight."""
+    quota, limit, value = reply.split()
+    resets_at = None
+    if quota.endswith("_per_day"):
+        midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        resets_at = (midnight + timedelta(days=1)).isoformat().replace("+00:00", "Z")
+    return QuotaExceededError(tenant, quota=quota, limit=_number(limit), value=_number(value),
+                              resets_at=resets_at)
+
+
+def _number(text: str) -> float:
+    number = float(text)
+    return int(number) if number.is_integer() else number
+
+
+def job_rescue(job_id: str, session_id: str = "", tenant: str = DEFAULT_TENANT) -> Rescue:
     """Error replies of the job scripts: ``COMPACTOR_NOJOB`` → :class:`JobNotFoundError`,
-    enqueue's ``COMPACTOR_NOSESSION`` / ``COMPACTOR_NOENTRY <id>`` → the session's errors."""
+    enqueue's ``COMPACTOR_NOSESSION`` / ``COMPACTOR_NOENTRY <id>`` → the session's errors,
+    ``COMPACTOR_QUOTA ...`` → :class:`QuotaExceededError` of ``tenant``."""
     def rescue(err: redis.ResponseError) -> NoReturn:
         code, _, arg = str(err).partition(" ")
+        if code == "COMPACTOR_QUOTA":
+            raise quota_exceeded(tenant, arg) from err
         if code == "COMPACTOR_NOJOB":
             raise JobNotFoundError(job_id) from err
         if code == "COMPACTOR_NOSESSION":
@@ -137,7 +161,7 @@ def get_record(layout: KeyLayout, job_id: str) -> Flow[JobRecord]:
 def global_copy(layout: KeyLayout, settings: ClientSettings, event: JobEvent) -> Command:
     """The completion event's copy on the global stream. The session stream got it atomically;
     the copy follows it (lost only if the process dies in between)."""
-    return cmd("xadd", layout.global_events, event_fields(event),
+    return cmd("xadd", layout.events_of(event.session_id), event_fields(event),
                maxlen=settings.event_stream_maxlen, approximate=True)
 
 
@@ -155,4 +179,6 @@ def finish_job(layout: KeyLayout, settings: ClientSettings, job_id: str,
     changed = int((yield Script("finish", keys, args, job_rescue(job_id)))[0])
     if changed:
         yield global_copy(layout, settings, event)
+        # Ended (a queued job cancelled or failed to send): out of the tenant's queued jobs.
+        yield cmd("zrem", layout.queued_of_job(job_id), job_id)
     return bool(changed)

@@ -109,17 +109,27 @@ import re
 import secrets
 from dataclasses import dataclass
 
-from api_client.contract.errors import ConfigurationError, InvalidIdError
+from api_client.contract.errors import (
+    ConfigurationError,
+    InvalidIdError,
+    JobNotFoundError,
+    SessionNotFoundError,
+)
 
 __all__ = [
+    "ANY_TENANT",
     "APPEND_REPLIES",
+    "DEFAULT_TENANT",
     "INFLIGHT_SPECULATIVE",
     "JOB_KINDS",
+    "QUOTA_FIELDS",
+    "USAGE_FIELDS",
     "JobKeys",
     "KeyLayout",
     "SessionKeys",
     "check_idempotency_key",
     "check_session_id",
+    "check_tenant",
     "split_job_id",
 ]
 
@@ -131,8 +141,24 @@ INFLIGHT_SPECULATIVE = "speculative"
 # few dozen suffice, and a session's hash stays small (~50 bytes a reply of one entry).
 APPEND_REPLIES = 64
 
+# The tenant of a client made without one: its keys are the layout from before tenants existed.
+DEFAULT_TENANT = "default"
+# A layout for every tenant at once (the worker's, the operator's): ids say their tenant.
+ANY_TENANT = None
+# Between a tenant and the id it qualifies (``acme~s1``): in neither a tenant nor a session id.
+TENANT_SEP = "~"
+
+TENANT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 _SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,255}")
+_QUALIFIED_ID = re.compile(r"(?:([a-z0-9][a-z0-9_-]{0,62})~)?([A-Za-z0-9][A-Za-z0-9_.:-]{0,255})")
 _TOKEN = re.compile(r"[0-9a-f]{16}")
+# The fields of a tenant's quota hash (``compactor tenant quota`` writes them), each overriding
+# the setting of the same name for that tenant; 0 = no limit.
+QUOTA_FIELDS: tuple[str, ...] = ("queued_jobs_max", "stored_bytes_max", "tokens_per_day",
+                                 "usd_per_day", "weight")
+# The fields of a tenant's usage hash per day: applied work apart from speculative drafts.
+USAGE_FIELDS: tuple[str, ...] = ("jobs", "input_tokens", "output_tokens", "usd", "draft_jobs",
+                                 "draft_input_tokens", "draft_output_tokens", "draft_usd")
 _IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 _ID_PREFIX = re.compile(r"[A-Za-z0-9_.:-]{1,256}")
 
@@ -148,6 +174,15 @@ def check_session_id(session_id: object) -> str:
     return session_id
 
 
+def check_tenant(tenant: object) -> str:
+    """A tenant name: 1-63 characters of ``[a-z0-9_-]``, starting with a letter or digit (it
+    becomes part of key names and of Redis ACL patterns)."""
+    if not isinstance(tenant, str) or not TENANT_NAME.fullmatch(tenant):
+        raise ConfigurationError(f"invalid tenant {tenant!r}: 1-63 characters of a-z 0-9 _ -, "
+                                 "starting with a letter or digit")
+    return tenant
+
+
 def check_idempotency_key(key: object) -> str:
     """An append's idempotency key: 1-128 characters of ``[A-Za-z0-9_.:-]``."""
     if not isinstance(key, str) or not _IDEMPOTENCY_KEY.fullmatch(key):
@@ -157,12 +192,19 @@ def check_idempotency_key(key: object) -> str:
 
 
 def split_job_id(job_id: object) -> tuple[str, str]:
-    """``<sid>:<token>`` → (sid, token); :class:`InvalidIdError` for anything else."""
+    """``<sid>:<token>`` → (sid, token), the sid qualified by its tenant (``acme~s1``) unless
+    the tenant is the default; :class:`InvalidIdError` for anything else."""
     if isinstance(job_id, str):
         sid, sep, token = job_id.rpartition(":")
-        if sep and _TOKEN.fullmatch(token) and _SESSION_ID.fullmatch(sid):
+        if sep and _TOKEN.fullmatch(token) and _QUALIFIED_ID.fullmatch(sid):
             return sid, token
     raise InvalidIdError(f"invalid job id {job_id!r}: expected '<session id>:<16 hex digits>'")
+
+
+def split_tenant(qualified_id: str) -> tuple[str, str]:
+    """``acme~s1`` → (``acme``, ``s1``); a plain id is the default tenant's."""
+    tenant, sep, plain = qualified_id.rpartition(TENANT_SEP)
+    return (tenant, plain) if sep else (DEFAULT_TENANT, plain)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,8 +259,8 @@ class JobKeys:
     session: SessionKeys
 
 
-def _session_keys(prefix: str, session_id: str) -> SessionKeys:
-    base = f"{prefix}:session:{{{check_session_id(session_id)}}}:"
+def _session_keys(root: str, session_id: str) -> SessionKeys:
+    base = f"{root}{{{session_id}}}:"
     return SessionKeys(
         header=base + "header",
         entries=base + "entries",
@@ -242,53 +284,141 @@ def _session_keys(prefix: str, session_id: str) -> SessionKeys:
 
 
 class KeyLayout:
-    """Names the keys for one prefix. Cheap to build; holds no connection."""
+    """Names the keys of one tenant (or, with :data:`ANY_TENANT`, of every tenant: the ids
+    then say their tenant). Cheap to build; holds no connection.
 
-    __slots__ = ("broker", "global_events", "jobs_due", "llm", "prefix")
+    A client's layout takes a session id as its user gives it (``s1``) or as its records and
+    job ids show it (``acme~s1``, qualified by the tenant); an id of another tenant is not
+    found here, whatever it names elsewhere. The default tenant's ids are never qualified and
+    its keys are those from before tenants existed."""
 
-    def __init__(self, prefix: str = "compactor") -> None:
+    __slots__ = ("broker", "global_events", "jobs_due", "llm", "prefix", "tenant")
+
+    def __init__(self, prefix: str = "compactor",
+                 tenant: str | None = DEFAULT_TENANT) -> None:
         if not prefix or any(c in prefix for c in "{} \t\r\n"):
             raise ConfigurationError(f"invalid key prefix {prefix!r}: no braces or whitespace")
         self.prefix = prefix
-        self.global_events = f"{prefix}:events"
+        self.tenant = tenant if tenant is ANY_TENANT else check_tenant(tenant)
+        # Each tenant's own stream of all its sessions' events (ANY_TENANT: the default's).
+        self.global_events = self.events_of_tenant(tenant or DEFAULT_TENANT)
         self.jobs_due = f"{prefix}:jobs:due"
         # kombu's ``global_keyprefix`` (client, workers, Flower alike): the broker's keys and
         # channels under the prefix too, so one ACL pattern covers everything.
         self.broker = f"{prefix}:broker:"
         self.llm = f"{prefix}:llm:"  # the model circuit breaker's keys (worker.llm.cooldown)
 
-    def session(self, session_id: str) -> SessionKeys:
-        if not isinstance(session_id, str):  # unhashable ids reach the typed error, not the cache
+    def tenant_root(self, tenant: str) -> str:
+        """``<p>:tenant:<t>:`` — every key of the tenant's own but the default's sessions."""
+        return f"{self.prefix}:tenant:{tenant}:"
+
+    # A tenant's own keys beside its sessions: ``<p>:tenants:{<t>}:<name>``. One hash tag per
+    # tenant, so a script on them stays in one Cluster slot; apart from ``<p>:tenant:<t>:`` so
+    # that a tenant's Redis ACL user can be given them read-only (its quota, its usage).
+    def _tenant_key(self, tenant: str, name: str) -> str:
+        return f"{self.prefix}:tenants:{{{tenant}}}:{name}"
+
+    def tenant_quota(self, tenant: str) -> str:
+        """hash: the tenant's quota overrides (fields as :data:`QUOTA_FIELDS`; absent: the
+        settings' defaults)."""
+        return self._tenant_key(tenant, "quota")
+
+    def tenant_queued(self, tenant: str) -> str:
+        """zset: job id → its route's priority x 1e13 + when it was queued (Unix ms), for each
+        queued job of the tenant (fair order and the ``queued_jobs`` quota; a job leaves it
+        when a worker starts it or it ends, or after ``job_pending_ttl_s``)."""
+        return self._tenant_key(tenant, "queued")
+
+    def queued_of_job(self, job_id: str) -> str:
+        """:meth:`tenant_queued` of the job's tenant (the worker's layout serves them all)."""
+        return self.tenant_queued(split_tenant(split_job_id(job_id)[0])[0])
+
+    def tenant_usage(self, tenant: str, day: str) -> str:
+        """hash: the tenant's model spend on ``day`` (``YYYY-MM-DD``, UTC): fields as
+        :data:`USAGE_FIELDS`."""
+        return self._tenant_key(tenant, f"usage:{day}")
+
+    def tenant_bytes(self, tenant: str) -> str:
+        """hash: session id → bytes of its stored entry lines (the ``stored_bytes`` quota)."""
+        return self._tenant_key(tenant, "bytes")
+
+    @property
+    def tenants(self) -> str:
+        """set: every tenant that has spent model tokens (``compactor usage`` lists them)."""
+        return f"{self.prefix}:tenant-names"
+
+    def sessions_root(self, tenant: str) -> str:
+        if tenant == DEFAULT_TENANT:
+            return f"{self.prefix}:session:"
+        return self.tenant_root(tenant) + "session:"
+
+    def events_of_tenant(self, tenant: str) -> str:
+        if tenant == DEFAULT_TENANT:
+            return f"{self.prefix}:events"
+        return self.tenant_root(tenant) + "events"
+
+    def resolve(self, session_id: object) -> tuple[str, str]:
+        """(tenant, plain id) of an id this layout may name; :class:`InvalidIdError` for an id
+        that cannot name keys, :class:`SessionNotFoundError` for another tenant's."""
+        match = _QUALIFIED_ID.fullmatch(session_id) if isinstance(session_id, str) else None
+        if match is None:
             check_session_id(session_id)
-        return _session_keys(self.prefix, session_id)
+            raise AssertionError("unreachable")  # pragma: no cover
+        named, plain = match.group(1), match.group(2)
+        if self.tenant is ANY_TENANT:
+            return named or DEFAULT_TENANT, plain
+        if named is None or (named == self.tenant != DEFAULT_TENANT):
+            return self.tenant, plain
+        raise SessionNotFoundError(f"Session {plain} not found")
+
+    def qualified(self, session_id: str) -> str:
+        """The id the records, events and job ids carry: ``<tenant>~<sid>`` (plain for the
+        default tenant)."""
+        tenant, plain = self.resolve(session_id)
+        return plain if tenant == DEFAULT_TENANT else f"{tenant}{TENANT_SEP}{plain}"
+
+    def session(self, session_id: str) -> SessionKeys:
+        tenant, plain = self.resolve(session_id)
+        return _session_keys(self.sessions_root(tenant), plain)
+
+    def events_of(self, session_id: str) -> str:
+        """The all-sessions event stream of the session's tenant."""
+        return self.events_of_tenant(self.resolve(session_id)[0])
 
     def job_record_prefix(self, session_id: str) -> str:
         """``<p>:session:{<sid>}:job:`` — a record key is this plus the token."""
-        return f"{self.prefix}:session:{{{check_session_id(session_id)}}}:job:"
+        tenant, plain = self.resolve(session_id)
+        return f"{self.sessions_root(tenant)}{{{plain}}}:job:"
 
     def job(self, job_id: str) -> JobKeys:
         sid, token = split_job_id(job_id)
-        record = self.job_record_prefix(sid) + token
-        return JobKeys(job_id, sid, record, record + ":lease", self.session(sid))
+        try:
+            record = self.job_record_prefix(sid) + token
+        except SessionNotFoundError:
+            raise JobNotFoundError(job_id) from None
+        return JobKeys(job_id, self.qualified(sid), record, record + ":lease", self.session(sid))
 
     def new_job_id(self, session_id: str) -> str:
-        return f"{check_session_id(session_id)}:{secrets.token_hex(8)}"
+        return f"{self.qualified(session_id)}:{secrets.token_hex(8)}"
 
     def headers_match(self, id_prefix: str = "") -> str:
-        """``SCAN MATCH`` pattern of the header keys of the sessions whose id starts with
-        ``id_prefix`` (a header's presence is the session's existence)."""
+        """``SCAN MATCH`` pattern of the header keys of this tenant's sessions whose id starts
+        with ``id_prefix`` (a header's presence is the session's existence)."""
         if id_prefix and not _ID_PREFIX.fullmatch(id_prefix):
             raise InvalidIdError(f"invalid session id prefix {id_prefix!r}: up to 256 "
                                  "characters of A-Z a-z 0-9 _ . : -")
         # The key prefix may hold glob characters; a session id cannot.
-        prefix = re.sub(r"([*?\[\]\\])", r"\\\1", self.prefix)
-        return f"{prefix}:session:{{{id_prefix}*}}:header"
+        root = re.sub(r"([*?\[\]\\])", r"\\\1", self._own_sessions_root())
+        return f"{root}{{{id_prefix}*}}:header"
 
     def session_of_header(self, key: str) -> str | None:
         """The session id a header key names (None: not a header key of this layout)."""
-        head, tail = f"{self.prefix}:session:{{", "}:header"
+        head, tail = self._own_sessions_root() + "{", "}:header"
         if key.startswith(head) and key.endswith(tail):
             sid = key[len(head):-len(tail)]
             if _SESSION_ID.fullmatch(sid):
                 return sid
         return None
+
+    def _own_sessions_root(self) -> str:
+        return self.sessions_root(self.tenant or DEFAULT_TENANT)

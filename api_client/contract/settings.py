@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 import ssl
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from api_client.contract.errors import ConfigurationError
+from api_client.contract.keys import TENANT_NAME
 from api_client.contract.redaction import mask_url
 
 __all__ = ["DEFAULT_SESSION_TTL_S", "ClientSettings", "load_settings", "tls_options"]
@@ -116,6 +117,9 @@ class ClientSettings(BaseSettings):
     broker_url: str | None = None
     result_backend: str | None = None
     key_prefix: str = "compactor"
+    # The tenant this client acts for (its sessions, jobs, drafts and events; README
+    # "Tenants"). Unset: "default", whose keys are those from before tenants existed.
+    tenant: str = "default"
 
     # Finished job records live this long, then expire.
     job_ttl_s: int = Field(default=86_400, gt=0)
@@ -180,11 +184,38 @@ class ClientSettings(BaseSettings):
     # workers must agree: each write applies the setting of the process that makes it.
     session_ttl_s: int = Field(default=DEFAULT_SESSION_TTL_S, ge=0)
 
+    # Quotas per tenant (README "Tenants"): these are every tenant's defaults, `compactor tenant
+    # quota` overrides them for one tenant in Redis. 0 = no limit. Over a quota a request raises
+    # QuotaExceededError (HTTP 429) and nothing is stored.
+    queued_jobs_max: int = Field(default=0, ge=0)
+    stored_bytes_max: int = Field(default=0, ge=0)
+    # The model budget per UTC day, in tokens (input + output) and in USD (the models' prices).
+    # Over it: manual compactions, branch summaries and summaries are refused; automatic ones
+    # use the deterministic summarizer (over_budget_summarizer); drafts stop first, at
+    # draft_budget_share of the budget.
+    tokens_per_day: int = Field(default=0, ge=0)
+    usd_per_day: float = Field(default=0.0, ge=0)
+    over_budget_summarizer: Literal["deterministic", "refuse"] = "deterministic"
+    draft_budget_share: float = Field(default=0.8, gt=0, le=1)
+    # Fair order across tenants: a tenant's queued jobs beyond fair_share_jobs x its weight (of
+    # the same or a more urgent kind) go one priority step down per fair_share_jobs x weight, so
+    # one tenant's flood never sits in front of another tenant's next job.
+    fair_share_jobs: int = Field(default=4, ge=1)
+    weight: float = Field(default=1.0, gt=0)
+
     @field_validator("key_prefix")
     @classmethod
     def _prefix_has_no_tags(cls, value: str) -> str:
         if not value or any(c in value for c in "{} \t\r\n"):
             raise ValueError("key_prefix must be non-empty, without braces or whitespace")
+        return value
+
+    @field_validator("tenant")
+    @classmethod
+    def _tenant_name(cls, value: str) -> str:
+        if not TENANT_NAME.fullmatch(value):
+            raise ValueError("tenant must be 1-63 characters of a-z 0-9 _ -, starting with a "
+                             "letter or digit")
         return value
 
     @field_validator("redis_url")

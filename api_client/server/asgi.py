@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException
 
 from api_client import AsyncCompactionClient, ClientSettings, CompactorError
 from api_client.server import event_stream, job_routes, model_routes, session_routes
-from api_client.server.auth import TokenTable
+from api_client.server.auth import DEFAULT_TENANT, TokenTable
 from api_client.server.body_limit import BodyLimit
 from api_client.server.problems import MEDIA_TYPE, PROBLEMS, error_body, problem_body
 from api_client.server.schemas import ProblemBody
@@ -117,16 +117,21 @@ def create_app(settings: ServerSettings | None = None,
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        client = AsyncCompactionClient(client_settings or ClientSettings())
+        base = client_settings or ClientSettings()
+        # One client per tenant a token names: each names only its tenant's keys.
+        clients = {tenant: AsyncCompactionClient(base, tenant=tenant)
+                   for tenant in tokens.tenants()}
         try:
-            await client.warm()
+            await clients[DEFAULT_TENANT].warm()
         except CompactorError as err:  # /readyz says so until Redis answers
             log.warning("Redis not reachable at start: %s", err)
-        app.state.compactor = ServerState(client, server, tokens)
+        app.state.compactor = {tenant: ServerState(client, server, tokens)
+                               for tenant, client in clients.items()}
         try:
             yield
         finally:
-            await client.aclose()
+            for client in clients.values():
+                await client.aclose()
 
     app = FastAPI(title="Compactor", version=API_VERSION, lifespan=lifespan,
                   docs_url=None, redoc_url=None, openapi_url="/openapi.json",

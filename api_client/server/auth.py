@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pydantic import SecretStr
 
 from api_client.contract.errors import ConfigurationError
+from api_client.contract.keys import DEFAULT_TENANT, TENANT_NAME
 
 __all__ = ["DEFAULT_TENANT", "TokenTable", "check_start", "is_loopback"]
 
-DEFAULT_TENANT = "default"
 
 
 def _digest(token: str) -> bytes:
@@ -49,12 +49,17 @@ class TokenTable:
             if len(token) < 16 or token != token.strip():
                 raise ConfigurationError("COMPACTOR_API_TOKENS: every token needs 16 characters "
                                          "or more, without surrounding spaces")
-            if tenant != DEFAULT_TENANT:
-                # One keyspace today: a second tenant would read the first one's sessions.
-                raise ConfigurationError(f"COMPACTOR_API_TOKENS: tenant {tenant!r}: only "
-                                         f"{DEFAULT_TENANT!r} exists until tenants do")
+            if not isinstance(tenant, str) or not TENANT_NAME.fullmatch(tenant):
+                raise ConfigurationError(f"COMPACTOR_API_TOKENS: tenant {tenant!r}: 1-63 "
+                                         "characters of a-z 0-9 _ -, starting with a letter "
+                                         "or digit")
             entries.append((_digest(token), tenant))
         return cls(tuple(entries))
+
+    def tenants(self) -> list[str]:
+        """Every tenant a token names, and the default one (the open paths' and, with no
+        token, every request's)."""
+        return sorted({DEFAULT_TENANT, *(tenant for _, tenant in self.entries)})
 
     def tenant(self, presented: str) -> str | None:
         """The tenant of ``presented``, or None; always compares against every token."""

@@ -71,6 +71,7 @@ PROBLEMS: dict[type[BaseException], Problem] = {
     e.JobError: _P(500, "job_error"),
     e.JobFailedError: _P(502, "job_failed"),
     e.CompactionLoopError: _P(429, "compaction_loop"),
+    e.QuotaExceededError: _P(429, "quota_exceeded"),
     e.JobCancelledError: _P(409, "job_cancelled"),
     e.JobTimeoutError: _P(504, "job_timeout"),
 }
@@ -79,7 +80,8 @@ INTERNAL = Problem(500, "internal_error")
 # What an error carries beyond its text: attribute -> problem member.
 _MEMBERS = (("job_id", "jobId"), ("line", "line"), ("setting", "setting"), ("limit", "limit"),
             ("value", "value"), ("entry_id", "entryId"), ("idempotency_key", "idempotencyKey"),
-            ("unit", "unit"), ("tokens", "tokens"), ("count", "count"), ("window_s", "windowS"))
+            ("unit", "unit"), ("tokens", "tokens"), ("count", "count"), ("window_s", "windowS"),
+            ("quota", "quota"), ("resets_at", "resetsAt"))
 
 
 def problem_for(err: BaseException) -> Problem:

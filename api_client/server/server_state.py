@@ -1,5 +1,5 @@
-"""What every request of the app shares (one asyncio client, the settings, the token table) and
-the bearer check. The app keeps no other state: replicas are equal.
+"""What every request of the app shares (an asyncio client per tenant, the settings, the token
+table) and the bearer check. The app keeps no other state: replicas are equal.
 
 The check is ASGI middleware (:class:`BearerAuth`), so a request without a valid token is
 answered 401 from its headers, before any of its body is read or parsed; the ``authorize``
@@ -29,14 +29,18 @@ OPEN_PATHS = frozenset({"/livez", "/readyz", "/openapi.json"})
 
 @dataclass(frozen=True, slots=True)
 class ServerState:
+    """What a request's route works with: the client of the request's tenant (it names only
+    that tenant's keys, so a route cannot reach another tenant's data) and the settings."""
+
     client: AsyncCompactionClient
     settings: ServerSettings
     tokens: TokenTable  # empty: --insecure-no-auth on loopback (checked at start)
 
 
 def server_state(request: Request) -> ServerState:
-    state: ServerState = request.app.state.compactor
-    return state
+    """The state of the request's tenant (the default tenant's on the open paths)."""
+    states: dict[str, ServerState] = request.app.state.compactor
+    return states[getattr(request.state, "tenant", DEFAULT_TENANT)]
 
 
 async def state_of(request: Request) -> ServerState:

@@ -30,6 +30,7 @@ PUBLIC = {
     "HookError", "InvalidIdError", "InvalidRequestError", "JobCancelledError",
     "JobConflictError", "JobError", "JobFailedError", "JobNotFoundError", "JobTimeoutError",
     "ModelError", "NothingToCompactError", "PlanError", "SessionCycleError", "SessionError",
+    "QuotaExceededError",  # a tenant over a quota (README "Tenants")
     "CompactionLoopError",  # the loop guard (README "Instant compaction")
     "SessionExistsError", "SessionFormatError", "SessionNotFoundError", "StaleSnapshotError",
     "InvalidEntryError", "InvalidTextError", "MessageSchemaError", "NestingTooDeepError",

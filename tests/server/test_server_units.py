@@ -79,8 +79,9 @@ def _table(tokens: dict[str, str] | None) -> TokenTable:
 
 
 def test_tokens_map_to_their_tenant_and_nothing_else_does() -> None:
-    table = _table({TOKEN: "default", TOKEN + "2": "default"})
-    assert table.tenant(TOKEN) == "default" and table.tenant(TOKEN + "2") == "default"
+    table = _table({TOKEN: "default", TOKEN + "2": "acme"})
+    assert table.tenant(TOKEN) == "default" and table.tenant(TOKEN + "2") == "acme"
+    assert table.tenants() == ["acme", "default"]
     assert table.tenant(TOKEN[:-1]) is None and table.tenant("") is None
     assert TOKEN not in repr(table)  # only digests are kept
 
@@ -90,7 +91,8 @@ def test_tokens_map_to_their_tenant_and_nothing_else_does() -> None:
     ("[]", "non-empty JSON object"),
     ("{}", "non-empty JSON object"),
     ('{"short": "default"}', "16 characters"),
-    (json.dumps({TOKEN: "acme"}), "only 'default' exists"),
+    (json.dumps({TOKEN: "Acme"}), "tenant 'Acme': 1-63 characters"),
+    (json.dumps({TOKEN: 7}), "tenant 7"),
 ])
 def test_bad_token_tables_are_refused_in_one_line(raw: str, problem: str) -> None:
     with pytest.raises(ConfigurationError, match=problem):

@@ -25,7 +25,7 @@ from collections.abc import Callable
 import redis
 
 from api_client.contract.errors import CompactorError
-from api_client.contract.keys import KeyLayout
+from api_client.contract.keys import ANY_TENANT, KeyLayout
 from api_client.contract.wire import TASK_NAMES, JobKind, JobState, Route
 from worker.service._job_stops import WAIT_FOR_REDIS
 from worker.settings import WorkerSettings
@@ -47,7 +47,7 @@ class Sweeper:
     """The sweep of one worker process (a daemon thread between :meth:`start` and :meth:`stop`)."""
 
     def __init__(self, settings: WorkerSettings, client: redis.Redis[str], send: Sender) -> None:
-        layout = KeyLayout(settings.key_prefix)
+        layout = KeyLayout(settings.key_prefix, ANY_TENANT)
         self.settings = settings
         self.store = SweepStore(client, layout)
         self.jobs = JobStore(client, settings, layout)

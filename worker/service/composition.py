@@ -13,7 +13,7 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from api_client.contract.keys import KeyLayout
+from api_client.contract.keys import ANY_TENANT, KeyLayout
 from worker.compaction import PlanCaches
 from worker.compaction.facts import SEARCH as FACT_SEARCH
 from worker.hooks import load_hook_runner
@@ -54,7 +54,7 @@ def build_runtime(settings: WorkerSettings, *,
                   summarizer: Callable[[], Summarizer] | None = None) -> Runtime:
     """Connect nothing yet (redis-py connects on first use); load hooks and the model router."""
     client = worker_redis(settings)
-    layout = KeyLayout(settings.key_prefix)
+    layout = KeyLayout(settings.key_prefix, ANY_TENANT)
     # The process's token counts: every job and the model router count with this one.
     tokenizer = get_tokenizer(settings.tokenizer, TokenCache(settings.token_cache_entries))
     log.info("model chain: %s", model_chain_text(settings))

@@ -13,7 +13,7 @@ import logging
 import redis
 
 from api_client.contract.job_records import event_fields
-from api_client.contract.keys import KeyLayout
+from api_client.contract.keys import ANY_TENANT, KeyLayout
 from api_client.contract.redis_conn import REDIS_DOWN, STORAGE_FULL, unavailable
 from api_client.contract.retention import retain_in
 from api_client.contract.settings import ClientSettings
@@ -31,7 +31,7 @@ class EventPublisher:
                  layout: KeyLayout | None = None) -> None:
         self.redis = client
         self.settings = settings
-        self.layout = layout or KeyLayout(settings.key_prefix)
+        self.layout = layout or KeyLayout(settings.key_prefix, ANY_TENANT)
 
     def publish(self, event: JobEvent) -> str:
         """XADD to the session's stream and the global one; returns the session stream id
@@ -44,7 +44,7 @@ class EventPublisher:
         pipe.expire(stream, self.settings.job_ttl_s)  # as finish.lua: lives as long as records
         # A write of the session, sent with it: the session's retention is refreshed.
         retain_in(pipe, stream, self.settings.session_ttl_s)
-        pipe.xadd(self.layout.global_events, fields,  # type: ignore[arg-type]
+        pipe.xadd(self.layout.events_of(event.session_id), fields,  # type: ignore[arg-type]
                   maxlen=self.settings.event_stream_maxlen, approximate=True)
         try:
             session_id, *_ = pipe.execute()

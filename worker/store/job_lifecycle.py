@@ -20,7 +20,7 @@ import redis
 
 from api_client.contract.errors import StorageFullError
 from api_client.contract.job_records import finish_job, get_record
-from api_client.contract.keys import KeyLayout
+from api_client.contract.keys import ANY_TENANT, KeyLayout
 from api_client.contract.redis_flows import SyncShell
 from api_client.contract.settings import ClientSettings
 from api_client.contract.wire import JobEvent, JobRecord, JobState, now_iso
@@ -41,7 +41,7 @@ class JobStore:
                  layout: KeyLayout | None = None) -> None:
         self.redis = client
         self.settings = settings or ClientSettings()
-        self.layout = layout or KeyLayout(self.settings.key_prefix)
+        self.layout = layout or KeyLayout(self.settings.key_prefix, ANY_TENANT)
         self._io = SyncShell(client)
         self.leases = Leases(client, self.layout)
         self.events = EventPublisher(client, self.settings, self.layout)
@@ -85,6 +85,9 @@ class JobStore:
         args = [now_iso(), "" if attempt is None else str(attempt), str(self.settings.job_ttl_s)]
         keys = [self.layout.job(job_id).record]
         value = int(guarded(job_id, lambda: self._running(keys=keys, args=args)))
+        # Started: no longer ahead of the tenant's next jobs in the fair order, nor counted in
+        # its queued_jobs quota (a key of the tenant's slot: a command of its own).
+        guarded(job_id, lambda: self.redis.zrem(self.layout.queued_of_job(job_id), job_id))
         return None if value < 0 else value
 
     def is_cancel_requested(self, job_id: str) -> bool:

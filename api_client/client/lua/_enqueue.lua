@@ -4,14 +4,18 @@
 -- session (single-flight), and push its Celery task message when the broker is this Redis.
 -- KEYS: 1 inflight key (session, kind), 2 new record key, 3 session event stream,
 --       4 session header, 5 session entries, 6 broker queue list (only written with ARGV[10]),
---       7 jobs-due index (only with ARGV[13]; given only when this Redis is no Cluster)
+--       7 jobs-due index (only with ARGV[13]; given only when this Redis is no Cluster),
+--       8-10 the tenant's queued jobs, quota and today's usage (only with ARGV[15]),
+--       11.. the lower priority lists of the queue (after KEYS[6]; the fair order's steps)
 -- ARGV: 1 new job id, 2 record key prefix (+ token = a record key), 3 priority (lower = sooner),
 --       4 queue, 5 reason, 6 target id ('' = none), 7 inflight TTL s, 8 pending record TTL s,
 --       9 instructions ('' = none), 10 task message to LPUSH ('' = the caller publishes),
 --       11 event channel, 12 task-sent event to PUBLISH ('' = none),
 --       13 when the sweep looks at the new job (Unix ms; '' = the caller indexes it),
---       14 the session's retention in s (0 = forever; needs _retention), 15.. record field pairs
--- Errors: COMPACTOR_NOSESSION (no header), COMPACTOR_NOENTRY <id> (target not in the session)
+--       14 the session's retention in s (0 = forever; needs _retention), 15 the tenant's admission
+--       policy ('' = the caller admitted the job; needs _admit), 16.. record field pairs
+-- Errors: COMPACTOR_NOSESSION (no header), COMPACTOR_NOENTRY <id> (target not in the session),
+--         COMPACTOR_QUOTA <quota> <limit> <value> (the tenant is over a quota: see _admit.lua)
 -- Returns {outcome, job id, state, last event id of the session stream ('0-0' when empty),
 --          why (conflicts only)}
 --   outcome: created | coalesced | upgraded (re-send at the new priority) | conflict
@@ -55,14 +59,21 @@ local function enqueue(KEYS, ARGV)
       return {'coalesced', current, f[1], last_event_id()}
     end
   end
-  redis.call('HSET', KEYS[2], unpack(ARGV, 15))
+  local step = 0
+  if ARGV[15] ~= '' then
+    step = admit(KEYS[8], KEYS[9], KEYS[10], ARGV[15], ARGV[1])
+    if type(step) == 'table' then
+      return step
+    end
+  end
+  redis.call('HSET', KEYS[2], unpack(ARGV, 16))
   redis.call('EXPIRE', KEYS[2], ARGV[8])
   redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[7])
   if ARGV[13] ~= '' then
     redis.call('ZADD', KEYS[7], 'NX', ARGV[13], ARGV[1])
   end
   if ARGV[10] ~= '' then
-    redis.call('LPUSH', KEYS[6], ARGV[10])
+    redis.call('LPUSH', KEYS[6 + (step > 0 and 4 + step or 0)], ARGV[10])
     if ARGV[12] ~= '' then
       redis.call('PUBLISH', ARGV[11], ARGV[12])
     end

@@ -1,0 +1,90 @@
+-- A tenant's admission of a new job and its place in the fair order (README "Tenants").
+-- Included by _enqueue.lua (the broker is this Redis: one round trip) and admit.lua (run on its
+-- own before the enqueue otherwise). Every key it takes is the tenant's: one Cluster slot.
+--
+-- admit(queued, quota, usage, policy, job_id)
+--   queued: the tenant's zset of queued jobs (score: route priority x 1e13 + Unix ms)
+--   quota:  the tenant's hash of quota overrides (fields override the policy's defaults)
+--   usage:  the tenant's model spend of today (hash, written by the workers)
+--   policy: ARGV string of space-separated fields, in this order:
+--     now (Unix ms), priority (the route's), share (fair_share_jobs), weight, queued_max,
+--     tokens_per_day, usd_per_day, budget ('refuse' | 'draft' | 'none'), draft_share,
+--     pending_ttl_s, lower (how many lower priority lists the route's queue has)
+-- Returns the step down the job takes (0: its route's own list; i: the i-th lower one), or
+-- the error reply 'COMPACTOR_QUOTA <quota> <limit> <value>' (nothing was written).
+--
+-- Fair order: a job counts the tenant's queued jobs of the same or a more urgent priority and
+-- goes one list down per share x weight of them, so the first few jobs of every tenant are
+-- served before the rest of a flood, and a tenant's overflow recovery stays ahead of its own
+-- other jobs. Within a list the order is FIFO, as before.
+local PRIORITY_SCALE = 1e13
+
+local function policy_of(text)
+  local f = {}
+  for word in string.gmatch(text, '%S+') do
+    f[#f + 1] = word
+  end
+  return {now = tonumber(f[1]), priority = tonumber(f[2]), share = tonumber(f[3]),
+          weight = tonumber(f[4]), queued_max = tonumber(f[5]), tokens_day = tonumber(f[6]),
+          usd_day = tonumber(f[7]), budget = f[8], draft_share = tonumber(f[9]),
+          pending_ttl = tonumber(f[10]), lower = tonumber(f[11])}
+end
+
+local function over(quota, limit, value)
+  return redis.error_reply('COMPACTOR_QUOTA ' .. quota .. ' ' .. limit .. ' ' .. value)
+end
+
+-- Jobs whose start was never seen (a lost message, a dead client) leave after pending_ttl:
+-- the record and single-flight slot of such a job expire then too.
+local function trim(queued, p)
+  local cutoff = p.now - p.pending_ttl * 1000
+  for _, level in ipairs({0, 3, 6, 9}) do
+    local base = level * PRIORITY_SCALE
+    redis.call('ZREMRANGEBYSCORE', queued, base, '(' .. (base + cutoff))
+  end
+end
+
+local function budget_refusal(usage, p, tokens_day, usd_day)
+  if p.budget == 'none' then
+    return nil
+  end
+  local share = 1
+  if p.budget == 'draft' then
+    share = p.draft_share
+  end
+  local u = redis.call('HMGET', usage, 'input_tokens', 'output_tokens', 'draft_input_tokens',
+                       'draft_output_tokens', 'usd', 'draft_usd')
+  local tokens = (tonumber(u[1]) or 0) + (tonumber(u[2]) or 0) + (tonumber(u[3]) or 0)
+    + (tonumber(u[4]) or 0)
+  local usd = (tonumber(u[5]) or 0) + (tonumber(u[6]) or 0)
+  if tokens_day > 0 and tokens >= tokens_day * share then
+    return over('tokens_per_day', tokens_day * share, tokens)
+  end
+  if usd_day > 0 and usd >= usd_day * share then
+    return over('usd_per_day', usd_day * share, usd)
+  end
+  return nil
+end
+
+local function admit(queued, quota, usage, policy, job_id)
+  local p = policy_of(policy)
+  local q = redis.call('HMGET', quota, 'queued_jobs_max', 'tokens_per_day', 'usd_per_day',
+                       'weight')
+  local queued_max = tonumber(q[1]) or p.queued_max
+  trim(queued, p)
+  local count = redis.call('ZCARD', queued)
+  if queued_max > 0 and count >= queued_max then
+    return over('queued_jobs', queued_max, count)
+  end
+  local refused = budget_refusal(usage, p, tonumber(q[2]) or p.tokens_day,
+                                 tonumber(q[3]) or p.usd_day)
+  if refused then
+    return refused
+  end
+  local ahead = redis.call('ZCOUNT', queued, '-inf',
+                           '(' .. ((p.priority + 1) * PRIORITY_SCALE))
+  local per_step = math.max(1, math.floor(p.share * (tonumber(q[4]) or p.weight)))
+  redis.call('ZADD', queued, p.priority * PRIORITY_SCALE + p.now, job_id)
+  redis.call('PEXPIRE', queued, p.pending_ttl * 1000)
+  return math.min(math.floor(ahead / per_step), p.lower)
+end

@@ -1,0 +1,57 @@
+"""Each bearer token is bound to one tenant: over HTTP a tenant reads, changes, compacts and
+observes its own sessions and jobs only; another tenant's ids are simply not found (404)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from server.server_support import TOKEN, running_api, server_settings
+
+from worker.app import CompactorCelery
+
+ACME, GLOBEX = TOKEN + "-acme", TOKEN + "-globex"
+DEMO = (Path(__file__).resolve().parents[2] / "worker" / "data" / "demo-session.jsonl").read_text(
+    encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def tenant_api(module_redis: str, worker: CompactorCelery) -> Iterator[str]:
+    tokens = {TOKEN: "default", ACME: "acme", GLOBEX: "globex"}
+    with running_api(module_redis, server_settings(tokens, api_max_wait_s=20.0)) as url:
+        yield url
+
+
+def _http(url: str, token: str) -> httpx.Client:
+    return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+
+def test_a_token_sees_only_its_tenant(tenant_api: str) -> None:
+    with _http(tenant_api, ACME) as acme, _http(tenant_api, GLOBEX) as globex, \
+            _http(tenant_api, TOKEN) as default:
+        created = acme.put("/v1/sessions/shared-id/jsonl", content=DEMO,
+                           headers={"Content-Type": "application/x-ndjson"})
+        assert created.status_code == 201, created.text
+        job = acme.post("/v1/sessions/shared-id/compact", json={"reason": "manual"})
+        assert job.status_code == 202, job.text
+        job_id = job.json()["jobId"]
+        assert job_id.startswith("acme~shared-id:")
+        done = acme.get(f"/v1/jobs/{job_id}", params={"wait": 20})
+        assert done.json()["state"] == "succeeded", done.text
+        for other in (globex, default):
+            for method, path in (("GET", "/v1/sessions/shared-id"),
+                                 ("GET", "/v1/sessions/shared-id/context"),
+                                 ("POST", "/v1/sessions/shared-id/compact"),
+                                 ("DELETE", "/v1/sessions/shared-id"),
+                                 ("GET", f"/v1/jobs/{job_id}"),
+                                 ("POST", f"/v1/jobs/{job_id}/cancel")):
+                answer = other.request(method, path, json={} if method == "POST" else None)
+                assert answer.status_code == 404, (method, path, answer.text)
+        # The same id in another tenant is another session.
+        again = globex.put("/v1/sessions/shared-id/jsonl", content=DEMO,
+                           headers={"Content-Type": "application/x-ndjson"})
+        assert again.status_code == 201
+        assert globex.delete("/v1/sessions/shared-id").status_code == 204
+        assert acme.get("/v1/sessions/shared-id").status_code == 200
