@@ -15,8 +15,8 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from api_client.client.admission import admission, lower_steps, route_at_step
-from api_client.client.task_messages import queue_list, task_push
+from api_client.client.admission import admission
+from api_client.client.task_messages import task_push
 from api_client.contract.errors import (
     InstructionsTooLongError,
     InvalidRequestError,
@@ -140,9 +140,7 @@ def enqueue_call(layout: KeyLayout, settings: ClientSettings, session_id: str, k
     due, policy = "", ""
     if push is not None:
         admitted = admission(layout, settings, session_id, job_kind, why, route)
-        keys += [layout.jobs_due, *admitted.keys,
-                 *(queue_list(route.queue, step, layout.broker)
-                   for step in lower_steps(route.priority))]
+        keys += [layout.jobs_due, *admitted.keys, *admitted.fair_index]
         due, policy = str(due_ms(settings)), admitted.policy
     args = [job_id, record_prefix, str(route.priority), route.queue, why.value if why else "",
             target_id or "", str(settings.job_pending_ttl_s), str(settings.job_pending_ttl_s),
@@ -201,29 +199,27 @@ class _JobCore:
         call = self.enqueue_script(session_id, kind, reason, instructions, target_id, broker_db,
                                    context_window)
         job_id, indexed = str(call.script.args[0]), broker_db is not None
-        route = call.route
         if not indexed:
             # Indexed before the record exists: a client that dies between the two leaves a job
             # the workers' sweep still finds (an entry without a record is simply dropped).
             yield cmd("zadd", self.layout.jobs_due, {job_id: due_ms(self.settings)}, nx=True)
-            route = yield from self._admit(session_id, kind, reason, job_id, call.route)
+            yield from self._admit(session_id, kind, reason, job_id, call.route)
         reply = yield call.script
         if not indexed and str(reply[0]) != "created":
             yield cmd("zrem", self.layout.jobs_due, job_id)
             yield cmd("zrem", self._queued(session_id), job_id)
-        return parse_enqueue(reply, route, indexed)
+        return parse_enqueue(reply, call.route, indexed)
 
     def _admit(self, session_id: str, kind: JobKind | str, reason: CompactReason | str | None,
-               job_id: str, route: Route) -> Flow[Route]:
+               job_id: str, route: Route) -> Flow[None]:
         """``admit.lua`` on the tenant's keys (the enqueue script runs without the admission):
-        the route one of its priority lists down per the fair order, or QuotaExceededError."""
+        QuotaExceededError when the tenant is over a quota."""
         job_kind = JobKind(kind)
         why = CompactReason(reason or "manual") if job_kind is JobKind.COMPACT else None
         admitted = admission(self.layout, self.settings, session_id, job_kind, why, route)
         tenant = split_tenant(self.layout.qualified(session_id))[0]
-        step = yield Script("admit", admitted.keys, [admitted.policy, job_id],
-                            job_rescue(job_id, session_id, tenant), CLIENT_SCRIPTS)
-        return route_at_step(route, int(step))
+        yield Script("admit", admitted.keys, [admitted.policy, job_id],
+                     job_rescue(job_id, session_id, tenant), CLIENT_SCRIPTS)
 
     def _queued(self, session_id: str) -> str:
         return self.layout.tenant_queued(split_tenant(self.layout.qualified(session_id))[0])

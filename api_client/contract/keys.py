@@ -329,6 +329,12 @@ class KeyLayout:
         when a worker starts it or it ends, or after ``job_pending_ttl_s``)."""
         return self._tenant_key(tenant, "queued")
 
+    def fair_index(self, queue: str, priority: int) -> tuple[str, str]:
+        """(tags, messages) of a broker queue list's fair order (``_admit.lua`` place()): zset
+        job id → tag, hash job id → its task message, for the jobs queued in it."""
+        base = f"{self.prefix}:fair:{queue}:{priority}:"
+        return base + "tags", base + "messages"
+
     def queued_of_job(self, job_id: str) -> str:
         """:meth:`tenant_queued` of the job's tenant (the worker's layout serves them all)."""
         return self.tenant_queued(split_tenant(split_job_id(job_id)[0])[0])

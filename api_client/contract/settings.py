@@ -197,10 +197,11 @@ class ClientSettings(BaseSettings):
     usd_per_day: float = Field(default=0.0, ge=0)
     over_budget_summarizer: Literal["deterministic", "refuse"] = "deterministic"
     draft_budget_share: float = Field(default=0.8, gt=0, le=1)
-    # Fair order across tenants: a tenant's queued jobs beyond fair_share_jobs x its weight (of
-    # the same or a more urgent kind) go one priority step down per fair_share_jobs x weight, so
-    # one tenant's flood never sits in front of another tenant's next job.
-    fair_share_jobs: int = Field(default=4, ge=1)
+    # Fair order across tenants (the broker being the sessions' Redis): a new job takes its
+    # place in its queue as if it had come fair_delay_ms later for each job of its tenant
+    # (of the same or a more urgent kind) queued before it, divided by the tenant's weight. A
+    # flood waits behind the next jobs of lighter tenants, for at most that long. 0: FIFO.
+    fair_delay_ms: int = Field(default=1000, ge=0)
     weight: float = Field(default=1.0, gt=0)
 
     @field_validator("key_prefix")

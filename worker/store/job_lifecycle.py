@@ -84,11 +84,23 @@ class JobStore:
         record then lives ``job_ttl_s`` (its pending TTL only bounds the wait in the queue)."""
         args = [now_iso(), "" if attempt is None else str(attempt), str(self.settings.job_ttl_s)]
         keys = [self.layout.job(job_id).record]
-        value = int(guarded(job_id, lambda: self._running(keys=keys, args=args)))
-        # Started: no longer ahead of the tenant's next jobs in the fair order, nor counted in
-        # its queued_jobs quota (a key of the tenant's slot: a command of its own).
-        guarded(job_id, lambda: self.redis.zrem(self.layout.queued_of_job(job_id), job_id))
+        reply = guarded(job_id, lambda: self._running(keys=keys, args=args))
+        value = int(reply[0])
+        if value > 0:
+            guarded(job_id, lambda: self._leave_queue(job_id, str(reply[1]), str(reply[2])))
         return None if value < 0 else value
+
+    def _leave_queue(self, job_id: str, queue: str, priority: str) -> None:
+        """Started: the job no longer counts as queued for its tenant (the fair order, the
+        queued_jobs quota) nor names a pivot in its queue list's fair index. Keys of other
+        slots than the record's: commands of their own, in one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zrem(self.layout.queued_of_job(job_id), job_id)
+        if queue and priority.isdigit():
+            tags, messages = self.layout.fair_index(queue, int(priority))
+            pipe.zrem(tags, job_id)
+            pipe.hdel(messages, job_id)
+        pipe.execute()
 
     def is_cancel_requested(self, job_id: str) -> bool:
         record = self.layout.job(job_id).record

@@ -7,16 +7,17 @@
 --   quota:  the tenant's hash of quota overrides (fields override the policy's defaults)
 --   usage:  the tenant's model spend of today (hash, written by the workers)
 --   policy: ARGV string of space-separated fields, in this order:
---     now (Unix ms), priority (the route's), share (fair_share_jobs), weight, queued_max,
+--     now (Unix ms), priority (the route's), delay (fair_delay_ms), weight, queued_max,
 --     tokens_per_day, usd_per_day, budget ('refuse' | 'draft' | 'none'), draft_share,
---     pending_ttl_s, lower (how many lower priority lists the route's queue has)
--- Returns the step down the job takes (0: its route's own list; i: the i-th lower one), or
--- the error reply 'COMPACTOR_QUOTA <quota> <limit> <value>' (nothing was written).
+--     pending_ttl_s
+-- Returns the job's fair tag (Unix ms: see place()), or the error reply
+-- 'COMPACTOR_QUOTA <quota> <limit> <value>' (nothing was written).
 --
--- Fair order: a job counts the tenant's queued jobs of the same or a more urgent priority and
--- goes one list down per share x weight of them, so the first few jobs of every tenant are
--- served before the rest of a flood, and a tenant's overflow recovery stays ahead of its own
--- other jobs. Within a list the order is FIFO, as before.
+-- Fair order: the tag is now + delay / weight for each queued job of the tenant of the same or
+-- a more urgent priority. place() puts the task message among the queue's messages in tag
+-- order, so another tenant's next job goes ahead of a flood (which waits at most that long), a
+-- tenant's overflow recovery (its own queue, priority 0) stays ahead of its other jobs, and
+-- with one tenant, or a delay of 0, the order is first come, first served as before.
 local PRIORITY_SCALE = 1e13
 
 local function policy_of(text)
@@ -24,10 +25,10 @@ local function policy_of(text)
   for word in string.gmatch(text, '%S+') do
     f[#f + 1] = word
   end
-  return {now = tonumber(f[1]), priority = tonumber(f[2]), share = tonumber(f[3]),
+  return {now = tonumber(f[1]), priority = tonumber(f[2]), delay = tonumber(f[3]),
           weight = tonumber(f[4]), queued_max = tonumber(f[5]), tokens_day = tonumber(f[6]),
           usd_day = tonumber(f[7]), budget = f[8], draft_share = tonumber(f[9]),
-          pending_ttl = tonumber(f[10]), lower = tonumber(f[11])}
+          pending_ttl = tonumber(f[10])}
 end
 
 local function over(quota, limit, value)
@@ -83,8 +84,39 @@ local function admit(queued, quota, usage, policy, job_id)
   end
   local ahead = redis.call('ZCOUNT', queued, '-inf',
                            '(' .. ((p.priority + 1) * PRIORITY_SCALE))
-  local per_step = math.max(1, math.floor(p.share * (tonumber(q[4]) or p.weight)))
   redis.call('ZADD', queued, p.priority * PRIORITY_SCALE + p.now, job_id)
   redis.call('PEXPIRE', queued, p.pending_ttl * 1000)
-  return math.min(math.floor(ahead / per_step), p.lower)
+  return p.now + math.floor(ahead * p.delay / (tonumber(q[4]) or p.weight))
+end
+
+-- Push a task message into its queue list at its tag's place. kombu pops from the right end,
+-- so the list is kept in tag order from the right: the message goes right after (LINSERT
+-- AFTER) the nearest message with a later tag, or to the left end when none has one. The
+-- list's index (tags: job id → tag; messages: job id → message) names the pivots; a worker
+-- drops a job from it when it starts the job. An index entry whose message is gone (popped by
+-- a worker that died, trimmed) is dropped on the way; after three such, the message simply
+-- goes to the end: never lost, only less fairly placed.
+local function place(list, tags, messages, tag, job_id, message, pending_ttl)
+  redis.call('ZREMRANGEBYSCORE', tags, '-inf', '(' .. (tag - pending_ttl * 1000))
+  local placed = false
+  for _ = 1, 3 do
+    local later = redis.call('ZRANGEBYSCORE', tags, '(' .. tag, '+inf', 'LIMIT', 0, 1)
+    if #later == 0 then
+      break
+    end
+    local pivot = redis.call('HGET', messages, later[1])
+    if pivot and redis.call('LINSERT', list, 'AFTER', pivot, message) > 0 then
+      placed = true
+      break
+    end
+    redis.call('ZREM', tags, later[1])
+    redis.call('HDEL', messages, later[1])
+  end
+  if not placed then
+    redis.call('LPUSH', list, message)
+  end
+  redis.call('ZADD', tags, tag, job_id)
+  redis.call('HSET', messages, job_id, message)
+  redis.call('PEXPIRE', tags, pending_ttl * 1000)
+  redis.call('PEXPIRE', messages, pending_ttl * 1000)
 end

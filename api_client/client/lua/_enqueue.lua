@@ -6,7 +6,7 @@
 --       4 session header, 5 session entries, 6 broker queue list (only written with ARGV[10]),
 --       7 jobs-due index (only with ARGV[13]; given only when this Redis is no Cluster),
 --       8-10 the tenant's queued jobs, quota and today's usage (only with ARGV[15]),
---       11.. the lower priority lists of the queue (after KEYS[6]; the fair order's steps)
+--       11-12 the queue list's fair index: tags and messages (only with ARGV[15])
 -- ARGV: 1 new job id, 2 record key prefix (+ token = a record key), 3 priority (lower = sooner),
 --       4 queue, 5 reason, 6 target id ('' = none), 7 inflight TTL s, 8 pending record TTL s,
 --       9 instructions ('' = none), 10 task message to LPUSH ('' = the caller publishes),
@@ -59,11 +59,11 @@ local function enqueue(KEYS, ARGV)
       return {'coalesced', current, f[1], last_event_id()}
     end
   end
-  local step = 0
+  local tag = nil
   if ARGV[15] ~= '' then
-    step = admit(KEYS[8], KEYS[9], KEYS[10], ARGV[15], ARGV[1])
-    if type(step) == 'table' then
-      return step
+    tag = admit(KEYS[8], KEYS[9], KEYS[10], ARGV[15], ARGV[1])
+    if type(tag) == 'table' then
+      return tag
     end
   end
   redis.call('HSET', KEYS[2], unpack(ARGV, 16))
@@ -73,7 +73,11 @@ local function enqueue(KEYS, ARGV)
     redis.call('ZADD', KEYS[7], 'NX', ARGV[13], ARGV[1])
   end
   if ARGV[10] ~= '' then
-    redis.call('LPUSH', KEYS[6 + (step > 0 and 4 + step or 0)], ARGV[10])
+    if tag then
+      place(KEYS[6], KEYS[11], KEYS[12], tag, ARGV[1], ARGV[10], ARGV[8])
+    else
+      redis.call('LPUSH', KEYS[6], ARGV[10])
+    end
     if ARGV[12] ~= '' then
       redis.call('PUBLISH', ARGV[11], ARGV[12])
     end
