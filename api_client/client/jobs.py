@@ -130,22 +130,22 @@ def enqueue_call(layout: KeyLayout, settings: ClientSettings, session_id: str, k
                          sent_event=settings.send_sent_event, prefix=layout.broker)
     # A speculative compaction flies apart: a real one must never coalesce into it.
     slot = INFLIGHT_SPECULATIVE if why is CompactReason.SPECULATIVE else job_kind.value
-    # Without a push KEYS[6] is never touched; a key of the session's slot stands in for it, so
-    # the script stays in one Redis Cluster slot (the queue list lives elsewhere).
     keys = [skeys.inflight(slot), record_prefix + job_id.rpartition(":")[2],
-            skeys.events, skeys.header, skeys.entries,
-            push.queue_key if push else skeys.inflight(slot)]
-    # With the broker in this (single) Redis the script indexes and admits the job itself (one
-    # round trip); otherwise the caller does, with commands of its own (Cluster slots apart).
-    due, policy = "", ""
+            skeys.events, skeys.header, skeys.entries]
+    # With the broker in this (single, non-Cluster) Redis the script indexes, admits and places
+    # the job itself (one round trip); otherwise the caller does, with commands of its own.
+    tail = ["", "", "", "", "", ""]  # policy, queue list, jobs due, quota, usage: none
     if push is not None:
         admitted = admission(layout, settings, session_id, job_kind, why, route)
-        keys += [layout.jobs_due, *admitted.keys, *admitted.fair_index]
-        due, policy = str(due_ms(settings)), admitted.policy
+        queued, quota, usage = admitted.keys
+        keys += [queued, *admitted.fair_index]
+        tail = [str(due_ms(settings)), admitted.policy, push.queue_key, layout.jobs_due, quota,
+                usage]
     args = [job_id, record_prefix, str(route.priority), route.queue, why.value if why else "",
             target_id or "", str(settings.job_pending_ttl_s), str(settings.job_pending_ttl_s),
             instructions or "", push.message if push else "", push.channel if push else "",
-            push.event if push else "", due, str(settings.session_ttl_s), policy, *fields]
+            push.event if push else "", tail[0], str(settings.session_ttl_s), *tail[1:],
+            *fields]
     return keys, args, route
 
 
@@ -218,7 +218,8 @@ class _JobCore:
         why = CompactReason(reason or "manual") if job_kind is JobKind.COMPACT else None
         admitted = admission(self.layout, self.settings, session_id, job_kind, why, route)
         tenant = split_tenant(self.layout.qualified(session_id))[0]
-        yield Script("admit", admitted.keys, [admitted.policy, job_id],
+        queued, quota, usage = admitted.keys
+        yield Script("admit", [queued], [admitted.policy, job_id, quota, usage],
                      job_rescue(job_id, session_id, tenant), CLIENT_SCRIPTS)
 
     def _queued(self, session_id: str) -> str:

@@ -1,7 +1,10 @@
 """The Redis key layout. Every key Compactor writes is named here, nowhere else.
 
 All keys of one session share the hash tag ``{<session_id>}``, so every Lua script and
-transaction on a session (including its jobs) touches a single Cluster slot. Only the global
+transaction on a session (including its jobs) touches a single Cluster slot. The table names the
+default tenant's keys; another tenant's sessions live under ``<p>:tenant:<t>:session:`` instead
+of ``<p>:session:`` (same suffixes, same tag) and its event stream is ``<p>:tenant:<t>:events``,
+so one Redis ACL pattern ``~<p>:tenant:<t>:*`` holds them (README "Tenants"). Only the global
 event stream and the jobs-due index live elsewhere: each is one key in a slot of its own, only
 ever touched by single-key commands or scripts, never together with a session's keys. ``<p>``
 is the configurable prefix (``COMPACTOR_KEY_PREFIX``, default ``compactor``).
@@ -80,6 +83,18 @@ key                                        type    content
                                                    key, under the same prefix)
 ``<p>:llm:fail:...``,                      string  the model circuit breaker
 ``<p>:llm:cool:...``                               (:mod:`worker.llm.cooldown`)
+``<p>:tenants:{<t>}:queued``              sorted  a tenant's queued jobs: job id → route priority
+                                           set     x 1e13 + Unix ms (fair order, queued_jobs
+                                                   quota; a worker removes a job it starts)
+``<p>:tenants:{<t>}:quota``                hash    the tenant's quota overrides
+                                                   (:data:`QUOTA_FIELDS`)
+``<p>:tenants:{<t>}:usage:<YYYY-MM-DD>``   hash    the tenant's model spend that UTC day
+                                                   (:data:`USAGE_FIELDS`, written by workers)
+``<p>:tenants:{<t>}:bytes``                hash    session id → bytes of its stored lines
+``<p>:tenant-names``                       set     tenants that have spent model tokens
+``<p>:fair:<queue>:<priority>:tags``,      sorted  a queue list's fair order: job id → tag, and
+``<p>:fair:<queue>:<priority>:messages``   set,    job id → its task message (the pivots the
+                                           hash    enqueue script places a new message by)
 ``<p>:jobs:due``                           sorted  job id → when (Unix ms) a worker's sweep must
                                            set     look at the job: its lease's end (running) or the
                                                    time to re-send it (queued); see
@@ -87,9 +102,11 @@ key                                        type    content
 =========================================  ======  =================================================
 
 A job id is ``<sid>:<token>`` (token = 16 hex digits), so the job's keys can be derived from the
-id alone and stay in the session's slot. A session id is 1-256 characters of ``[A-Za-z0-9_.:-]``
-and starts with a letter or digit (a UUID, ``copy-<uuid>``, ...): no ``/``, ``*``, braces,
-spaces or controls, so an id can never name a path (``../../etc``) or a key pattern (``*``).
+id alone and stay in the session's slot; another tenant's ``<sid>`` is qualified, ``<t>~<sid>``
+(``~`` is in neither a tenant name nor a session id). A session id is 1-256 characters of
+``[A-Za-z0-9_.:-]`` and starts with a letter or digit (a UUID, ``copy-<uuid>``, ...): no ``/``,
+``*``, braces, spaces or controls, so an id can never name a path (``../../etc``) or a key
+pattern (``*``).
 
 Every key starts with ``<p>:``, the broker's too: one ACL key pattern ``~<p>:*`` covers all that
 Compactor, Celery and kombu use (README "Redis ACL and TLS" names the channels too).

@@ -3,17 +3,21 @@
 -- Create a job record unless a job of the same kind is already queued or running for the
 -- session (single-flight), and push its Celery task message when the broker is this Redis.
 -- KEYS: 1 inflight key (session, kind), 2 new record key, 3 session event stream,
---       4 session header, 5 session entries, 6 broker queue list (only written with ARGV[10]),
---       7 jobs-due index (only with ARGV[13]; given only when this Redis is no Cluster),
---       8-10 the tenant's queued jobs, quota and today's usage (only with ARGV[15]),
---       11-12 the queue list's fair index: tags and messages (only with ARGV[15])
+--       4 session header, 5 session entries, 6-8 the tenant's queued jobs and the queue list's
+--       fair index, tags and messages (only with ARGV[15]; given only when this Redis is no
+--       Cluster)
 -- ARGV: 1 new job id, 2 record key prefix (+ token = a record key), 3 priority (lower = sooner),
 --       4 queue, 5 reason, 6 target id ('' = none), 7 inflight TTL s, 8 pending record TTL s,
 --       9 instructions ('' = none), 10 task message to LPUSH ('' = the caller publishes),
 --       11 event channel, 12 task-sent event to PUBLISH ('' = none),
 --       13 when the sweep looks at the new job (Unix ms; '' = the caller indexes it),
 --       14 the session's retention in s (0 = forever; needs _retention), 15 the tenant's admission
---       policy ('' = the caller admitted the job; needs _admit), 16.. record field pairs
+--       policy ('' = the caller admitted the job; needs _admit), 16 the broker's queue list
+--       (with ARGV[10]), 17 the jobs-due index (with ARGV[13]), 18 the tenant's quota and 19
+--       today's usage (with ARGV[15]), 20.. record field pairs
+-- The keys of ARGV 16-19 are not declared: Redis checks a script's declared keys for reading
+-- and writing both, and a tenant's ACL user may only write the broker's lists and the jobs-due
+-- index and only read its quota and usage (README "Tenants"); each command is checked.
 -- Errors: COMPACTOR_NOSESSION (no header), COMPACTOR_NOENTRY <id> (target not in the session),
 --         COMPACTOR_QUOTA <quota> <limit> <value> (the tenant is over a quota: see _admit.lua)
 -- Returns {outcome, job id, state, last event id of the session stream ('0-0' when empty),
@@ -61,22 +65,22 @@ local function enqueue(KEYS, ARGV)
   end
   local tag = nil
   if ARGV[15] ~= '' then
-    tag = admit(KEYS[8], KEYS[9], KEYS[10], ARGV[15], ARGV[1])
+    tag = admit(KEYS[6], ARGV[18], ARGV[19], ARGV[15], ARGV[1])
     if type(tag) == 'table' then
       return tag
     end
   end
-  redis.call('HSET', KEYS[2], unpack(ARGV, 16))
+  redis.call('HSET', KEYS[2], unpack(ARGV, 20))
   redis.call('EXPIRE', KEYS[2], ARGV[8])
   redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[7])
   if ARGV[13] ~= '' then
-    redis.call('ZADD', KEYS[7], 'NX', ARGV[13], ARGV[1])
+    redis.call('ZADD', ARGV[17], 'NX', ARGV[13], ARGV[1])
   end
   if ARGV[10] ~= '' then
     if tag then
-      place(KEYS[6], KEYS[11], KEYS[12], tag, ARGV[1], ARGV[10], ARGV[8])
+      place(ARGV[16], KEYS[7], KEYS[8], tag, ARGV[1], ARGV[10], ARGV[8])
     else
-      redis.call('LPUSH', KEYS[6], ARGV[10])
+      redis.call('LPUSH', ARGV[16], ARGV[10])
     end
     if ARGV[12] ~= '' then
       redis.call('PUBLISH', ARGV[11], ARGV[12])

@@ -1,7 +1,9 @@
 -- include: _admit
 -- A new job's admission on its own (the broker is not the sessions' Redis): see _admit.lua.
--- KEYS: 1 the tenant's queued jobs, 2 its quota overrides, 3 today's usage
--- ARGV: 1 the policy, 2 the new job's id
+-- KEYS: 1 the tenant's queued jobs
+-- ARGV: 1 the policy, 2 the new job's id, 3 the tenant's quota overrides and 4 today's usage
+--       (keys of KEYS[1]'s slot, not declared: the tenant's ACL user may only read them, and
+--       Redis checks declared keys for reading and writing both; see _enqueue.lua)
 -- Returns the job's fair tag (unused: its message goes to the end of its queue), or
 -- COMPACTOR_QUOTA <quota> <limit> <value>.
-return admit(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])
+return admit(KEYS[1], ARGV[3], ARGV[4], ARGV[1], ARGV[2])
