@@ -27,21 +27,18 @@ import os
 import socket
 import time
 import uuid
-from bisect import bisect
 from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import urlsplit
 
 from api_client.client.json_templates import quoted
-from api_client.contract.wire import BROKER_TRANSPORT_OPTIONS, Route, shown_kwargs
+from api_client.contract.wire import Route, queue_list, shown_kwargs
 
 __all__ = [
     "BrokerPush", "event_channel", "queue_list", "redis_db", "same_redis",
     "task_push",
 ]
 
-_STEPS: list[int] = list(BROKER_TRANSPORT_OPTIONS["priority_steps"])
-_SEP: str = BROKER_TRANSPORT_OPTIONS["sep"]
 _EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
 # Celery's name for a process that sends tasks without being a worker (anon_nodename()).
 _ORIGIN = f"gen{os.getpid()}@{socket.gethostname()}"
@@ -58,12 +55,6 @@ class BrokerPush:
     message: str
     channel: str
     event: str
-
-
-def queue_list(queue: str, priority: int, prefix: str = "") -> str:
-    """kombu's list for ``queue`` at ``priority`` (``prefix``: its ``global_keyprefix``)."""
-    step = _STEPS[bisect(_STEPS, priority) - 1]
-    return f"{prefix}{queue}{_SEP}{step}" if step else prefix + queue
 
 
 def redis_db(url: str) -> int:

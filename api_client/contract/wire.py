@@ -9,6 +9,7 @@ Celery priority number is served first, and producers and consumers must agree o
 from __future__ import annotations
 
 import json
+from bisect import bisect
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -59,6 +60,7 @@ __all__ = [
     "job_error_text",
     "now_iso",
     "queue_arguments",
+    "queue_list",
     "redis_transport_options",
     "route_for",
     "shown_kwargs",
@@ -148,6 +150,16 @@ BROKER_TRANSPORT_OPTIONS: Mapping[str, Any] = {
     "sep": ":",
     "queue_order_strategy": "priority",
 }
+
+
+def queue_list(queue: str, priority: int, prefix: str = "") -> str:
+    """kombu's Redis list for ``queue`` at ``priority``: ``<queue>`` for step 0, else
+    ``<queue><sep><step>``, the step the largest of ``priority_steps`` not above the priority
+    (kombu's ``Channel._q_for_pri``); ``prefix``: the transport's ``global_keyprefix``."""
+    steps: list[int] = list(BROKER_TRANSPORT_OPTIONS["priority_steps"])
+    step = steps[bisect(steps, priority) - 1]
+    sep: str = BROKER_TRANSPORT_OPTIONS["sep"]
+    return f"{prefix}{queue}{sep}{step}" if step else prefix + queue
 
 
 def redis_transport_options(key_prefix: str) -> dict[str, Any]:

@@ -10,6 +10,8 @@ from runtime.runtime_model_server import ModelServer
 from runtime.runtime_support import completions, new_session, running_worker, runtime_settings
 
 from api_client import CompactionClient
+from api_client.contract.wire import queue_list
+from worker.service._sweeper import Sweeper
 from worker.store.job_lifecycle import JobStore
 
 
@@ -58,3 +60,21 @@ def test_index_entries_without_a_record_are_dropped(redis_url: str) -> None:
                        "the ghost entry to go")
     # The worker's stop ends its sweep too.
     assert not [t for t in threading.enumerate() if t.name == "compactor-sweep"]
+
+
+def test_a_queued_job_whose_message_still_waits_is_not_sent_again(redis_url: str,
+                                                                  demo_text: str) -> None:
+    """A long queue (a flood the fair order put behind other tenants) is no lost message: the
+    sweep looks again later and sends nothing; once the message is gone, it sends it again."""
+    settings = runtime_settings(redis_url, requeue_after_s=0.01)
+    sent: list[str] = []
+    with CompactionClient(redis_url) as client:
+        waiting = client.compact(new_session(client, demo_text))  # its message is queued
+        lost = client.jobs.enqueue(new_session(client, demo_text), "compact")  # no message
+        sweeper = Sweeper(settings, client.redis, lambda job_id, route, task: sent.append(job_id))
+        client.redis.zadd(client.layout.jobs_due, {waiting.id: 0, lost.job_id: 0})
+        assert sweeper.sweep() == 1 and sent == [lost.job_id]
+        assert client.redis.zscore(client.layout.jobs_due, waiting.id) is not None
+        client.redis.delete(queue_list("compactor.compact", 6, client.layout.broker))
+        client.redis.zadd(client.layout.jobs_due, {waiting.id: 0})
+        assert sweeper.sweep() == 1 and sent[-1] == waiting.id

@@ -10,7 +10,9 @@ come (:class:`~worker.store.sweep.SweepStore`; one worker per entry) and looks a
   ends as ``duplicate``), unless it already had ``max_deliveries`` attempts: then it ends
   ``failed`` with a record and an event;
 * ``queued`` and no lease → its message may be lost (a publish that failed halfway, a broker
-  restarted without persistence): sent again, next look ``requeue_after_s`` × 2ⁿ later.
+  restarted without persistence): sent again, next look ``requeue_after_s`` × 2ⁿ later; unless
+  its message still waits in its queue list (a long queue, or a flood the fair order put
+  behind other tenants' jobs): looked at again ``requeue_after_s`` later, nothing sent.
 
 So no job stays queued or running longer than its lease (or ``requeue_after_s``) plus one sweep
 interval without someone acting on it; the broker's visibility timeout stays the backstop.
@@ -95,6 +97,9 @@ class Sweeper:
             return 0
         if job.state is JobState.RUNNING and job.attempts >= self.settings.max_deliveries:
             return self._give_up(job)
+        if job.state is JobState.QUEUED and self.store.still_queued(job):
+            self.store.due_at(job.job_id, now_ms() + int(self.settings.requeue_after_s * 1000))
+            return 0
         return self._resend(job)
 
     def _resend(self, job: JobLook) -> int:

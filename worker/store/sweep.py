@@ -17,7 +17,7 @@ from typing import Any
 import redis
 
 from api_client.contract.keys import KeyLayout
-from api_client.contract.wire import JobState
+from api_client.contract.wire import JobState, queue_list
 from worker.store.leases import guarded, script_text
 
 __all__ = ["JobLook", "SweepStore", "now_ms"]
@@ -77,6 +77,16 @@ class SweepStore:
         return JobLook(job_id, JobState(state), int(attempts or 0), int(resent or 0),
                        str(kind or ""), str(queue or ""), int(priority or 0),
                        max(0, int(pttl)))
+
+    def still_queued(self, job: JobLook) -> bool:
+        """Whether the job's task message still waits in its queue list (the fair order's
+        index names it, and the list holds it): a long queue, not a lost message."""
+        messages = self.layout.fair_index(job.queue, job.priority)[1]
+        message = guarded(job.job_id, lambda: self.redis.hget(messages, job.job_id))
+        if message is None:
+            return False
+        waiting = queue_list(job.queue, job.priority, self.layout.broker)
+        return guarded(job.job_id, lambda: self.redis.lpos(waiting, message)) is not None
 
     def count_resend(self, job_id: str) -> int:
         record = self.layout.job(job_id).record
