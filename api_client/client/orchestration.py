@@ -32,6 +32,7 @@ from api_client.client.transport import BrokerMode, ClientFlow, OnBroker, Publis
 from api_client.contract.errors import (
     BrokerUnavailableError,
     CompactorError,
+    QuotaExceededError,
     StorageFullError,
 )
 from api_client.contract.keys import KeyLayout
@@ -158,8 +159,13 @@ class Orchestration:
                                                     coalesced=True))
         if step != "start":
             return ObservePlan("none")
-        job = yield from self.compact(session_id, Request(
-            JobKind.COMPACT, CompactReason.SPECULATIVE, context_window=context_window))
+        try:
+            job = yield from self.compact(session_id, Request(
+                JobKind.COMPACT, CompactReason.SPECULATIVE, context_window=context_window))
+        except QuotaExceededError:
+            # Drafts stop first: near its model budget, or at its queued-jobs quota, the tenant
+            # gets no draft and compacts at the threshold as without speculation.
+            return ObservePlan("none")
         return ObservePlan("precompute", job)
 
     def summarize(self, request: SummaryInput) -> ClientFlow[JobRef]:

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 import pytest
 import redis
 
-from api_client import ClientSettings, CompactionClient, JobKind, QuotaExceededError
+from api_client import ClientSettings, CompactionClient, JobHandle, JobKind, QuotaExceededError
 from api_client.client.task_messages import queue_list
 from api_client.contract.wire import QUEUE_COMPACT, route_for
 from worker.store.job_lifecycle import JobStore
@@ -146,3 +146,25 @@ def test_the_model_budget_at_enqueue(tenants: dict[str, CompactionClient],
         a.jobs.enqueue(sid, "compact", reason=reason)
     assert caught.value.quota == refused
     assert caught.value.resets_at is not None and caught.value.resets_at.endswith("T00:00:00Z")
+
+
+def test_near_the_budget_observe_starts_no_draft(tenants: dict[str, CompactionClient],
+                                                 raw: redis.Redis[str]) -> None:
+    """Drafts stop first: where observe would start one, the tenant at 80 % of its model budget
+    gets none (and no error); the threshold compaction itself is still enqueued."""
+    a = tenants["a"]
+    sid = a.sessions.create("s")
+    a.sessions.append(sid, {"role": "user", "content": "hello", "timestamp": 1})
+    window = 200_000
+    near = window - a.settings.reserve_tokens - 4_000  # inside the draft band
+    started = a.observe(sid, context_tokens=near, context_window=window)
+    assert started.action == "precompute" and isinstance(started.handle, JobHandle)
+    started.handle.cancel()
+    raw.hset(a.layout.tenant_quota("a"), "tokens_per_day", "1000")
+    raw.hset(a.layout.tenant_usage("a", datetime.now(UTC).strftime("%Y-%m-%d")),
+             "draft_input_tokens", "800")
+    assert a.observe(sid, context_tokens=near + 1, context_window=window).action == "none"
+    raw.delete(a.layout.tenant_usage("a", datetime.now(UTC).strftime("%Y-%m-%d")))
+    assert a.observe(sid, context_tokens=near + 2, context_window=window).action == "precompute"
+    over = a.observe(sid, context_tokens=window, context_window=window)
+    assert over.action == "compact"
