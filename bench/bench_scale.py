@@ -62,11 +62,12 @@ def _script_names() -> dict[str, str]:
     for package in (CONTRACT_SCRIPTS, CLIENT_SCRIPTS):
         for path in (REPO / package.replace(".", "/") / "lua").glob("*.lua"):
             names[_sha(lua(path.stem, package))] = path.stem
-    walk, retention = lua("_walk"), lua("_retention")
+    walk, retention, counted = lua("_walk"), lua("_retention"), lua("_stored_bytes")
     for path in (REPO / "worker" / "store").glob("*.lua"):
         text = path.read_text(encoding="utf-8")
-        # as worker.store loads them: alone, after the retention helper, after both helpers
-        for loaded in (text, retention + "\n" + text, walk + "\n" + retention + "\n" + text):
+        # as worker.store loads them: alone, after the retention helper, after all three
+        for loaded in (text, retention + "\n" + text,
+                       "\n".join((walk, retention, counted, text))):
             names[_sha(loaded)] = path.stem
     return names
 

@@ -33,6 +33,7 @@ from worker.health import HealthStep, worker_health
 from worker.llm import Summarizer
 from worker.service import Runtime, Sweeper, build_runtime, worker_redis
 from worker.settings import WorkerSettings, check_startup
+from worker.store.tenant_bytes import BytesReconciler
 
 __all__ = ["CompactorCelery", "broker_transport_options", "create_app", "start_metrics"]
 
@@ -204,7 +205,21 @@ def _cooldown_gauge(settings: WorkerSettings, client: Any) -> Any:
     return CooldownCollector(store, {c.cooldown_key: c.label for c in settings.models})
 
 
-class SweepStep(bootsteps.StartStopStep):  # type: ignore[misc]
+class _ThreadStep(bootsteps.StartStopStep):  # type: ignore[misc]
+    """A step whose object runs a thread of the worker's main process (start, stop)."""
+
+    def start(self, worker: Any) -> None:
+        if self.obj is not None:
+            self.obj.start()
+
+    def stop(self, worker: Any) -> None:
+        if self.obj is not None:
+            self.obj.stop()
+
+    terminate = shutdown = stop
+
+
+class SweepStep(_ThreadStep):
     """The takeover sweep (worker/service/_sweeper.py), in the worker's main process."""
 
     def create(self, worker: Any) -> Sweeper | None:
@@ -220,15 +235,17 @@ class SweepStep(bootsteps.StartStopStep):  # type: ignore[misc]
 
         return Sweeper(settings, worker_redis(settings), send)
 
-    def start(self, worker: Any) -> None:
-        if self.obj is not None:
-            self.obj.start()
 
-    def stop(self, worker: Any) -> None:
-        if self.obj is not None:
-            self.obj.stop()
+class StoredBytesStep(_ThreadStep):
+    """The reconcile of the tenants' stored bytes (worker/store/tenant_bytes.py): it drops the
+    counts of expired sessions every few minutes, in the worker's main process (with the sweep:
+    off when ``sweep_interval_s`` is 0)."""
 
-    terminate = shutdown = stop
+    def create(self, worker: Any) -> BytesReconciler | None:
+        settings: WorkerSettings = worker.app.compactor_settings
+        if settings.sweep_interval_s <= 0:
+            return None
+        return BytesReconciler(worker_redis(settings), settings.key_prefix)
 
 
 def create_app(settings: WorkerSettings | None = None, *,
@@ -249,6 +266,7 @@ def create_app(settings: WorkerSettings | None = None, *,
     app.steps["worker"].add(StartupCheck)
     app.steps["consumer"].add(HealthStep)
     app.steps["worker"].add(SweepStep)
+    app.steps["worker"].add(StoredBytesStep)
     register_tasks(app)
     return app
 

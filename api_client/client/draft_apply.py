@@ -58,6 +58,7 @@ from api_client.contract.lua_scripts import CLIENT_SCRIPTS
 from api_client.contract.redis_flows import Command, Flow, Pipeline, Script, cmd
 from api_client.contract.retention import retain_command
 from api_client.contract.settings import ClientSettings
+from api_client.contract.stored_bytes import StoredBytes, utf8_len
 from api_client.contract.wire import (
     QUEUE_COMPACT,
     CompactReason,
@@ -183,7 +184,8 @@ def _call(layout: KeyLayout, settings: ClientSettings, session_id: str, reason: 
 
 
 def _global_copies(layout: KeyLayout, settings: ClientSettings, job_id: str,
-                   events: tuple[tuple[str, str], ...], stall_ms: float | None) -> Pipeline:
+                   events: tuple[tuple[str, str], ...], stall_ms: float | None,
+                   *more: Command) -> Pipeline:
     # As the worker's commits: the session stream got the events atomically; the global stream
     # (another Cluster slot) gets its copies right after, with the measured stall (call →
     # entry in hand) on the record for the worker's stall metric.
@@ -192,7 +194,7 @@ def _global_copies(layout: KeyLayout, settings: ClientSettings, job_id: str,
              for kind, data in events]
     if stall_ms is not None:
         calls.append(cmd("hset", layout.job(job_id).record, "stallMs", str(stall_ms)))
-    return Pipeline(tuple(calls), transaction=False)
+    return Pipeline((*calls, *more), transaction=False)
 
 
 def apply_draft(layout: KeyLayout, settings: ClientSettings, session_id: str,
@@ -229,9 +231,12 @@ def apply_draft(layout: KeyLayout, settings: ClientSettings, session_id: str,
         return DraftOutcome(reply[0], cause=reply[1] if len(reply) > 1 else None)
     _, _, _, line, result, ev1, ev2 = reply
     stall_ms = None if started is None else round((time.perf_counter() - started) * 1000, 3)
+    # The entry's bytes join the tenant's count (never refused, as a worker's commit) in the same
+    # round trip: a client that dies before it leaves the count short by one compaction entry.
+    counted = StoredBytes.of(layout, session_id, cluster=settings.redis_cluster)
     yield _global_copies(layout, settings, job_id, (
         (EventType.SESSION_COMPACT.value, ev1), (EventType.COMPACTION_END.value, ev2)),
-        stall_ms)
+        stall_ms, counted.as_command("add", utf8_len(line)))
     return DraftOutcome("applied", job_id=job_id, entry=dict(json.loads(line)),
                         ineffective=json.loads(result).get("ineffective"), stall_ms=stall_ms)
 

@@ -7,6 +7,10 @@ and order to staging keys of its own (``<p>:session:{<sid>}:import:<t>:*``, expi
 that every staged entry is there and renames the staging keys into place, so the session still
 changes at once: a reader sees the old session or the new one, never a part. A client that dies
 half-way leaves staging keys that expire; the session is untouched.
+
+The session's count of stored bytes (:mod:`api_client.contract.stored_bytes`) becomes the
+imported lines' bytes; an import over the tenant's ``stored_bytes`` quota stores nothing. A large
+one is checked before its first step too, so that a refused import does not write its steps.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from api_client.contract.keys import SessionKeys
 from api_client.contract.lua_scripts import CLIENT_SCRIPTS
 from api_client.contract.redis_flows import Flow, Pipeline, Rescue, Script, cmd
 from api_client.contract.retention import capped_ttl
+from api_client.contract.stored_bytes import StoredBytes, utf8_len
 
 __all__ = ["INLINE_BYTES", "STAGING_TTL_S", "STEP_BYTES", "import_flow", "import_keys"]
 
@@ -31,9 +36,20 @@ STEP_ENTRIES = 500
 STAGING_TTL_S = 3_600  # an import slower than this finds its staged entries gone
 
 
-def import_keys(k: SessionKeys, staging: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """KEYS of ``import.lua`` (the staging keys last, for a large import)."""
-    return (*k.data(), k.effects, k.effects_at, k.rewrites, k.rewriting, k.pruned, *staging)
+def import_keys(k: SessionKeys, staging: tuple[str, ...] = (),
+                counted: StoredBytes | None = None) -> tuple[str, ...]:
+    """KEYS of ``import.lua``: the staging keys (a small import: two of the session's stand in)
+    and, on a single Redis, the tenant's bytes hash."""
+    tenant = counted.script_keys() if counted is not None else ()
+    return (*k.data(), k.effects, k.effects_at, k.rewrites, k.rewriting, k.pruned,
+            *(staging or (k.entries, k.order)), *tenant)
+
+
+def import_head(replace: bool, header: str, leaf: str, staged: int, retention_s: int,
+                lines_bytes: int, counted: StoredBytes) -> list[str]:
+    """ARGV of ``import.lua`` before its (id, line) pairs."""
+    return ["1" if replace else "0", header, leaf, str(staged), str(retention_s),
+            str(lines_bytes), *counted.script_args()]
 
 
 def _pages(pairs: Sequence[str]) -> Iterator[list[str]]:
@@ -63,13 +79,20 @@ def _incomplete(rescue: Rescue, session_id: str) -> Rescue:
 
 
 def import_flow(k: SessionKeys, session_id: str, args: Sequence[str], rescue: Rescue,
-                retention_s: int) -> Flow[int]:
+                retention_s: int, counted: StoredBytes) -> Flow[int]:
     """Run ``import.lua`` for ``args`` (replace, header, leaf, then id, line, ...); returns
-    the session's new revision. ``retention_s``: the session's idle expiry (0 = none)."""
-    head, pairs = list(args[:3]), list(args[3:])
-    if sum(map(len, pairs[1::2])) <= INLINE_BYTES:
-        return int((yield Script("import", import_keys(k), [*head, "0", str(retention_s),
-                                                            *pairs], rescue, CLIENT_SCRIPTS)))
+    the session's new revision. ``retention_s``: the session's idle expiry (0 = none);
+    ``counted``: the session's count of stored bytes and its quota."""
+    replace, header, leaf, pairs = args[0] == "1", args[1], args[2], list(args[3:])
+    lines_bytes = sum(map(utf8_len, pairs[1::2]))
+    small = sum(map(len, pairs[1::2])) <= INLINE_BYTES
+    yield from counted.check(lines_bytes, replaces=True, early=not small)
+    if small:
+        head = import_head(replace, header, leaf, 0, retention_s, lines_bytes, counted)
+        revision = int((yield Script("import", import_keys(k, (), counted), [*head, *pairs],
+                                     rescue, CLIENT_SCRIPTS)))
+        yield from counted.after("set", lines_bytes)
+        return revision
     staging = k.import_staging(secrets.token_hex(8))
     entries, order = staging
     ttl = capped_ttl(STAGING_TTL_S, retention_s)  # no key of the session outlives the retention
@@ -79,6 +102,8 @@ def import_flow(k: SessionKeys, session_id: str, args: Sequence[str], rescue: Re
                         cmd("rpush", order, *page[::2]),
                         cmd("expire", entries, ttl), cmd("expire", order, ttl)),
                        transaction=False)
-    return int((yield Script("import", import_keys(k, staging),
-                             [*head, str(len(pairs) // 2), str(retention_s)],
-                             _incomplete(rescue, session_id), CLIENT_SCRIPTS)))
+    head = import_head(replace, header, leaf, len(pairs) // 2, retention_s, lines_bytes, counted)
+    revision = int((yield Script("import", import_keys(k, staging, counted), head,
+                                 _incomplete(rescue, session_id), CLIENT_SCRIPTS)))
+    yield from counted.after("set", lines_bytes)
+    return revision

@@ -7,11 +7,13 @@ An append is bounded before it is sent (``max_entry_bytes``, ``max_append_bytes`
 ``max_append_entries``) and carries an idempotency key: when its reply is lost (a timeout), the
 flow sends it once more under the same key, and Redis answers with the first one's ids if it was
 stored. A client thus never reports a failure for an append that happened, nor stores it twice.
+
+Appends, imports and deletes keep the tenant's count of stored bytes and refuse what would take
+it over its quota (:mod:`api_client.contract.stored_bytes`).
 """
 
 from __future__ import annotations
 
-import json
 import secrets
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -20,18 +22,23 @@ from typing import Any, NoReturn
 import redis
 import redis.asyncio
 
-from api_client.client.imports import import_flow, import_keys
+from api_client.client.imports import import_flow, import_head, import_keys
+from api_client.client.session_args import (
+    DEFAULT_LIMITS,
+    append_args,
+    appended_bytes,
+    import_args,
+    new_session_header,
+    parse_import,
+)
 from api_client.client.session_listing import AsyncSessionListing, SessionListing
 from api_client.contract.errors import (
-    AppendTooLargeError,
     AppendUnconfirmedError,
     BrokerUnavailableError,
     CompactorError,
     EntryExistsError,
     EntryNotFoundError,
-    EntryTooLargeError,
     SessionExistsError,
-    SessionFormatError,
     SessionNotFoundError,
 )
 from api_client.contract.keys import (
@@ -45,120 +52,18 @@ from api_client.contract.lua_scripts import CLIENT_SCRIPTS
 from api_client.contract.redis_flows import (
     AsyncShell,
     Flow,
+    Pipeline,
     Rescue,
     Script,
     SyncShell,
     cmd,
 )
-from api_client.contract.session import (
-    CURRENT_VERSION,
-    IdFactory,
-    JsonObject,
-    Session,
-    dump_record,
-    load_session,
-    parse_entry,
-    random_entry_id,
-)
-from api_client.contract.session.validate import check_entry, check_json_value
+from api_client.contract.session import IdFactory, dump_record, random_entry_id
 from api_client.contract.settings import ClientSettings
 from api_client.contract.snapshots import Snapshot, load_snapshot, read_stored
-from api_client.contract.wire import now_iso
+from api_client.contract.stored_bytes import StoredBytes
 
 __all__ = ["AsyncSessionStore", "SessionStore", "Snapshot", "new_session_header"]
-
-_CANDIDATES = 4  # fresh ids offered per append; the script takes the first unused one
-_DEFAULT_LIMITS = ClientSettings.model_construct()  # the defaults, without reading the env
-
-
-def new_session_header(session_id: str, cwd: str, title: str | None) -> JsonObject:
-    header: JsonObject = {
-        "type": "session", "version": CURRENT_VERSION, "id": session_id,
-        "timestamp": now_iso(), "cwd": cwd,
-    }
-    if title is not None:
-        header["title"] = title
-    check_json_value(header, source=f"create {session_id}")
-    return header
-
-
-def as_entry(item: object, source: str) -> JsonObject:
-    """A full entry dict, or a bare message wrapped in a ``message`` entry (validated)."""
-    if not isinstance(item, Mapping):
-        raise SessionFormatError(f"an entry must be a JSON object, got {type(item).__name__}",
-                                 source=source)
-    if "type" not in item:  # a bare message (one without a role is refused as such)
-        raw: JsonObject = {"type": "message", "message": dict(item)}
-    else:
-        raw = dict(item)
-    if raw.get("type") == "session":
-        raise SessionFormatError("cannot append a session header", source=source)
-    check_entry(raw, source=source)  # before parse_entry: its messages are more precise
-    parse_entry(raw, source=source)
-    return raw
-
-
-def _utf8_len(text: str) -> int:
-    return len(text) if text.isascii() else len(text.encode("utf-8"))
-
-
-# The stored line's id and parentId (JSON strings of at most 128 characters each), which the
-# script adds: counted so that the bound holds for what Redis stores.
-_ID_ROOM = 2 * (128 + 2) + len(',"parentId":')
-
-
-def append_args(items: Sequence[object], source: str,
-                settings: ClientSettings | None = None) -> list[str]:
-    """ARGV for append.lua: the entry JSON split around the id and parentId the script fills in.
-    Raises a :class:`LimitExceededError` for a batch over the settings' bounds."""
-    limits = settings or _DEFAULT_LIMITS
-    if len(items) > limits.max_append_entries:
-        raise AppendTooLargeError(source, setting="max_append_entries",
-                                  limit=limits.max_append_entries, value=len(items))
-    args = [str(len(items))]
-    total = 0
-    for index, item in enumerate(items):
-        raw = as_entry(item, source)
-        given = raw.pop("id", None)
-        raw.pop("parentId", None)
-        rest: JsonObject = {"timestamp": raw.pop("timestamp", None) or now_iso()}
-        kind = raw.pop("type")
-        rest.update(raw)
-        body = dump_record(rest)
-        head = '{"type":' + json.dumps(kind, ensure_ascii=False) + ',"id":'
-        size = _utf8_len(head) + _utf8_len(body) + _ID_ROOM
-        if size > limits.max_entry_bytes:
-            raise EntryTooLargeError(f"{source}: entry {index}", setting="max_entry_bytes",
-                                     limit=limits.max_entry_bytes, value=size)
-        total += size
-        if total > limits.max_append_bytes:
-            raise AppendTooLargeError(f"{source} (entries 0-{index})", value=total,
-                                      setting="max_append_bytes",
-                                      limit=limits.max_append_bytes)
-        args += [head, "," + body[1:]]
-        ids = [secrets.token_hex(4) for _ in range(_CANDIDATES)]
-        args.append("=" + given if given else " ".join(ids))
-    return args
-
-
-def import_args(session: Session, session_id: str, replace: bool) -> list[str]:
-    header = dict(session.header)
-    header["id"] = session_id
-    check_json_value(header, source=session.source, line=1)
-    args = ["1" if replace else "0", dump_record(header), ""]
-    seen: set[str] = set()
-    for entry in session.entries:
-        if not entry.id:
-            raise SessionFormatError("entry has no id", source=session.source, line=entry.line)
-        if entry.id in seen:
-            raise SessionFormatError(f"duplicate entry id {entry.id}", source=session.source,
-                                     line=entry.line)
-        seen.add(entry.id)
-        check_entry(entry.raw, source=session.source, line=entry.line)
-        args += [entry.id, dump_record(entry.raw)]
-    if session.entries:
-        args[2] = session.entries[-1].id
-    return args
 
 
 def script_error(err: redis.ResponseError, session_id: str) -> CompactorError | None:
@@ -184,30 +89,11 @@ def export_text(session_id: str, replies: Sequence[Any]) -> str:
     return "\n".join([header_text, *(stored[i] for i in order if i in stored)]) + "\n"
 
 
-def parse_import(text: str, session_id: str | None, new_id: IdFactory,
-                 source: str = "<import>") -> tuple[Session, str]:
-    """The session to store, refused whole (nothing stored) when any line is unusable: a line
-    that is not a JSON object, a parent that names no entry, a cycle (as ``inspect`` does)."""
-    session = load_session(text, source=source, new_id=new_id)
-    if session.warnings:
-        more = len(session.warnings) - 1
-        raise SessionFormatError(session.warnings[0].split(": ", 1)[1]
-                                 + (f" (and {more} more such lines)" if more else ""),
-                                 source=source, line=_warning_line(session.warnings[0]))
-    session.tree().check_all()
-    return session, check_session_id(session_id if session_id is not None else session.id)
-
-
-def _warning_line(warning: str) -> int | None:
-    """The line number of a ``source:line: problem`` warning."""
-    where = warning.split(": ", 1)[0]
-    number = where.rpartition(":")[2]
-    return int(number) if number.isdigit() else None
-
-
-def _rescue(session_id: str) -> Rescue:
+def _rescue(session_id: str, counted: StoredBytes | None = None) -> Rescue:
     def rescue(err: redis.ResponseError) -> NoReturn:
         mapped = script_error(err, session_id)
+        if mapped is None and counted is not None:
+            mapped = counted.refusal(str(err))
         if mapped is None:
             raise err
         raise mapped from err
@@ -218,22 +104,28 @@ class _SessionCore:
     """Every session operation as a flow (:mod:`api_client.contract.redis_flows`)."""
 
     def __init__(self, layout: KeyLayout | None, settings: ClientSettings | None) -> None:
-        self.settings = settings or _DEFAULT_LIMITS
+        self.settings = settings or DEFAULT_LIMITS
         self.layout = layout or KeyLayout(self.settings.key_prefix)
 
     def keys(self, session_id: str) -> SessionKeys:
         return self.layout.session(session_id)
 
-    def _script(self, name: str, session_id: str, keys: Sequence[str],
-                args: Sequence[str]) -> Script:
-        return Script(name, keys, args, _rescue(session_id), CLIENT_SCRIPTS)
+    def counted(self, session_id: str) -> StoredBytes:
+        """The session's count of stored bytes and its tenant's quota."""
+        return StoredBytes.of(self.layout, session_id, cluster=self.settings.redis_cluster,
+                              limit=self.settings.stored_bytes_max)
+
+    def _script(self, name: str, session_id: str, keys: Sequence[str], args: Sequence[str],
+                counted: StoredBytes | None = None) -> Script:
+        return Script(name, keys, args, _rescue(session_id, counted), CLIENT_SCRIPTS)
 
     def _create(self, session_id: str | None, cwd: str, title: str | None) -> Flow[str]:
         sid = check_session_id(session_id if session_id is not None else str(uuid.uuid4()))
-        k = self.keys(sid)
+        k, counted = self.keys(sid), self.counted(sid)
         header = dump_record(new_session_header(sid, cwd, title))
-        yield self._script("import", sid, import_keys(k),
-                           ["0", header, "", "0", str(self.settings.session_ttl_s)])
+        head = import_head(False, header, "", 0, self.settings.session_ttl_s, 0, counted)
+        yield self._script("import", sid, import_keys(k, (), counted), head, counted)
+        yield from counted.after("set", 0)
         return sid
 
     def _append_many(self, session_id: str, items: Iterable[Mapping[str, Any]],
@@ -247,8 +139,11 @@ class _SessionCore:
         args = [*append_args(batch, source, self.settings), key,
                 str(self.settings.append_idempotency_ttl_s), str(APPEND_REPLIES),
                 str(self.settings.session_ttl_s)]
-        k = self.keys(session_id)
-        script = self._script("append", session_id, (*k.data(), k.appends), args)
+        k, counted = self.keys(session_id), self.counted(session_id)
+        yield from counted.check(appended_bytes(args))
+        script = self._script("append", session_id,
+                              (*k.data(), k.appends, *counted.script_keys()),
+                              [*args, *counted.script_args()], counted)
         try:
             ids = yield script
         except BrokerUnavailableError:
@@ -261,7 +156,10 @@ class _SessionCore:
                     f"{source}: no reply ({err}); it may have been stored: the same append "
                     f"with idempotency_key={key!r} stores it at most once and returns its ids",
                     idempotency_key=key) from err
-        return [str(i) for i in ids[:-1]]
+        # A reply kept for a retry has no count: the bytes were counted when it was stored.
+        yield from counted.after("add", int(ids[len(batch) + 1]) if len(ids) > len(batch) + 1
+                                 else 0)
+        return [str(i) for i in ids[:len(batch)]]
 
     def _navigate(self, session_id: str, entry_id: str | None) -> Flow[int]:
         k = self.keys(session_id)
@@ -278,9 +176,10 @@ class _SessionCore:
     def _import(self, text: str, session_id: str | None, replace: bool,
                 new_id: IdFactory, source: str = "<import>") -> Flow[str]:
         session, sid = parse_import(text, session_id, new_id, source)
+        counted = self.counted(sid)
         # A large session is written in bounded steps, then renamed into place at once.
         yield from import_flow(self.keys(sid), sid, import_args(session, sid, replace),
-                               _rescue(sid), self.settings.session_ttl_s)
+                               _rescue(sid, counted), self.settings.session_ttl_s, counted)
         return sid
 
     def _export(self, session_id: str) -> Flow[str]:
@@ -292,7 +191,13 @@ class _SessionCore:
 
     def _delete(self, session_id: str) -> Flow[bool]:
         # UNLINK: a large session's values are freed by a background thread of Redis.
-        return bool((yield cmd("unlink", *self.keys(session_id).all())))
+        unlink, counted = cmd("unlink", *self.keys(session_id).all()), self.counted(session_id)
+        if counted.in_script:  # one MULTI: the count goes with the session
+            removed, _ = yield Pipeline((unlink, counted.as_command("drop")))
+        else:
+            removed = yield unlink
+            yield counted.change("drop")
+        return bool(removed)
 
 
 class SessionStore(_SessionCore, SessionListing):

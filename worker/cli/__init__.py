@@ -6,6 +6,7 @@
 - ``celery_commands``: ``worker`` and ``flower`` (their ``--help`` adds Celery's / Flower's own);
 - ``runtime_commands``: ``session import|export``, the job commands, ``demo``;
 - ``session_commands``: ``session list|delete`` (stored sessions);
+- ``tenant_commands``: ``tenant quota|show`` (a tenant's quota overrides, stored bytes, queue);
 - ``serve_command``: ``serve``, the HTTP API (``api_client.server``, imported when it runs).
 
 The global ``--redis-url`` (before or after the command) overrides ``COMPACTOR_REDIS_URL`` for
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         runtime_commands,
         serve_command,
         session_commands,
+        tenant_commands,
     )
 
     parser = argparse.ArgumentParser(prog="compactor", description="Distributed context compaction")
@@ -49,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     celery_commands.register(commands)
     runtime_commands.register(commands)
     session_commands.register(commands)
+    tenant_commands.register(commands)
     serve_command.register(commands)
     return parser
 

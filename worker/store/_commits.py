@@ -2,7 +2,9 @@
 
 Reads go through :class:`api_client.SessionStore` (the same layout and decoding as the client);
 this module adds the three commits only a worker makes. Every script takes the session's data
-keys plus the job's effect marker and record, all in the session's hash slot.
+keys plus the job's effect marker and record, all in the session's hash slot. Each also keeps the
+tenant's count of stored bytes (:mod:`api_client.contract.stored_bytes`), which never refuses a
+commit: in the same step on a single Redis, by a command after it on a Redis Cluster.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from api_client.contract.lua_scripts import lua
 from api_client.contract.redis_conn import REDIS_DOWN, unavailable
 from api_client.contract.session import JsonObject, dump_record
 from api_client.contract.settings import DEFAULT_SESSION_TTL_S
+from api_client.contract.stored_bytes import StoredBytes
 
 __all__ = ["CommitOutcome", "CommitStatus", "CommitStore", "entry_line_parts", "script_text"]
 
@@ -63,9 +66,10 @@ class CommitOutcome:
 @cache
 def script_text(name: str) -> str:
     """A script of this package with the shared helpers in front (Redis scripts cannot
-    import): the path walk and the retention refresh (api_client/contract/lua/_walk.lua and
-    _retention.lua: one copy of each, shared with the client)."""
-    helpers = lua("_walk") + "\n" + lua("_retention")
+    import): the path walk, the retention refresh and the stored-bytes count
+    (api_client/contract/lua/_walk.lua, _retention.lua, _stored_bytes.lua: one copy of each,
+    shared with the client)."""
+    helpers = "\n".join(lua(name) for name in ("_walk", "_retention", "_stored_bytes"))
     return helpers + "\n" + (files("worker.store") / f"{name}.lua").read_text(encoding="utf-8")
 
 
@@ -86,12 +90,19 @@ def _candidates() -> str:
     return " ".join(secrets.token_hex(4) for _ in range(_CANDIDATES))
 
 
+def is_cluster(client: object) -> bool:
+    """A Redis Cluster client (``worker_redis`` makes one when ``redis_cluster`` is set)."""
+    from redis.cluster import RedisCluster
+
+    return isinstance(client, RedisCluster)
+
+
 class CommitStore:
     """Worker-side commits for one Redis (``client`` must decode responses)."""
 
     def __init__(self, client: redis.Redis[str], layout: KeyLayout, *, walk_limit: int = 10_000,
                  effect_retention_s: float = 86_400,
-                 session_ttl_s: int = DEFAULT_SESSION_TTL_S) -> None:
+                 session_ttl_s: int = DEFAULT_SESSION_TTL_S, cluster: bool | None = None) -> None:
         self.redis = client
         self.layout = layout
         self.walk_limit = walk_limit
@@ -101,6 +112,10 @@ class CommitStore:
         self._entry = client.register_script(script_text("commit_entry"))
         self._branch = client.register_script(script_text("commit_branch"))
         self._prune = client.register_script(script_text("commit_prune"))
+        # On a Cluster the tenant's count of stored bytes is kept by a command apart (None: as
+        # the client is).
+        self._cluster = is_cluster(client) if cluster is None else cluster
+        self._count = client.register_script(lua("stored_bytes"))
 
     def effect(self, job_id: str) -> str | None:
         """The entry id an earlier delivery of ``job_id`` committed ('' = a change without an
@@ -142,7 +157,7 @@ class CommitStore:
         flag, result_json = "0" if result is None else "1", _json(result or {})
         tail = [snapshot_leaf or "", str(self.walk_limit), str(rewrites_seen),
                 pruned_through or "", str(REWRITING_TTL_MS), str(self.effect_retention_ms),
-                str(self.session_ttl_s)]
+                str(self.session_ttl_s), self._counted(job_id).field]
         outcome = CommitOutcome(CommitStatus.COMMITTED)
         for n, page in enumerate(pages):
             step = ("all" if len(pages) == 1 else "begin" if n == 0
@@ -171,13 +186,20 @@ class CommitStore:
         s = jk.session
         return [s.header, s.entries, s.order, s.leaf, s.rev, s.effects, jk.record, s.effects_at]
 
+    def _counted(self, job_id: str) -> StoredBytes:
+        return StoredBytes.of(self.layout, self.layout.job(job_id).session_id,
+                              cluster=self._cluster)
+
     def _prune_keys(self, job_id: str) -> list[str]:
         s = self.layout.job(job_id).session
-        return [*self._keys(job_id), s.rewrites, s.rewriting, s.pruned]
+        return [*self._keys(job_id), s.rewrites, s.rewriting, s.pruned,
+                *self._counted(job_id).script_keys()]
 
     def _run(self, script: Any, job_id: str, args: list[str]) -> CommitOutcome:
-        reply = self._call_script(script, self._keys(job_id),
-                                  [*args, str(self.effect_retention_ms), str(self.session_ttl_s)])
+        counted = self._counted(job_id)
+        reply = self._call_script(script, [*self._keys(job_id), *counted.script_keys()],
+                                  [*args, str(self.effect_retention_ms), str(self.session_ttl_s),
+                                   counted.field])
         return self._reply(job_id, reply)
 
     @staticmethod
@@ -189,15 +211,25 @@ class CommitStore:
 
     def _reply(self, job_id: str, reply: Any) -> CommitOutcome:
         jk = self.layout.job(job_id)
-        status, entry_id, revision, line = (str(x) for x in reply)
+        status, entry_id, revision, line = (str(x) for x in reply[:4])
         if status == "nosession":
             raise SessionNotFoundError(f"Session {jk.session_id} not found")
+        if status == "committed" and self._cluster:
+            self._count_apart(job_id, int(reply[4]))
         return CommitOutcome(
             CommitStatus(status),
             entry_id if status in ("committed", "duplicate") else None,
             int(revision) if revision.lstrip("-").isdigit() else None,
             dict(json.loads(line)) if line else None,
         )
+
+    def _count_apart(self, job_id: str, changed: int) -> None:
+        """On a Cluster the tenant's count is in another slot: changed after the commit (a
+        worker that dies in between leaves it short until the session is imported again,
+        deleted or expires)."""
+        if changed:
+            counted = self._counted(job_id)
+            self._call_script(self._count, [counted.key], ["add", counted.field, str(changed)])
 
     @staticmethod
     def _call(fn: Any, *args: Any) -> Any:

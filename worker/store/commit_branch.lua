@@ -2,11 +2,14 @@
 -- Applies only if the leaf is still the snapshot's leaf (the summarised branch is exactly the
 -- one being left). With a summary line, the entry is appended under the destination and
 -- becomes the leaf; without one, the leaf moves to the destination ('' = reset).
--- KEYS: 1 header, 2 entries, 3 order, 4 leaf, 5 rev, 6 effects, 7 job record, 8 effects:at
+-- The tenant's count of stored bytes grows by the line (never refused by its quota).
+-- KEYS: 1 header, 2 entries, 3 order, 4 leaf, 5 rev, 6 effects, 7 job record, 8 effects:at,
+--       [9 the tenant's bytes hash: a single Redis only (_stored_bytes.lua)]
 -- ARGV: 1 job id, 2 snapshot leaf id, 3 destination id ('' = none), 4 line head ('' = no entry),
 --       5 line tail, 6 id candidates, 7 job result JSON
---       8 effect marker retention ms, 9 the session's retention s (0 = forever)
--- Returns {status, entry id ('' = none), revision, stored line}
+--       8 effect marker retention ms, 9 the session's retention s (0 = forever),
+--       10 the session's field in the bytes hash
+-- Returns {status, entry id ('' = none), revision, stored line, bytes added}
 local refused = job_guard(KEYS[1], KEYS[7], KEYS[6], ARGV[1])
 if refused then
   return refused
@@ -32,6 +35,7 @@ if ARGV[4] ~= '' then
   line = ARGV[4] .. cjson.encode(id) .. ',"parentId":' .. parent .. ARGV[5]
   redis.call('HSET', KEYS[2], id, line)
   redis.call('RPUSH', KEYS[3], id)
+  bytes_add(KEYS[9] or '', ARGV[10], #line)
   redis.call('SET', KEYS[4], id, 'KEEPTTL')
 else
   redis.call('SET', KEYS[4], dest, 'KEEPTTL')
@@ -40,4 +44,4 @@ remember_effect(KEYS[6], KEYS[8], ARGV[1], id, ARGV[8])
 redis.call('HSET', KEYS[7], 'result', ARGV[7])
 local rev = redis.call('INCR', KEYS[5])
 retain(KEYS[1], ARGV[9])
-return {'committed', id, tostring(rev), line}
+return {'committed', id, tostring(rev), line, tostring(#line)}

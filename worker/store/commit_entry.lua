@@ -2,12 +2,15 @@
 -- The entry becomes a child of the CURRENT leaf only if the snapshot's leaf is still on the
 -- current leaf's path and no compaction entry was added on it since; the job's effect is
 -- recorded in the same step, so a job appends at most one entry however often it runs.
--- KEYS: 1 header, 2 entries, 3 order, 4 leaf, 5 rev, 6 effects, 7 job record, 8 effects:at
+-- The tenant's count of stored bytes grows by the line (never refused by its quota).
+-- KEYS: 1 header, 2 entries, 3 order, 4 leaf, 5 rev, 6 effects, 7 job record, 8 effects:at,
+--       [9 the tenant's bytes hash: a single Redis only (_stored_bytes.lua)]
 -- ARGV: 1 job id, 2 snapshot leaf id, 3 walk limit, 4 line head (up to '"id":'),
 --       5 line tail (from ',"timestamp"' on, leading comma included), 6 id candidates,
 --       7 job result JSON (stored on the record)
---       8 effect marker retention ms, 9 the session's retention s (0 = forever)
--- Returns {status, entry id, revision, stored line}
+--       8 effect marker retention ms, 9 the session's retention s (0 = forever),
+--       10 the session's field in the bytes hash
+-- Returns {status, entry id, revision, stored line, bytes added}
 --   status: committed | duplicate | stale | cancelled | finished | nosession | noid
 local refused = job_guard(KEYS[1], KEYS[7], KEYS[6], ARGV[1])
 if refused then
@@ -28,9 +31,10 @@ end
 local line = ARGV[4] .. cjson.encode(id) .. ',"parentId":' .. parent .. ARGV[5]
 redis.call('HSET', KEYS[2], id, line)
 redis.call('RPUSH', KEYS[3], id)
+bytes_add(KEYS[9] or '', ARGV[10], #line)
 redis.call('SET', KEYS[4], id, 'KEEPTTL')  -- the session's expiry instant stays
 remember_effect(KEYS[6], KEYS[8], ARGV[1], id, ARGV[8])
 redis.call('HSET', KEYS[7], 'result', ARGV[7])
 local rev = redis.call('INCR', KEYS[5])
 retain(KEYS[1], ARGV[9])
-return {'committed', id, tostring(rev), line}
+return {'committed', id, tostring(rev), line, tostring(#line)}

@@ -8,15 +8,18 @@
 -- rewrites of the session wait until the last step drops it, so nothing can make the decided
 -- plan stale half-way. The last step records the watermark (no tool result on the path up to
 -- it is left to prune), the job's effect and result, and bumps the revision.
+-- Each step changes the tenant's count of stored bytes by its new lines' bytes less the old.
 -- KEYS: 1 header, 2 entries, 3 order (unused), 4 leaf, 5 rev, 6 effects, 7 job record,
---       8 effects:at, 9 rewrites, 10 rewriting, 11 pruned
+--       8 effects:at, 9 rewrites, 10 rewriting, 11 pruned,
+--       [12 the tenant's bytes hash: a single Redis only (_stored_bytes.lua)]
 -- ARGV: 1 job id, 2 record the effect ('1' | '0'), 3 job result JSON,
 --       4 step: 'all' (the only one) | 'begin' | 'more' | 'end',
 --       5 snapshot leaf id ('' = not checked), 6 walk limit, 7 rewrites counter the plan saw,
 --       8 watermark entry id ('' = none), 9 marker TTL ms, 10 effect marker retention ms,
---       11 the session's retention s (0 = forever), then per entry: id, new line
--- Returns {status, '', revision, ''}; status committed (this step is in) | stale | busy
---   (another job is rewriting) | cancelled | finished | duplicate | nosession
+--       11 the session's retention s (0 = forever), 12 the session's field in the bytes hash,
+--       then per entry: id, new line
+-- Returns {status, '', revision, '', bytes changed}; status committed (this step is in) |
+--   stale | busy (another job is rewriting) | cancelled | finished | duplicate | nosession
 local step = ARGV[4]
 local function revision()
   return redis.call('GET', KEYS[5]) or '0'
@@ -64,12 +67,15 @@ elseif redis.call('GET', KEYS[10]) ~= ARGV[1] then
 else
   redis.call('PEXPIRE', KEYS[10], ARGV[9])
 end
-for i = 12, #ARGV, 2 do
+local changed = 0
+for i = 13, #ARGV, 2 do
+  changed = changed + #ARGV[i + 1] - redis.call('HSTRLEN', KEYS[2], ARGV[i])
   redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
 end
+bytes_add(KEYS[12] or '', ARGV[12], changed)
 if step == 'begin' or step == 'more' then
   retain(KEYS[1], ARGV[11])  -- every step writes, so each refreshes the retention
-  return {'committed', '', revision(), ''}
+  return {'committed', '', revision(), '', tostring(changed)}
 end
 if ARGV[8] ~= '' then
   redis.call('SET', KEYS[11], ARGV[8], 'KEEPTTL')
@@ -81,4 +87,4 @@ end
 redis.call('DEL', KEYS[10])
 local rev = redis.call('INCR', KEYS[5])
 retain(KEYS[1], ARGV[11])
-return {'committed', '', tostring(rev), ''}
+return {'committed', '', tostring(rev), '', tostring(changed)}

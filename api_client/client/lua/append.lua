@@ -1,13 +1,18 @@
--- include: _retention
+-- include: _retention _stored_bytes
 -- Append entries as a chain under the current leaf, move the leaf, bump the revision. O(n).
--- KEYS: header, entries, order, leaf, rev, appends (idempotency key -> reply)
+-- KEYS: header, entries, order, leaf, rev, appends (idempotency key -> reply),
+--   [the tenant's bytes hash: a single Redis only (_stored_bytes.lua)]
 -- ARGV: n, then per entry i: head (ARGV[3i-1]), tail (ARGV[3i]), ids (ARGV[3i+1]),
 --   then the idempotency key (ARGV[3n+2]), the replies' TTL in s (ARGV[3n+3]), how many
---   replies to keep (ARGV[3n+4]) and the session's retention in s (ARGV[3n+5], 0 = forever)
+--   replies to keep (ARGV[3n+4]), the session's retention in s (ARGV[3n+5], 0 = forever),
+--   its field in the bytes hash (ARGV[3n+6]), the tenant's quota hash (ARGV[3n+7]: read
+--   only, so not a declared key) and the default stored_bytes_max (ARGV[3n+8])
 --   the stored line is head .. <id JSON> .. ',"parentId":' .. <parent JSON> .. tail
 --   ids: '=<id>' (the caller's id, must be new) or space-separated candidates (first unused wins)
--- Returns {id_1, ..., id_n, revision}. Writes nothing when any id is refused. The reply is kept
--- under its key: the same append sent again (its reply was lost) returns it, writing nothing.
+-- Returns {id_1, ..., id_n, revision, bytes added}. Writes nothing when any id is refused or
+-- the lines would take the tenant over its stored_bytes quota (COMPACTOR_QUOTA stored_bytes
+-- <limit> <value>). The reply is kept under its key: the same append sent again (its reply was
+-- lost) returns it without the bytes (nothing was added), writing nothing.
 local n = tonumber(ARGV[1])
 local done = redis.call('HGET', KEYS[6], ARGV[3 * n + 2])
 if done then
@@ -40,16 +45,27 @@ for i = 1, n do
   chosen[i] = id
 end
 local parent = redis.call('GET', KEYS[4])
+local lines, added = {}, 0
 for i = 1, n do
   local parent_json = 'null'
   if parent and parent ~= '' then
     parent_json = cjson.encode(parent)
   end
-  local line = ARGV[3 * i - 1] .. cjson.encode(chosen[i]) .. ',"parentId":' .. parent_json .. ARGV[3 * i]
-  redis.call('HSET', KEYS[2], chosen[i], line)
-  redis.call('RPUSH', KEYS[3], chosen[i])
+  lines[i] = ARGV[3 * i - 1] .. cjson.encode(chosen[i]) .. ',"parentId":' .. parent_json
+    .. ARGV[3 * i]
+  added = added + #lines[i]
   parent = chosen[i]
 end
+local bytes = KEYS[7] or ''
+local refused = bytes_refusal(bytes, ARGV[3 * n + 7], ARGV[3 * n + 8], added)
+if refused then
+  return refused
+end
+for i = 1, n do
+  redis.call('HSET', KEYS[2], chosen[i], lines[i])
+  redis.call('RPUSH', KEYS[3], chosen[i])
+end
+bytes_add(bytes, ARGV[3 * n + 6], added)
 redis.call('SET', KEYS[4], parent, 'KEEPTTL')  -- the session's expiry instant stays
 chosen[n + 1] = redis.call('INCR', KEYS[5])
 if redis.call('HLEN', KEYS[6]) >= tonumber(ARGV[3 * n + 4]) then
@@ -58,4 +74,5 @@ end
 redis.call('HSET', KEYS[6], ARGV[3 * n + 2], cjson.encode(chosen))
 redis.call('EXPIRE', KEYS[6], ARGV[3 * n + 3])
 retain(KEYS[1], ARGV[3 * n + 5])
+chosen[n + 2] = added
 return chosen
