@@ -76,6 +76,7 @@ if TYPE_CHECKING:
     from api_client.contract.overflow import is_context_overflow
     from api_client.contract.session.context import LlmContext
     from api_client.contract.settings import ClientSettings
+    from api_client.contract.usage import DayUsage
     from api_client.contract.wire import (
         CompactReason,
         EventType,
@@ -104,6 +105,7 @@ _LAZY: dict[str, str] = {
     "Snapshot": "client.sessions",
     "SessionPage": "client.session_listing",
     "ClientSettings": "contract.settings",
+    "DayUsage": "contract.usage",
     "CompactReason": "contract.wire",
     "EventType": "contract.wire",
     "JobEvent": "contract.wire",
@@ -130,6 +132,7 @@ __all__ = [
     "CompactorError",
     "ConfigurationError",
     "DanglingParentError",
+    "DayUsage",
     "EntryExistsError",
     "EntryNotFoundError",
     "EntryTooLargeError",

@@ -185,7 +185,7 @@ def start_metrics(settings: WorkerSettings) -> None:
                   multiprocess_mode=settings.pool == "prefork",
                   collectors=[depth, _cooldown_gauge(settings, sessions),
                               *_session_gauge(settings, sessions)],
-                  live=health.live, ready=health.ready)
+                  live=health.live, ready=health.ready, tenants=settings.metrics_tenants)
 
 
 def _session_gauge(settings: WorkerSettings, client: Any) -> list[Any]:

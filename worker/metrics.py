@@ -50,8 +50,11 @@ __all__ = [
     "observe_stale",
     "observe_stall",
     "observe_started",
+    "observe_tenant_budget",
+    "observe_tenant_spend",
     "server_address",
     "start",
+    "tenant_label",
 ]
 
 log = logging.getLogger("worker.metrics")
@@ -60,6 +63,7 @@ DEFAULT_PORT = 9808  # what compose and the Kubernetes manifests use
 DEFAULT_ADDRESS = "127.0.0.1"  # loopback unless told otherwise: metrics name models and queues
 NO_REASON = "none"  # the reason label of prune and branch-summary jobs
 TOKEN_DIRECTIONS = ("input", "output", "cache_read", "cache_write")
+OTHER_TENANT = "other"  # the tenant label of every tenant not named in COMPACTOR_METRICS_TENANTS
 
 _DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 # A draft's stall is one round trip (about a millisecond); a job's is its model calls.
@@ -91,6 +95,15 @@ _DEFINITIONS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
      ("candidate", "direction")),
     ("compactor_model_cost_usd_total", "counter",
      "Cost of successful model calls at the candidate's configured prices (USD)", ("candidate",)),
+    ("compactor_tenant_tokens_total", "counter",
+     "Model tokens per tenant (input: uncached, cache reads and writes); kind applied or draft "
+     "(speculative jobs)", ("tenant", "kind", "direction")),
+    ("compactor_tenant_cost_usd_total", "counter",
+     "USD of model calls per tenant at the candidates' prices; kind applied or draft",
+     ("tenant", "kind")),
+    ("compactor_tenant_budget_total", "counter",
+     "Jobs the tenant's model budget changed: deterministic (summarised without the model), "
+     "refused, draft_stopped", ("tenant", "outcome")),
     ("compactor_summary_facts_total", "counter",
      "Fact-ledger facts of committed summaries by kind; outcome inSummary, appended or dropped",
      ("job", "kind", "outcome")),
@@ -137,6 +150,9 @@ class _Collector(Protocol):
 _lock = threading.Lock()
 _metrics: dict[str, Any] = {}
 _server: list[ThreadingHTTPServer] = []
+# The tenants labelled by name; every other one is OTHER_TENANT (a label per tenant of a large
+# platform would grow the series without end).
+_tenants: frozenset[str] = frozenset()
 
 
 def enabled() -> bool:
@@ -153,13 +169,15 @@ def server_address() -> tuple[str, int] | None:
 
 def start(port: int, *, address: str = DEFAULT_ADDRESS, multiprocess_mode: bool = False,
           collectors: Iterable[_Collector] = (), live: Probe | None = None,
-          ready: Probe | None = None) -> bool:
+          ready: Probe | None = None, tenants: Iterable[str] = ()) -> bool:
     """Define the metrics and serve them on ``address:port`` (once per process; later calls
     return True and change nothing). ``multiprocess_mode`` for the prefork pool: call it in the
-    main process before the pool forks."""
+    main process before the pool forks. ``tenants``: those labelled by name."""
+    global _tenants
     with _lock:
         if _metrics:
             return True
+        _tenants = frozenset(tenants)
         # No *_created series: they double the output for nothing.
         disable_created_metrics()  # type: ignore[no-untyped-call]
         registry = CollectorRegistry(auto_describe=True)
@@ -312,6 +330,29 @@ def observe_model_call(candidate: str, outcome: str, seconds: float, usage: _Usa
         for direction in TOKEN_DIRECTIONS:
             tokens.labels(candidate, direction).inc(getattr(usage, direction))
         _metrics["compactor_model_cost_usd_total"].labels(candidate).inc(cost_usd)
+
+
+def tenant_label(tenant: str) -> str:
+    """The ``tenant`` label: the name of a tenant of ``COMPACTOR_METRICS_TENANTS``, else
+    ``other``."""
+    return tenant if tenant in _tenants else OTHER_TENANT
+
+
+def observe_tenant_spend(tenant: str, kind: str, input_tokens: int, output_tokens: int,
+                         usd: float) -> None:
+    """What one job's model calls cost its tenant; ``kind`` ``applied`` or ``draft``."""
+    if not _metrics:
+        return
+    label, tokens = tenant_label(tenant), _metrics["compactor_tenant_tokens_total"]
+    tokens.labels(label, kind, "input").inc(input_tokens)
+    tokens.labels(label, kind, "output").inc(output_tokens)
+    _metrics["compactor_tenant_cost_usd_total"].labels(label, kind).inc(usd)
+
+
+def observe_tenant_budget(tenant: str, outcome: str) -> None:
+    """A job the budget changed: ``deterministic``, ``refused`` or ``draft_stopped``."""
+    if _metrics:
+        _metrics["compactor_tenant_budget_total"].labels(tenant_label(tenant), outcome).inc()
 
 
 # -- the endpoint ---------------------------------------------------------------------------

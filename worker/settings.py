@@ -16,11 +16,11 @@ from collections.abc import Mapping
 from ipaddress import IPv4Address
 from typing import Literal
 
-from pydantic import Field, IPvAnyAddress, model_validator
+from pydantic import Field, IPvAnyAddress, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from api_client.contract.errors import ConfigurationError
-from api_client.contract.keys import KeyLayout
+from api_client.contract.keys import DEFAULT_TENANT, TENANT_NAME, KeyLayout
 from api_client.contract.settings import ClientSettings
 from worker.hooks.settings import HookSettings
 from worker.llm.settings import LlmSettings
@@ -105,6 +105,9 @@ class WorkerSettings(LlmSettings, ClientSettings):
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     # Loopback by default: the metrics name models and queues. Containers set 0.0.0.0 (or ::).
     metrics_address: IPvAnyAddress = IPv4Address("127.0.0.1")
+    # The tenants whose spend the metrics label by name (a JSON list); every other tenant's is
+    # labelled "other", so that the series stay few however many tenants there are.
+    metrics_tenants: list[str] = Field(default_factory=lambda: [DEFAULT_TENANT])
 
     # -- models ---------------------------------------------------------------------------------
     # Refuse to start without COMPACTOR_MODELS (deployments set it: the Kubernetes base does), so
@@ -113,6 +116,14 @@ class WorkerSettings(LlmSettings, ClientSettings):
     require_models: bool = False
 
     hooks: HookSettings = Field(default_factory=_hook_settings)
+
+    @field_validator("metrics_tenants")
+    @classmethod
+    def _tenant_names(cls, names: list[str]) -> list[str]:
+        bad = [name for name in names if not TENANT_NAME.fullmatch(name)]
+        if bad:
+            raise ValueError(f"not tenant names: {bad} (1-63 characters of a-z 0-9 _ -)")
+        return names
 
     @model_validator(mode="after")
     def _cooldowns_under_the_prefix(self) -> WorkerSettings:

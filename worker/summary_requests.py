@@ -6,8 +6,9 @@ answers them, and neither imports the other.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from api_client.contract.session import Message
@@ -17,6 +18,7 @@ __all__ = [
     "Message",
     "PromptLayout",
     "Purpose",
+    "Spend",
     "Summarizer",
     "SummaryRequest",
     "SummaryResult",
@@ -86,6 +88,23 @@ class SummaryResult:
     trail: tuple[str, ...] = ()
     chunks: int = 0  # calls of the chunked path (0: the input fitted in one call)
     cost_usd: float = 0.0  # at the candidates' prices (ModelCandidate.price_*_per_mtok)
+
+
+@dataclass
+class Spend:
+    """What one job's model calls cost so far: every answered HTTP call, those of a stale round
+    or of a chunked call that failed later included (the tenant paid for them all). The
+    router adds to it (``JobSummarizer.spend``); the job's concurrent calls share it."""
+
+    usage: Usage = field(default_factory=Usage)
+    cost_usd: float = 0.0
+    calls: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, usage: Usage, cost_usd: float) -> None:
+        with self._lock:
+            self.usage, self.cost_usd = self.usage + usage, self.cost_usd + cost_usd
+            self.calls += 1
 
 
 class CancelToken(Protocol):

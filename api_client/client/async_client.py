@@ -18,6 +18,7 @@ from api_client.client.sync_client import _settings, stream_start
 from api_client.client.transport import AsyncTransport
 from api_client.contract.session.context import LlmContext
 from api_client.contract.settings import ClientSettings, load_settings
+from api_client.contract.usage import DayUsage
 from api_client.contract.wire import CompactReason, JobKind
 
 __all__ = ["AsyncCompactionClient"]
@@ -91,6 +92,10 @@ class AsyncCompactionClient:
                                 group=group, consumer=consumer, block_ms=block_ms,
                                 follow=follow, start=stream_start(since, start),
                                 auto_ack=auto_ack)
+
+    async def usage(self, days: int = 7) -> list[DayUsage]:
+        """As :meth:`CompactionClient.usage`."""
+        return await self.transport.run(self.flows.usage(days))
 
     async def ping(self) -> bool:
         return await self.transport.run(self.flows.ping())

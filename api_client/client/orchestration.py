@@ -41,6 +41,7 @@ from api_client.contract.redis_flows import Pipeline, cmd
 from api_client.contract.session.context import LlmContext, llm_context
 from api_client.contract.settings import ClientSettings
 from api_client.contract.snapshots import load_snapshot
+from api_client.contract.usage import DayUsage, last_days, read_usage
 from api_client.contract.wire import (
     DRAFT_APPLIED_ROUTE,
     CompactReason,
@@ -192,6 +193,12 @@ class Orchestration:
     def context(self, session_id: str) -> ClientFlow[LlmContext]:
         snapshot = yield from load_snapshot(self.layout, session_id)
         return llm_context(snapshot.session.tree(), snapshot.leaf_id, revision=snapshot.revision)
+
+    def usage(self, days: int) -> ClientFlow[list[DayUsage]]:
+        """The tenant's model spend on each of the last ``days`` UTC days, today first: one
+        round trip of reads (the workers write it)."""
+        names = last_days(time.time(), days)
+        return (yield from read_usage(self.layout, self.settings.tenant, names))
 
     @staticmethod
     def ping() -> ClientFlow[bool]:

@@ -23,6 +23,7 @@ from api_client.contract.errors import ConfigurationError, InvalidRequestError
 from api_client.contract.keys import check_tenant
 from api_client.contract.session.context import LlmContext
 from api_client.contract.settings import ClientSettings, load_settings
+from api_client.contract.usage import DayUsage
 from api_client.contract.wire import CompactReason, JobKind
 
 __all__ = ["CompactionClient", "stream_start"]
@@ -156,6 +157,11 @@ class CompactionClient:
         return EventReader(self.transport.blocking_redis(), self.layout, session_id=session_id,
                            group=group, consumer=consumer, block_ms=block_ms, follow=follow,
                            start=stream_start(since, start), auto_ack=auto_ack)
+
+    def usage(self, days: int = 7) -> list[DayUsage]:
+        """This client's tenant's model spend per UTC day, the last ``days`` (1-400), today
+        first: jobs, input and output tokens, USD, speculative drafts apart (``draft_*``)."""
+        return self.transport.run(self.flows.usage(days))
 
     def ping(self) -> bool:
         return self.transport.run(self.flows.ping())

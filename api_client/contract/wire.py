@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from api_client.contract.keys import KeyLayout
+from api_client.contract.keys import KeyLayout, split_tenant
 
 __all__ = [
     "AMQP_MAX_PRIORITY",
@@ -333,6 +333,10 @@ class JobRecord(_Wire):
     # Speculation counted apart: a speculative job's own model tokens; on a compaction applied
     # from a draft or built on a stale one, what its drafts cost (the extensions summed).
     draft_usage: TokenUsage | None = None
+    # USD of every model call this job made, at the candidates' prices (stale rounds included:
+    # what the tenant's usage counts); absent when it called no model.
+    cost_usd: float | None = None
+    draft_cost_usd: float | None = None  # the USD of ``draft_usage``
     # A summarize job's request: systemPrompt, prompt, maxTokens (the task carries ids only).
     input: dict[str, Any] | None = None
 
@@ -361,6 +365,11 @@ class JobRecord(_Wire):
 
     def prune_result(self) -> PruneResult | None:
         return None if self.result is None else PruneResult.model_validate(self.result)
+
+    @property
+    def tenant(self) -> str:
+        """The tenant of the job, as its qualified session id says (``acme~s1``)."""
+        return split_tenant(self.session_id)[0]
 
 
 class JobEvent(_Wire):
@@ -391,12 +400,19 @@ class JobEvent(_Wire):
     from_extension: bool | None = None
     ineffective: bool | None = None  # compaction_end: the context stayed above the guard share
     draft_usage: TokenUsage | None = None  # as JobRecord.draft_usage
+    cost_usd: float | None = None  # completion events: as JobRecord.cost_usd
+    draft_cost_usd: float | None = None
     timestamp: str = Field(default_factory=now_iso)
     stream_id: str | None = Field(default=None, exclude=True)
 
     @property
     def terminal(self) -> bool:
         return self.state is not None and self.state.terminal
+
+    @property
+    def tenant(self) -> str:
+        """The tenant of the job, as its qualified session id says (``acme~s1``)."""
+        return split_tenant(self.session_id)[0]
 
     def to_json(self) -> str:
         return json.dumps(self.to_wire(), ensure_ascii=False, separators=(",", ":"))

@@ -19,7 +19,13 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from api_client import AsyncCompactionClient, ClientSettings, CompactorError
-from api_client.server import event_stream, job_routes, model_routes, session_routes
+from api_client.server import (
+    event_stream,
+    job_routes,
+    model_routes,
+    session_routes,
+    usage_routes,
+)
 from api_client.server.auth import DEFAULT_TENANT, TokenTable
 from api_client.server.body_limit import BodyLimit
 from api_client.server.problems import MEDIA_TYPE, PROBLEMS, error_body, problem_body
@@ -140,7 +146,7 @@ def create_app(settings: ServerSettings | None = None,
                   generate_unique_id_function=lambda route: route.name,
                   description="Sessions, compaction jobs and their events over HTTP; "
                               "README \"From any language\".")
-    for module in (session_routes, job_routes, event_stream, model_routes):
+    for module in (session_routes, job_routes, event_stream, model_routes, usage_routes):
         app.include_router(module.router)
     _probes(app)
     _document_problems(app)

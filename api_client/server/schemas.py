@@ -9,13 +9,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from api_client import JobState
+from api_client import DayUsage, JobState
 
 __all__ = [
     "AppendEntries", "Appended", "BranchSummaryRequest", "CancelResult", "ChatCompletion",
     "ChatCompletionRequest", "CompactRequest", "ContextView", "CreateSession", "JobAccepted",
     "JobApplied", "LeafMoved", "ProblemBody", "SessionCreated", "SessionView", "SetLeaf",
-    "SummarizeRequest", "Summary",
+    "SummarizeRequest", "Summary", "UsageReport",
 ]
 
 JsonObject = dict[str, Any]
@@ -109,6 +109,14 @@ class SummarizeRequest(_Camel):
 class Summary(_Camel):
     summary: str
     short_summary: str | None = None
+
+
+class UsageReport(_Camel):
+    tenant: str = Field(description="the tenant of the request's token")
+    days: list[DayUsage] = Field(
+        description="per UTC day, today first, days without spend included: jobs, input tokens "
+                    "(cache reads and writes included), output tokens and USD at the models' "
+                    "prices; speculative drafts apart (draft*)")
 
 
 class ChatMessage(BaseModel):

@@ -24,6 +24,7 @@ PUBLIC = {
     "LlmContext", "ClientSettings", "is_context_overflow", "should_compact",
     # instant compaction (README "Instant compaction")
     "ObserveResult", "should_precompute",
+    "DayUsage",  # client.usage(): a tenant's model spend per UTC day (README "Tenants")
     # the errors
     "AlreadyCompactedError", "BrokerUnavailableError", "ClientError", "CompactorError",
     "ConfigurationError", "DanglingParentError", "EntryExistsError", "EntryNotFoundError",

@@ -7,6 +7,7 @@
 - ``runtime_commands``: ``session import|export``, the job commands, ``demo``;
 - ``session_commands``: ``session list|delete`` (stored sessions);
 - ``tenant_commands``: ``tenant quota|show`` (a tenant's quota overrides, stored bytes, queue);
+- ``usage_command``: ``usage`` (the tenants' model spend per day);
 - ``serve_command``: ``serve``, the HTTP API (``api_client.server``, imported when it runs).
 
 The global ``--redis-url`` (before or after the command) overrides ``COMPACTOR_REDIS_URL`` for
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
         serve_command,
         session_commands,
         tenant_commands,
+        usage_command,
     )
 
     parser = argparse.ArgumentParser(prog="compactor", description="Distributed context compaction")
@@ -52,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     runtime_commands.register(commands)
     session_commands.register(commands)
     tenant_commands.register(commands)
+    usage_command.register(commands)
     serve_command.register(commands)
     return parser
 

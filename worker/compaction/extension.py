@@ -37,6 +37,7 @@ class DraftBase:
     usage: Mapping[str, Any]     # what the draft cost, its own extensions summed (wire names)
     path: tuple[Entry, ...]
     usage_start: int             # where the context the agent's last usage measured begins
+    cost_usd: float = 0.0        # the USD of ``usage``
 
 
 def _index(path: Sequence[Entry], entry_id: str) -> int | None:
@@ -59,11 +60,12 @@ def draft_base(path: Sequence[Entry], draft: Mapping[str, Any] | None) -> DraftB
     laid = parse_entry({**body, "type": "compaction", "id": DRAFT_ENTRY_ID, "parentId": leaf,
                         "timestamp": str(draft.get("createdAt") or "")})
     assert isinstance(laid, CompactionEntry)
-    usage = draft.get("usage")
+    usage, cost = draft.get("usage"), draft.get("costUsd")
     return DraftBase(job_id=str(draft.get("jobId") or ""),
                      usage=usage if isinstance(usage, dict) else {},
                      path=(*path[:at + 1], laid, *path[at + 1:]),
-                     usage_start=last_compaction_index(path) + 1)
+                     usage_start=last_compaction_index(path) + 1,
+                     cost_usd=float(cost) if isinstance(cost, int | float) else 0.0)
 
 
 def prepare_extension(path: Sequence[Entry], draft: Mapping[str, Any] | None,

@@ -10,10 +10,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from worker.llm.errors import AllCandidatesFailedError, ModelCallError, ModelCancelledError
-from worker.summary_requests import CancelToken, Summarizer, SummaryRequest, SummaryResult, Usage
+from worker.summary_requests import (
+    CancelToken,
+    Spend,
+    Summarizer,
+    SummaryRequest,
+    SummaryResult,
+    Usage,
+)
 
 if TYPE_CHECKING:
-    from worker.llm.build import build_summarizer
+    from worker.llm.build import build_deterministic, build_summarizer
     from worker.llm.router import JobSummarizer, Router
     from worker.llm.settings import LlmSettings, ModelCandidate
 
@@ -26,14 +33,17 @@ __all__ = [
     "ModelCancelledError",
     "ModelCandidate",
     "Router",
+    "Spend",
     "Summarizer",
     "SummaryRequest",
     "SummaryResult",
     "Usage",
+    "build_deterministic",
     "build_summarizer",
 ]
 
 _LAZY = {
+    "build_deterministic": "worker.llm.build",
     "build_summarizer": "worker.llm.build",
     "JobSummarizer": "worker.llm.router",
     "Router": "worker.llm.router",

@@ -25,7 +25,7 @@ from worker.tokens import Tokenizer, get_tokenizer
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["EXTRACTIVE", "build_providers", "build_summarizer"]
+__all__ = ["EXTRACTIVE", "build_deterministic", "build_providers", "build_summarizer"]
 
 EXTRACTIVE = ModelCandidate(provider="extractive")
 
@@ -84,3 +84,10 @@ def build_summarizer(settings: LlmSettings | None = None,
                   on_close=client.close,
                   counter=RequestCounter(tokenizer or get_tokenizer("tiktoken")),
                   summary_slack=settings.llm_summary_slack)
+
+
+def build_deterministic(tokenizer: Tokenizer | None = None) -> Router:
+    """The extractive summarizer alone (no HTTP, no cost): what an automatic compaction uses
+    when its tenant is over the model budget (``COMPACTOR_OVER_BUDGET_SUMMARIZER``)."""
+    return Router([ExtractiveProvider(EXTRACTIVE)],
+                  counter=RequestCounter(tokenizer or get_tokenizer("tiktoken")))

@@ -42,7 +42,7 @@ from worker.llm.errors import (
 )
 from worker.llm.providers.base import Provider
 from worker.llm.retry_policy import Failure, RetryPolicy, decide
-from worker.summary_requests import CancelToken, SummaryRequest, SummaryResult, Usage
+from worker.summary_requests import CancelToken, Spend, SummaryRequest, SummaryResult, Usage
 
 __all__ = ["MAX_SHRINKS", "MIN_CHUNK_OUTPUT", "AttemptBudget", "JobSummarizer", "Router"]
 
@@ -99,6 +99,7 @@ class _Call:
     cancel: CancelToken | None
     budget: AttemptBudget
     progress: Progress | None = None
+    spend: Spend | None = None  # the job's, told of every answered HTTP call
     attempts: int = 0
     chunks: int = 0
     usage: Usage = field(default_factory=Usage)
@@ -172,8 +173,9 @@ class Router:
             self._on_close()
 
     def run(self, request: SummaryRequest, cancel: CancelToken | None,
-            budget: AttemptBudget, progress: Progress | None = None) -> SummaryResult:
-        call = _Call(cancel, budget, progress)
+            budget: AttemptBudget, progress: Progress | None = None,
+            spend: Spend | None = None) -> SummaryResult:
+        call = _Call(cancel, budget, progress, spend)
         for index, provider in enumerate(self.providers):
             call.check_cancel()
             refusal = self._refusal(provider, call)
@@ -296,6 +298,8 @@ class Router:
             cost = provider.candidate.cost_usd(reply.usage)
             metrics.observe_model_call(label, "ok", time.monotonic() - started, reply.usage, cost)
             call.usage, call.cost_usd = call.usage + reply.usage, call.cost_usd + cost
+            if provider.uses_http and call.spend is not None:  # the extractive one is free
+                call.spend.add(reply.usage, cost)
             return reply.text
 
     def _sleep(self, delay_ms: int, call: _Call) -> None:
@@ -380,7 +384,8 @@ class JobSummarizer:
         self.budget = AttemptBudget(router.policy.job_attempt_budget)
         # Told after each answered chunk of a chunked call (the job publishes it as an event).
         self.progress: Progress | None = None
+        self.spend = Spend()  # what the job's calls cost (its tenant's usage)
 
     def summarize(self, request: SummaryRequest,
                   cancel: CancelToken | None = None) -> SummaryResult:
-        return self.router.run(request, cancel, self.budget, self.progress)
+        return self.router.run(request, cancel, self.budget, self.progress, self.spend)

@@ -261,7 +261,8 @@ def run_compact(ctx: JobContext) -> JobSuccess:
     return JobSuccess(entry=entry, result=result, model=model, usage=usage, event={
         "tokens_before": entry.get("tokensBefore"), "tokens_after": tokens_after,
         "from_extension": draft.from_extension, "ineffective": ineffective, "result": result,
-    }, draft_usage=_drafts_used(ctx, draft.base))
+    }, draft_usage=_drafts_used(ctx, draft.base),
+        draft_cost_usd=draft.base.cost_usd if draft.base else None)
 
 
 def _drafts_used(ctx: JobContext, base: DraftBase | None) -> TokenUsage | None:

@@ -36,6 +36,7 @@ from worker.service._job_stops import (
     LeaseHeldError,
     LeaseLostError,
 )
+from worker.service._model_budget import account, bill, check_budget, job_spend
 from worker.service._outage import ride_out
 from worker.service._prune_job import run_prune
 from worker.service._speculative import count_discarded, run_speculative
@@ -138,12 +139,10 @@ def _run_leased(rt: Runtime, job_id: str, owner: str) -> JobOutcome:
     with JobControl(rt.jobs, job_id, owner, deadline_s=s.job_deadline_s,
                     lease_ttl_s=s.lease_ttl_s, clock=rt.clock, flags=rt.cancel_flags) as control:
         ctx = JobContext(rt, record, control, rt.new_summarizer())
-        _report_progress(ctx)
         try:
-            success = _earlier_effect(ctx) or _handler(record)(ctx)
+            success = _earlier_effect(ctx) or _run(ctx)
         except LeaseLostError:
-            log.warning("job %s: taken over by another worker; this delivery stops", job_id)
-            return JobOutcome(job_id, "abandoned")
+            return _abandoned(ctx)
         except JobStopped as stop:
             return _stopped(ctx, stop)
         except TRANSIENT:
@@ -166,6 +165,14 @@ def _run_leased(rt: Runtime, job_id: str, owner: str) -> JobOutcome:
             return _fail(ctx, f"internal error ({type(err).__name__}); see the worker log for "
                               f"job {job_id}", cause="internal")
     return _succeed(ctx, success)
+
+
+def _run(ctx: JobContext) -> JobSuccess:
+    """The tenant's model budget first (it may put the deterministic summarizer in the model's
+    place, or refuse the job), then the job's kind."""
+    check_budget(ctx)
+    _report_progress(ctx)
+    return _handler(ctx.record)(ctx)
 
 
 def _report_progress(ctx: JobContext) -> None:
@@ -203,13 +210,17 @@ def _earlier_effect(ctx: JobContext) -> JobSuccess | None:
 
 
 def _succeed(ctx: JobContext, success: JobSuccess) -> JobOutcome:
+    costs = bill(ctx, success.draft_cost_usd)
     fields = {k: v for k, v in success.event.items() if v is not None}
+    result = success.result
+    if ctx.over_budget is not None:  # the record and the event say who summarised, and why
+        result = fields["result"] = {**result, "overBudget": ctx.over_budget}
     event = JobEvent.completion(ctx.record, JobState.SUCCEEDED, entry=success.entry,
                                 model=success.model, duration_ms=ctx.control.elapsed_ms(),
-                                draft_usage=success.draft_usage, **fields)
+                                draft_usage=success.draft_usage, **costs, **fields)
     ride_out(ctx.control, "finish", lambda: ctx.rt.jobs.finish(
         ctx.job_id, JobState.SUCCEEDED, event=event, entry=success.entry, model=success.model,
-        usage=success.usage, draft_usage=success.draft_usage, result=success.result),
+        usage=success.usage, draft_usage=success.draft_usage, result=result, **costs),
         until_memory=True)
     before, after = success.event.get("tokens_before"), success.event.get("tokens_after")
     saved = (before - after if isinstance(before, int) and isinstance(after, int)
@@ -230,11 +241,13 @@ def _error_text(record: JobRecord, message: str) -> str:
 def _fail(ctx: JobContext, message: str, result: dict[str, Any] | None = None, *,
           cause: str = "other") -> JobOutcome:
     error = _error_text(ctx.record, message)
+    costs = bill(ctx)  # a job that fails after its model calls still cost them
     event = JobEvent.completion(ctx.record, JobState.FAILED, error=error, result=result,
-                                duration_ms=ctx.control.elapsed_ms())
+                                duration_ms=ctx.control.elapsed_ms(), **costs)
     extra: dict[str, Any] = {} if result is None else {"result": result}
     ride_out(ctx.control, "finish", lambda: ctx.rt.jobs.finish(
-        ctx.job_id, JobState.FAILED, event=event, error=error, **extra), until_memory=True)
+        ctx.job_id, JobState.FAILED, event=event, error=error, **extra, **costs),
+        until_memory=True)
     log.info("job %s failed (%s): %s", ctx.job_id, cause, error)
     metrics.observe_failure(ctx.record.kind.value, cause)
     return _observed(ctx, JobOutcome(ctx.job_id, JobState.FAILED.value, error=error,
@@ -245,19 +258,27 @@ def _stopped(ctx: JobContext, stop: JobStopped) -> JobOutcome:
     if isinstance(stop, LeaseLostError):
         # The summarizer saw the token turn (it raises its own error): the job now belongs to
         # the worker holding the lease; ending it here would fail that worker's run.
-        log.warning("job %s: taken over by another worker; this delivery stops", ctx.job_id)
-        return JobOutcome(ctx.job_id, "abandoned")
+        return _abandoned(ctx)
     if not isinstance(stop, JobCancelled):
         return _fail(ctx, str(stop), cause=failure_cause(stop))
     text = job_error_text(ctx.record.kind, JobState.CANCELLED)
+    costs = bill(ctx)
     event = JobEvent.completion(ctx.record, JobState.CANCELLED, error=text, aborted=True,
-                                duration_ms=ctx.control.elapsed_ms())
+                                duration_ms=ctx.control.elapsed_ms(), **costs)
     ride_out(ctx.control, "finish", lambda: ctx.rt.jobs.finish(
-        ctx.job_id, JobState.CANCELLED, event=event, error=text), until_memory=True)
+        ctx.job_id, JobState.CANCELLED, event=event, error=text, **costs), until_memory=True)
     log.info("job %s cancelled", ctx.job_id)
     metrics.observe_failure(ctx.record.kind.value, "cancelled")
     return _observed(ctx, JobOutcome(ctx.job_id, JobState.CANCELLED.value, error=text,
                                      reason=_reason(ctx), cause="cancelled"))
+
+
+def _abandoned(ctx: JobContext) -> JobOutcome:
+    """Another worker took the job over: this delivery stops without ending it; what its
+    model calls cost is its tenant's all the same."""
+    log.warning("job %s: taken over by another worker; this delivery stops", ctx.job_id)
+    account(ctx, job_spend(ctx), ended=False)
+    return JobOutcome(ctx.job_id, "abandoned")
 
 
 def _reason(ctx: JobContext) -> str | None:

@@ -28,6 +28,9 @@ class JobContext:
     record: JobRecord          # as of this delivery (state running, attempt counted)
     control: JobControl
     summarizer: Summarizer
+    # Set when the tenant's model budget put the deterministic summarizer in the model's place
+    # (``_model_budget``): the record's and the completion event's ``result.overBudget``.
+    over_budget: dict[str, Any] | None = field(default=None, init=False)
     # Each message object counted once in the process: unchanged entries are the same objects
     # in the next job's snapshot (the session store's entry cache).
     tokenizer: JobTokenizer = field(init=False)
@@ -55,8 +58,10 @@ class JobSuccess:
     model: str | None = None
     usage: Usage | None = None
     event: dict[str, Any] = field(default_factory=dict)   # extra completion-event fields
-    # Speculation's tokens, apart from usage (record and completion event: draftUsage).
+    # Speculation's tokens, apart from usage (record and completion event: draftUsage), and
+    # their USD (draftCostUsd).
     draft_usage: TokenUsage | None = None
+    draft_cost_usd: float | None = None
 
 
 def calls_summary(

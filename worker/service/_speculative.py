@@ -55,13 +55,16 @@ def run_speculative(ctx: JobContext) -> JobSuccess:
         input=usage.input, output=usage.output, cache_read=usage.cache_read,
         cache_write=usage.cache_write)
     spent = draft_tokens(own, base.usage if base else None) or TokenUsage()
+    own_usd = calls.get("costUsd")
+    spent_usd = None if own_usd is None and base is None else round(
+        (own_usd or 0.0) + (base.cost_usd if base else 0.0), 8)
     text = draft_json(ctx.job_id, snap.leaf_id, snap.revision, draft.entry,
                       from_extension=draft.from_extension, tokens_after=tokens_after,
                       snapshot_entries=len(path),
                       snapshot_tokens=int(draft.entry.get("tokensBefore") or 0),
                       threshold=fit_threshold(ctx), usage=spent.to_wire(),
                       lead_ms=_lead_ms(ctx.record), base_job_id=base.job_id if base else None,
-                      ineffective_above=guard_threshold(ctx))
+                      ineffective_above=guard_threshold(ctx), cost_usd=spent_usd)
     saved = _drafts(ctx.rt).save(ctx.job_id, text)
     if saved == "cancelled":
         raise JobCancelled()
@@ -75,7 +78,8 @@ def run_speculative(ctx: JobContext) -> JobSuccess:
     if base is not None:
         result["extendedDraft"] = base.job_id
     ctx.publish(EventType.DRAFT_SAVED, result=result, tokens_before=result["tokensBefore"])
-    return JobSuccess(result=result, model=model, usage=usage, draft_usage=own, event={
+    return JobSuccess(result=result, model=model, usage=usage, draft_usage=own,
+                      draft_cost_usd=own_usd, event={
         "result": result, "will_retry": False, "tokens_before": result["tokensBefore"]})
 
 

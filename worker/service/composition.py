@@ -17,7 +17,7 @@ from api_client.contract.keys import ANY_TENANT, KeyLayout
 from worker.compaction import PlanCaches
 from worker.compaction.facts import SEARCH as FACT_SEARCH
 from worker.hooks import load_hook_runner
-from worker.llm import Summarizer, build_summarizer
+from worker.llm import Summarizer, build_deterministic, build_summarizer
 from worker.service._control import CancelWatch
 from worker.service.ports import SYSTEM_CLOCK, Runtime
 from worker.settings import WorkerSettings, model_chain_text
@@ -26,6 +26,7 @@ from worker.store.draft_store import DraftStore
 from worker.store.entry_cache import EntryCache
 from worker.store.job_lifecycle import JobStore
 from worker.store.snapshot_store import SnapshotStore
+from worker.store.tenant_usage import TenantUsageStore
 from worker.store.token_counts import RedisTokenCounts
 from worker.tokens import TokenCache, choose_counter, get_tokenizer
 
@@ -90,4 +91,6 @@ def build_runtime(settings: WorkerSettings, *,
         # The process's planning caches: a re-plan of a session seen before (warm, or grown
         # since) serializes and folds the facts of its new messages only.
         plan_caches=PlanCaches(),
+        usage=TenantUsageStore(client, layout),
+        deterministic=build_deterministic(tokenizer).for_job,
     )

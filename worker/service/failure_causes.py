@@ -11,6 +11,7 @@ worker's log line. Bounded on purpose: a label per error text would grow without
 | ``deadline``        | the job deadline passed                                           |
 | ``cancelled``       | the platform cancelled it                                         |
 | ``loop_guard``      | the loop guard refused another automatic compaction               |
+| ``quota``           | the tenant's model budget is spent (a draft stops before it is)   |
 | ``nothing_to_do``   | nothing to compact, or already compacted                          |
 | ``session``         | the session is missing or cannot be read                          |
 | ``storage``         | Redis refused or could not take a write                           |
@@ -30,6 +31,7 @@ from api_client.contract.errors import (
     HookError,
     ModelError,
     PlanError,
+    QuotaExceededError,
     SessionError,
 )
 from worker.llm.errors import (
@@ -60,6 +62,7 @@ _TABLE: tuple[tuple[tuple[type[BaseException], ...], str], ...] = (
     ((DeadlineExceededError,), "deadline"),
     ((JobCancelled,), "cancelled"),
     ((CompactionLoopError,), "loop_guard"),
+    ((QuotaExceededError,), "quota"),
     ((PlanError,), "nothing_to_do"),
     ((SessionError,), "session"),
     ((BrokerUnavailableError, redis.RedisError), "storage"),

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from api_client.contract.session import Entry, JsonObject
 from api_client.contract.snapshots import Snapshot
+from api_client.contract.usage import DayUsage
 from api_client.contract.wire import JobEvent, JobRecord, JobState
 from worker.compaction import CompactionSettings, PlanCaches, Preparation
 from worker.hooks import (
@@ -43,6 +44,7 @@ __all__ = [
     "JobRecords",
     "Runtime",
     "Sessions",
+    "TenantUsage",
     "TokenCounts",
 ]
 
@@ -137,6 +139,17 @@ class JobRecords(JobLeases, Protocol):
                          window_s: float) -> None: ...
 
 
+class TenantUsage(Protocol):
+    """A tenant's model spend per UTC day (``worker.store.tenant_usage.TenantUsageStore``)."""
+
+    def add(self, tenant: str, at: float, *, input_tokens: int, output_tokens: int, usd: float,
+            draft: bool, ended: bool) -> None: ...
+
+    def today(self, tenant: str, at: float) -> tuple[DayUsage, dict[str, str]]:
+        """The spend of the day of ``at`` and the tenant's quota overrides."""
+        ...
+
+
 class Drafts(Protocol):
     """Where a speculative job stores its draft (``worker.store.draft_store.DraftStore``), and
     where a compaction finds the stale draft it extends."""
@@ -211,6 +224,11 @@ class Runtime:
     cancel_flags: CancelFlags | None = None
     # A session's token counts shared with the other workers; None: each process counts alone.
     token_counts: TokenCounts | None = None
+    # The tenants' model spend and budgets; None: neither counted nor checked.
+    usage: TenantUsage | None = None
+    # The summarizer of an automatic compaction over its tenant's model budget (no model
+    # call); None: such a compaction is refused instead.
+    deterministic: Callable[[], Summarizer] | None = None
     # What planning keeps from one job to the next (``worker.compaction.caches``: bounded, by
     # object identity): every compaction and branch job of the process plans with this one.
     plan_caches: PlanCaches = field(default_factory=PlanCaches)

@@ -37,11 +37,11 @@ def draft_json(job_id: str, snapshot_leaf: str, revision: int, entry: Mapping[st
                from_extension: bool, tokens_after: int, snapshot_entries: int,
                snapshot_tokens: int, threshold: int, usage: Mapping[str, int],
                lead_ms: int | None = None, base_job_id: str | None = None,
-               ineffective_above: int | None = None) -> str:
+               ineffective_above: int | None = None, cost_usd: float | None = None) -> str:
     """The draft (fields: :mod:`api_client.client.draft_apply`). ``entry`` is the planned
     compaction entry; its id, parentId and timestamp are filled in when the draft is applied.
     ``threshold``: the line its context must fit under to be applied; ``usage``: what it cost,
-    the draft it extended (``base_job_id``) included."""
+    the draft it extended (``base_job_id``) included, and ``cost_usd`` its USD."""
     body = {k: v for k, v in entry.items() if k not in ("id", "parentId", "timestamp")}
     _, tail = entry_line_parts({"type": "compaction", **body})
     draft: dict[str, Any] = {
@@ -57,6 +57,8 @@ def draft_json(job_id: str, snapshot_leaf: str, revision: int, entry: Mapping[st
         draft["leadMs"] = lead_ms
     if base_job_id:
         draft["baseJobId"] = base_job_id
+    if cost_usd is not None:  # the applied compaction's record says it (draftCostUsd)
+        draft["costUsd"] = cost_usd
     if ineffective_above is not None:  # the worker's loop-guard line (apply_draft.lua)
         draft["ineffectiveAbove"] = ineffective_above
     if entry.get("shortSummary") is not None:

@@ -152,6 +152,12 @@ local function apply_draft(KEYS, ARGV)
     draft_usage = cjson.encode(draft['usage'])
     fields = fields .. ',"draftUsage":' .. draft_usage
   end
+  -- ... and its USD, so that a platform bills the job from its record or event alone.
+  local draft_cost = tonumber(draft['costUsd'])
+  if draft_cost then
+    draft_cost = cjson.encode(draft_cost)
+    fields = fields .. ',"draftCostUsd":' .. draft_cost
+  end
   if limit > 0 then
     redis.call('ZADD', KEYS[10], ARGV[13], ARGV[2])
     redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', '(' .. tostring(now - window))
@@ -164,6 +170,9 @@ local function apply_draft(KEYS, ARGV)
   redis.call('HSET', KEYS[8], 'entry', line, 'resultEntryId', new_id, 'result', result)
   if draft_usage then
     redis.call('HSET', KEYS[8], 'draftUsage', draft_usage)
+  end
+  if draft_cost then
+    redis.call('HSET', KEYS[8], 'draftCostUsd', draft_cost)
   end
   redis.call('EXPIRE', KEYS[8], ARGV[7])
   redis.call('XADD', KEYS[9], 'MAXLEN', '~', ARGV[8], '*', 'type', 'session_compact',

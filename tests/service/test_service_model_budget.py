@@ -1,0 +1,165 @@
+"""The tenant's model budget and spend on the worker's side (worker/service/_model_budget.py):
+the decision as a table a reader can check by hand, then what a job does with it, on in-memory
+ports (the Redis store and a real worker: tests/runtime/test_runtime_usage.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from service.service_fakes import World, world
+
+from api_client.contract.usage import DayUsage
+from api_client.contract.wire import CompactReason, JobKind, JobRecord, JobState
+from worker.service import run_job
+from worker.service._model_budget import decide
+from worker.settings import WorkerSettings
+from worker.summary_requests import CancelToken, Spend, SummaryRequest, SummaryResult, Usage
+
+THR, OVF, MAN, SPEC = (CompactReason.THRESHOLD, CompactReason.OVERFLOW, CompactReason.MANUAL,
+                       CompactReason.SPECULATIVE)
+
+
+def _day(tokens: int = 0, usd: float = 0.0, draft_tokens: int = 0) -> DayUsage:
+    return DayUsage(tenant="acme", day="2026-01-01", input_tokens=tokens, usd=usd,
+                    draft_input_tokens=draft_tokens)
+
+
+@pytest.mark.parametrize(("reason", "day", "quota", "settings", "action"), [
+    (THR, _day(999), {}, {"tokens_per_day": 1000}, "model"),
+    (THR, _day(1000), {}, {"tokens_per_day": 1000}, "deterministic"),
+    (OVF, _day(1000), {}, {"tokens_per_day": 1000}, "deterministic"),
+    (THR, _day(1000), {}, {"tokens_per_day": 1000, "over_budget_summarizer": "refuse"}, "refuse"),
+    (THR, _day(usd=0.5), {}, {"usd_per_day": 0.5}, "deterministic"),
+    (THR, _day(usd=0.49), {}, {"usd_per_day": 0.5}, "model"),
+    (THR, _day(10**9, 99.0), {}, {}, "model"),                       # 0 = no limit
+    (THR, _day(draft_tokens=1000), {}, {"tokens_per_day": 1000}, "deterministic"),  # drafts count
+    (THR, _day(500), {"tokens_per_day": "400"}, {"tokens_per_day": 1000}, "deterministic"),
+    (THR, _day(5000), {"tokens_per_day": "0"}, {"tokens_per_day": 1000}, "model"),  # no limit
+    (THR, _day(1000), {"tokens_per_day": "many"}, {"tokens_per_day": 1000}, "deterministic"),
+    (SPEC, _day(799), {}, {"tokens_per_day": 1000}, "model"),
+    (SPEC, _day(800), {}, {"tokens_per_day": 1000}, "stop_draft"),     # share 0.8
+    (SPEC, _day(500), {}, {"tokens_per_day": 1000, "draft_budget_share": 0.5}, "stop_draft"),
+    (SPEC, _day(usd=0.9), {"usd_per_day": "1"}, {}, "stop_draft"),
+    (MAN, _day(5000), {}, {"tokens_per_day": 1000}, "model"),        # admitted at enqueue
+])
+def test_the_budget_decision(reason: CompactReason, day: DayUsage, quota: dict[str, str],
+                             settings: dict[str, Any], action: str) -> None:
+    record = JobRecord(id="acme~s1:00000000000000aa", kind=JobKind.COMPACT,
+                       session_id="acme~s1", reason=reason)
+    assert decide(record, day, quota, WorkerSettings(**settings)).action == action
+
+
+def test_other_kinds_are_never_held_back() -> None:
+    for kind in (JobKind.BRANCH_SUMMARY, JobKind.SUMMARIZE, JobKind.PRUNE):
+        record = JobRecord(id="s1:00000000000000aa", kind=kind, session_id="s1")
+        assert decide(record, _day(10**6), {}, WorkerSettings(tokens_per_day=1)).action == "model"
+
+
+class FakeUsage:
+    def __init__(self, day: DayUsage, quota: dict[str, str] | None = None) -> None:
+        self.day, self.quota = day, quota or {}
+        self.added: list[dict[str, Any]] = []
+
+    def add(self, tenant: str, at: float, **spend: Any) -> None:
+        self.added.append({"tenant": tenant, **spend})
+
+    def today(self, tenant: str, at: float) -> tuple[DayUsage, dict[str, str]]:
+        return self.day, dict(self.quota)
+
+
+class Metered:
+    """A summarizer that keeps its spend as the router's job summarizer does."""
+
+    def __init__(self, model: str, *, paid: bool = True) -> None:
+        self.model, self.paid, self.calls, self.spend = model, paid, 0, Spend()
+
+    def summarize(self, request: SummaryRequest,
+                  cancel: CancelToken | None = None) -> SummaryResult:
+        self.calls += 1
+        usage = Usage(input=100, output=20, cache_read=30, cache_write=5)
+        if self.paid:  # the router counts HTTP calls only: the extractive one is free
+            self.spend.add(usage, 0.01)
+        return SummaryResult(f"summary by {self.model}", self.model, self.model, usage, 1,
+                             cost_usd=0.01)
+
+
+def _budgeted(reason: CompactReason, spent: int, **settings: Any) -> tuple[World, FakeUsage,
+                                                                            Metered, Metered]:
+    w = world(reason=reason, tokens_per_day=1000, **settings)
+    model, fallback = Metered("model"), Metered("extractive", paid=False)
+    store = FakeUsage(_day(spent))
+    w.rt.new_summarizer, w.rt.deterministic, w.rt.usage = (lambda: model, lambda: fallback,
+                                                           store)
+    return w, store, model, fallback
+
+
+def test_over_budget_a_threshold_compaction_summarises_without_the_model() -> None:
+    w, store, model, fallback = _budgeted(THR, 1000)
+    outcome = run_job(w.rt, w.jobs.record.id)
+    assert outcome.state == "succeeded" and model.calls == 0 and fallback.calls > 0
+    state, event, fields = w.jobs.finished[-1]
+    note = {"summarizer": "deterministic", "quota": "tokens_per_day", "limit": 1000,
+            "value": 1000}
+    assert state is JobState.SUCCEEDED and fields["model"] == "extractive"
+    assert fields["result"]["overBudget"] == note
+    assert event is not None and event.result is not None and event.result["overBudget"] == note
+    assert store.added == [] and "cost_usd" not in fields  # nothing was spent
+
+
+def test_under_budget_the_model_answers_and_the_spend_is_counted() -> None:
+    w, store, model, fallback = _budgeted(THR, 999)
+    assert run_job(w.rt, w.jobs.record.id).state == "succeeded"
+    assert model.calls > 0 and fallback.calls == 0
+    _, event, fields = w.jobs.finished[-1]
+    assert "overBudget" not in fields["result"]
+    calls = model.calls
+    assert fields["cost_usd"] == pytest.approx(0.01 * calls)
+    assert event is not None and event.cost_usd == pytest.approx(0.01 * calls)
+    # Cache reads and writes are input the model read.
+    assert store.added == [{"tenant": "default", "input_tokens": 135 * calls,
+                            "output_tokens": 20 * calls, "usd": pytest.approx(0.01 * calls),
+                            "draft": False, "ended": True}]
+
+
+def test_refused_over_budget_when_so_configured() -> None:
+    w, store, model, fallback = _budgeted(THR, 1000, over_budget_summarizer="refuse")
+    outcome = run_job(w.rt, w.jobs.record.id)
+    assert (outcome.state, outcome.cause) == ("failed", "quota")
+    assert model.calls == fallback.calls == 0 and store.added == []
+    assert outcome.error is not None and "tokens_per_day quota" in outcome.error
+    assert outcome.error.startswith("Auto-compaction failed: tenant 'default'")
+
+
+def test_a_draft_stops_at_its_share_of_the_budget() -> None:
+    w, _, model, fallback = _budgeted(SPEC, 800)
+    outcome = run_job(w.rt, w.jobs.record.id)
+    assert (outcome.state, outcome.cause) == ("failed", "quota")
+    assert model.calls == fallback.calls == 0
+    assert outcome.error is not None and "800 of 800" in outcome.error
+    _, _, fields = w.jobs.finished[-1]
+    assert "cost_usd" not in fields  # no model was called: nothing to bill
+
+
+def test_a_manual_compaction_over_budget_still_uses_the_model() -> None:
+    w, store, model, fallback = _budgeted(MAN, 5000)
+    assert run_job(w.rt, w.jobs.record.id).state == "succeeded"
+    assert model.calls > 0 and fallback.calls == 0 and len(store.added) == 1
+
+
+def test_a_failed_job_still_counts_what_its_calls_cost() -> None:
+    w, store, model, _ = _budgeted(MAN, 0)
+    w.jobs.cancel_requested = False
+    inner = model.summarize
+
+    def then_fail(request: SummaryRequest, cancel: CancelToken | None = None) -> SummaryResult:
+        inner(request, cancel)
+        raise RuntimeError("a bug after the call")
+
+    model.summarize = then_fail  # type: ignore[method-assign]
+    outcome = run_job(w.rt, w.jobs.record.id)
+    assert (outcome.state, outcome.cause) == ("failed", "internal")
+    _, event, fields = w.jobs.finished[-1]
+    assert fields["cost_usd"] == pytest.approx(0.01)
+    assert event is not None and event.cost_usd == pytest.approx(0.01)
+    assert [a["input_tokens"] for a in store.added] == [135]

@@ -1,0 +1,176 @@
+"""A tenant's model budget and spend, on the worker's side (README "Tenants").
+
+Before a job calls the model (:func:`check_budget`), the spend of the job's tenant today (UTC)
+is read against its ``tokens_per_day`` and ``usd_per_day`` (a field of the tenant's quota hash
+overrides the setting; 0 = no limit). Over it, a threshold or overflow compaction summarises
+with the deterministic summarizer (``over_budget_summarizer = "deterministic"``; the record
+says so in ``result.overBudget``) or fails with :class:`QuotaExceededError` (``"refuse"``); a
+speculative draft stops sooner, at ``draft_budget_share`` of the budget, so that drafts never
+spend what the compactions an agent waits for need. Manual compactions, branch summaries and
+summaries were admitted at enqueue (the client refuses them over budget): they finish.
+
+When a delivery ends (:func:`account`), what its model calls cost is added to its tenant's day,
+drafts apart, and to the per-tenant metrics: before the job's end is published, so that whoever
+sees the job ended (the agent's next compaction, a platform billing it) sees its spend too.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from api_client.contract.errors import QuotaExceededError
+from api_client.contract.settings import ClientSettings
+from api_client.contract.usage import DayUsage, next_day_start
+from api_client.contract.wire import CompactReason, JobKind, JobRecord
+from worker import metrics
+from worker.llm import Spend
+from worker.service._job_context import JobContext
+from worker.service._job_stops import WAIT_FOR_REDIS
+from worker.service._outage import ride_out
+
+__all__ = ["Decision", "Over", "account", "bill", "check_budget", "decide", "job_spend",
+           "over_budget"]
+
+log = logging.getLogger("worker.service")
+
+Action = Literal["model", "deterministic", "refuse", "stop_draft"]
+_AUTOMATIC = (CompactReason.THRESHOLD, CompactReason.OVERFLOW)
+
+
+@dataclass(frozen=True, slots=True)
+class Over:
+    """The budget a tenant is over: the quota's name, its limit (the share of it a draft may
+    spend, for drafts) and the day's spend, in the quota's unit."""
+
+    quota: str
+    limit: float
+    value: float
+
+    def error(self, tenant: str, at: float) -> QuotaExceededError:
+        return QuotaExceededError(tenant, quota=self.quota, limit=_shown(self.limit),
+                                  value=_shown(self.value), resets_at=next_day_start(at))
+
+    def note(self, summarizer: str) -> dict[str, object]:
+        return {"summarizer": summarizer, "quota": self.quota, "limit": _shown(self.limit),
+                "value": _shown(self.value)}
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    action: Action
+    over: Over | None = None
+
+
+def _shown(number: float) -> float:
+    rounded = round(number, 6)
+    return int(rounded) if float(rounded).is_integer() else rounded
+
+
+def _limit(quota: Mapping[str, str], name: str, default: float) -> float:
+    """The tenant's override of ``name`` when it reads as a number, else the setting."""
+    try:
+        return float(quota[name])
+    except (KeyError, ValueError):
+        return default
+
+
+def over_budget(usage: DayUsage, quota: Mapping[str, str], settings: ClientSettings,
+                share: float = 1.0) -> Over | None:
+    """The first per-day budget the day's spend (drafts included) has reached ``share`` of."""
+    for name, spent in (("tokens_per_day", float(usage.spent_tokens)),
+                        ("usd_per_day", usage.spent_usd)):
+        limit = _limit(quota, name, float(getattr(settings, name)))
+        if limit > 0 and spent >= share * limit:
+            return Over(name, share * limit, spent)
+    return None
+
+
+def checked(record: JobRecord) -> bool:
+    """Jobs whose model calls the budget governs at the worker: automatic compactions and
+    drafts (manual ones and the other kinds were admitted at enqueue)."""
+    return record.kind is JobKind.COMPACT and record.reason in (*_AUTOMATIC,
+                                                                CompactReason.SPECULATIVE)
+
+
+def decide(record: JobRecord, usage: DayUsage, quota: Mapping[str, str],
+           settings: ClientSettings) -> Decision:
+    """What the job does about its tenant's budget (a pure function of the day's numbers)."""
+    if not checked(record):
+        return Decision("model")
+    if record.reason is CompactReason.SPECULATIVE:
+        over = over_budget(usage, quota, settings, settings.draft_budget_share)
+        return Decision("stop_draft", over) if over else Decision("model")
+    over = over_budget(usage, quota, settings)
+    if over is None:
+        return Decision("model")
+    deterministic = settings.over_budget_summarizer == "deterministic"
+    return Decision("deterministic" if deterministic else "refuse", over)
+
+
+def check_budget(ctx: JobContext) -> None:
+    """Before the job's first model call: go on, put the deterministic summarizer in the
+    model's place, or raise :class:`QuotaExceededError` (the job fails, cause ``quota``)."""
+    rt, record = ctx.rt, ctx.record
+    if rt.usage is None or not checked(record):
+        return
+    now = rt.clock.time()
+    usage, quota = rt.usage.today(record.tenant, now)
+    decision = decide(record, usage, quota, rt.settings)
+    if decision.over is None:
+        return
+    over = decision.over
+    if decision.action == "deterministic" and rt.deterministic is not None:
+        ctx.summarizer = rt.deterministic()
+        ctx.over_budget = over.note("deterministic")
+        metrics.observe_tenant_budget(record.tenant, "deterministic")
+        log.info("job %s: tenant %s over its %s (%s of %s): the deterministic summarizer "
+                 "answers", ctx.job_id, record.tenant, over.quota, over.value, over.limit)
+        return
+    stopped = decision.action == "stop_draft"
+    metrics.observe_tenant_budget(record.tenant, "draft_stopped" if stopped else "refused")
+    raise over.error(record.tenant, now)
+
+
+def job_spend(ctx: JobContext) -> Spend | None:
+    """What this delivery's model calls cost (None: no model was called). The router's job
+    summarizer keeps it; a summarizer of another kind (tests, hooks) reports none."""
+    spend = getattr(ctx.summarizer, "spend", None)
+    return spend if isinstance(spend, Spend) and spend.calls else None
+
+
+def bill(ctx: JobContext, draft_cost_usd: float | None = None) -> dict[str, Any]:
+    """Count what the delivery's model calls cost (it ends the job next), and return the USD
+    fields of the job's record and completion event: ``cost_usd`` (none when no model was
+    called) and ``draft_cost_usd`` (what its drafts cost, when drafts are involved)."""
+    spend = job_spend(ctx)
+    account(ctx, spend, ended=True)
+    costs: dict[str, Any] = {} if spend is None else {"cost_usd": round(spend.cost_usd, 8)}
+    if draft_cost_usd is not None:
+        costs["draft_cost_usd"] = round(draft_cost_usd, 8)
+    return costs
+
+
+def account(ctx: JobContext, spend: Spend | None, *, ended: bool) -> None:
+    """Add the delivery's spend to its tenant's day and metrics (``ended``: this delivery
+    ends the job, which then counts as one). A Redis that stays away loses the count, not the
+    job: its end is written next, or waited for as the job's end always is."""
+    if spend is None:
+        return
+    record, usage = ctx.record, spend.usage
+    draft = record.reason is CompactReason.SPECULATIVE
+    read = usage.input + usage.cache_read + usage.cache_write
+    metrics.observe_tenant_spend(record.tenant, "draft" if draft else "applied", read,
+                                 usage.output, spend.cost_usd)
+    store = ctx.rt.usage
+    if store is None:
+        return
+    at = ctx.rt.clock.time()
+    try:
+        ride_out(ctx.control, "usage", lambda: store.add(
+            record.tenant, at, input_tokens=read, output_tokens=usage.output,
+            usd=spend.cost_usd, draft=draft, ended=ended))
+    except WAIT_FOR_REDIS as err:
+        log.warning("job %s: spend of tenant %s not counted: %s", ctx.job_id, record.tenant, err)
