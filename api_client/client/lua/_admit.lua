@@ -71,21 +71,24 @@ local function admit(queued, quota, usage, policy, job_id)
   local p = policy_of(policy)
   local q = redis.call('HMGET', quota, 'queued_jobs_max', 'tokens_per_day', 'usd_per_day',
                        'weight')
-  local queued_max = tonumber(q[1]) or p.queued_max
-  trim(queued, p)
-  local count = redis.call('ZCARD', queued)
-  if queued_max > 0 and count >= queued_max then
-    return over('queued_jobs', queued_max, count)
-  end
   local refused = budget_refusal(usage, p, tonumber(q[2]) or p.tokens_day,
                                  tonumber(q[3]) or p.usd_day)
   if refused then
     return refused
   end
-  local ahead = redis.call('ZCOUNT', queued, '-inf',
-                           '(' .. ((p.priority + 1) * PRIORITY_SCALE))
+  -- The first write of the script must be one Redis refuses when out of memory (ZADD): once a
+  -- script has written (a trim), Redis lets it finish, and a full Redis would take the job.
   redis.call('ZADD', queued, p.priority * PRIORITY_SCALE + p.now, job_id)
+  trim(queued, p)
+  local queued_max = tonumber(q[1]) or p.queued_max
+  local before = redis.call('ZCARD', queued) - 1
+  if queued_max > 0 and before >= queued_max then
+    redis.call('ZREM', queued, job_id)
+    return over('queued_jobs', queued_max, before)
+  end
   redis.call('PEXPIRE', queued, p.pending_ttl * 1000)
+  local ahead = redis.call('ZCOUNT', queued, '-inf',
+                           '(' .. ((p.priority + 1) * PRIORITY_SCALE)) - 1
   return p.now + math.floor(ahead * p.delay / (tonumber(q[4]) or p.weight))
 end
 
