@@ -172,7 +172,7 @@ _TOKEN = re.compile(r"[0-9a-f]{16}")
 # The fields of a tenant's quota hash (``compactor tenant quota`` writes them), each overriding
 # the setting of the same name for that tenant; 0 = no limit.
 QUOTA_FIELDS: tuple[str, ...] = ("queued_jobs_max", "stored_bytes_max", "tokens_per_day",
-                                 "usd_per_day", "weight")
+                                 "usd_per_day", "weight", "max_running")
 # The fields of a tenant's usage hash per day: applied work apart from speculative drafts.
 USAGE_FIELDS: tuple[str, ...] = ("jobs", "input_tokens", "output_tokens", "usd", "draft_jobs",
                                  "draft_input_tokens", "draft_output_tokens", "draft_usd")
@@ -351,6 +351,14 @@ class KeyLayout:
         job id → tag, hash job id → its task message, for the jobs queued in it."""
         base = f"{self.prefix}:fair:{queue}:{priority}:"
         return base + "tags", base + "messages"
+
+    def tenant_running(self, tenant: str) -> str:
+        """zset: job id → until when (Unix ms) it may run, for each job of the tenant a worker
+        runs while a ``max_running`` cap applies (``worker/store/tenant_slots``)."""
+        return self._tenant_key(tenant, "running")
+
+    def running_of_job(self, job_id: str) -> str:
+        return self.tenant_running(split_tenant(split_job_id(job_id)[0])[0])
 
     def queued_of_job(self, job_id: str) -> str:
         """:meth:`tenant_queued` of the job's tenant (the worker's layout serves them all)."""

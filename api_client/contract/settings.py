@@ -203,6 +203,9 @@ class ClientSettings(BaseSettings):
     # flood waits behind the next jobs of lighter tenants, for at most that long. 0: FIFO.
     fair_delay_ms: int = Field(default=1000, ge=0)
     weight: float = Field(default=1.0, gt=0)
+    # Jobs of one tenant the fleet runs at once (0: no limit). A worker that takes a job over
+    # it puts the job back (still queued, sent again within about a second plus the sweep).
+    max_running: int = Field(default=0, ge=0)
 
     @field_validator("key_prefix")
     @classmethod

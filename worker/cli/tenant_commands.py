@@ -67,6 +67,7 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
     "tokens-per-day": ("tokens_per_day", count, "model tokens (input + output) per UTC day"),
     "usd-per-day": ("usd_per_day", amount, "model spend in USD per UTC day"),
     "weight": ("weight", weight, "the tenant's share of the fair order (more than 0)"),
+    "max-running": ("max_running", count, "jobs of the tenant the fleet runs at once"),
 }
 
 

@@ -69,7 +69,8 @@ def _handler(record: JobRecord) -> Callable[[JobContext], JobSuccess]:
 @dataclass(frozen=True, slots=True)
 class JobOutcome:
     """What this delivery did. ``state``: a terminal job state, ``duplicate`` (the job had
-    ended already) or ``abandoned`` (another worker took it over)."""
+    ended already), ``abandoned`` (another worker took it over) or ``deferred`` (its tenant
+    ran ``max_running`` jobs already: still queued, sent again)."""
 
     job_id: str
     state: str
@@ -128,6 +129,21 @@ def _after_local_run(rt: Runtime, job_id: str, owner: str) -> LeaseOutcome:
 
 
 def _run_leased(rt: Runtime, job_id: str, owner: str) -> JobOutcome:
+    """Within its tenant's max_running cap (else put back, still queued), the job runs."""
+    if rt.slots is None:
+        return _start(rt, job_id, owner)
+    if not rt.slots.take(job_id):
+        rt.jobs.release_lease(job_id, owner)
+        rt.slots.defer(job_id)
+        log.info("job %s: its tenant runs max_running jobs already; put back", job_id)
+        return JobOutcome(job_id, "deferred", cause="max_running")
+    try:
+        return _start(rt, job_id, owner)
+    finally:
+        rt.slots.release(job_id)
+
+
+def _start(rt: Runtime, job_id: str, owner: str) -> JobOutcome:
     attempt = rt.jobs.mark_running(job_id)
     if attempt is None:
         return JobOutcome(job_id, "duplicate")

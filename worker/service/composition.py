@@ -26,6 +26,7 @@ from worker.store.draft_store import DraftStore
 from worker.store.entry_cache import EntryCache
 from worker.store.job_lifecycle import JobStore
 from worker.store.snapshot_store import SnapshotStore
+from worker.store.tenant_slots import TenantSlots
 from worker.store.tenant_usage import TenantUsageStore
 from worker.store.token_counts import RedisTokenCounts
 from worker.tokens import TokenCache, choose_counter, get_tokenizer
@@ -92,5 +93,7 @@ def build_runtime(settings: WorkerSettings, *,
         # since) serializes and folds the facts of its new messages only.
         plan_caches=PlanCaches(),
         usage=TenantUsageStore(client, layout),
+        slots=TenantSlots(client, layout, max_running=settings.max_running,
+                          hold_s=settings.job_deadline_s + settings.lease_ttl_s),
         deterministic=build_deterministic(tokenizer).for_job,
     )

@@ -150,6 +150,20 @@ class TenantUsage(Protocol):
         ...
 
 
+class TenantSlots(Protocol):
+    """Per-tenant concurrency (``worker.store.tenant_slots.TenantSlots``)."""
+
+    def take(self, job_id: str) -> bool:
+        """True: run the job now (a slot of its tenant is held for it, or no cap applies)."""
+        ...
+
+    def release(self, job_id: str) -> None: ...
+
+    def defer(self, job_id: str) -> None:
+        """The job stays queued; the sweep sends it again shortly."""
+        ...
+
+
 class Drafts(Protocol):
     """Where a speculative job stores its draft (``worker.store.draft_store.DraftStore``), and
     where a compaction finds the stale draft it extends."""
@@ -232,6 +246,8 @@ class Runtime:
     # What planning keeps from one job to the next (``worker.compaction.caches``: bounded, by
     # object identity): every compaction and branch job of the process plans with this one.
     plan_caches: PlanCaches = field(default_factory=PlanCaches)
+    # Per-tenant concurrency caps (max_running); None: no cap is applied.
+    slots: TenantSlots | None = None
     on_close: list[Callable[[], Any]] = field(default_factory=list)
 
     @property

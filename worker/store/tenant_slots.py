@@ -1,0 +1,48 @@
+"""Per-tenant concurrency: at most ``max_running`` jobs of one tenant run at once, fleet-wide
+(the setting, or the field of the tenant's quota hash; 0 = no limit).
+
+A worker takes a slot before it starts a job (``tenant_slot.lua``) and gives it back when the
+run ends; a worker that dies frees it at the job's deadline. A job over the cap is put back: its
+lease is let go and the sweep sends it again ``DEFER_S`` later (it stays queued, still counted
+among the tenant's queued jobs), so the cap never blocks a worker slot.
+"""
+
+from __future__ import annotations
+
+import redis
+
+from api_client.contract.keys import KeyLayout, split_job_id, split_tenant
+from worker.store.leases import guarded, script_text
+from worker.store.sweep import now_ms
+
+__all__ = ["DEFER_S", "TenantSlots"]
+
+# How soon a job put back is looked at again (plus one sweep interval).
+DEFER_S = 1.0
+
+
+class TenantSlots:
+    def __init__(self, client: redis.Redis[str], layout: KeyLayout, *, max_running: int,
+                 hold_s: float) -> None:
+        self.redis = client
+        self.layout = layout
+        self.max_running = max_running
+        self.hold_ms = int(hold_s * 1000)
+        self._take = client.register_script(script_text("tenant_slot"))
+
+    def take(self, job_id: str) -> bool:
+        """True: run the job (a slot is held for it, or no cap applies)."""
+        tenant = split_tenant(split_job_id(job_id)[0])[0]
+        keys = [self.layout.tenant_running(tenant), self.layout.tenant_quota(tenant)]
+        now = now_ms()
+        args = [job_id, str(now), str(now + self.hold_ms), str(self.max_running)]
+        return bool(int(guarded(job_id, lambda: self._take(keys=keys, args=args))))
+
+    def release(self, job_id: str) -> None:
+        key = self.layout.running_of_job(job_id)
+        guarded(job_id, lambda: self.redis.zrem(key, job_id))
+
+    def defer(self, job_id: str) -> None:
+        """The sweep sends the job again ``DEFER_S`` from now."""
+        due: dict[str | bytes, float] = {job_id: now_ms() + int(DEFER_S * 1000)}
+        guarded(job_id, lambda: self.redis.zadd(self.layout.jobs_due, due))
