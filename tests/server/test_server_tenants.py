@@ -4,10 +4,12 @@ observes its own sessions and jobs only; another tenant's ids are simply not fou
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 import pytest
+import redis
 from server.server_support import TOKEN, running_api, server_settings
 
 from worker.app import CompactorCelery
@@ -55,3 +57,26 @@ def test_a_token_sees_only_its_tenant(tenant_api: str) -> None:
         assert again.status_code == 201
         assert globex.delete("/v1/sessions/shared-id").status_code == 204
         assert acme.get("/v1/sessions/shared-id").status_code == 200
+
+
+def test_over_a_quota_is_429_with_what_and_when(tenant_api: str, module_redis: str) -> None:
+    raw: redis.Redis[str] = redis.Redis.from_url(module_redis, decode_responses=True)
+    day = datetime.now(UTC).strftime("%Y-%m-%d")
+    raw.hset("compactor:tenants:{globex}:quota", "tokens_per_day", "1000")
+    raw.hset(f"compactor:tenants:{{globex}}:usage:{day}", "output_tokens", "1500")
+    with _http(tenant_api, GLOBEX) as globex, _http(tenant_api, ACME) as acme:
+        for client in (globex, acme):
+            put = client.put("/v1/sessions/budget/jsonl", content=DEMO,
+                             headers={"Content-Type": "application/x-ndjson"})
+            assert put.status_code == 201, put.text
+        refused = globex.post("/v1/sessions/budget/compact", json={"reason": "manual"})
+        assert refused.status_code == 429, refused.text
+        assert refused.headers["content-type"].startswith("application/problem+json")
+        body = refused.json()
+        assert (body["code"], body["quota"], body["limit"], body["value"]) == (
+            "quota_exceeded", "tokens_per_day", 1000, 1500)
+        assert body["resetsAt"].endswith("T00:00:00Z")
+        # Another tenant's budget is its own.
+        assert acme.post("/v1/sessions/budget/compact",
+                         json={"reason": "manual"}).status_code == 202
+    raw.close()
