@@ -268,3 +268,21 @@ def test_events_since_and_a_closed_pipe(cli: object, module_redis: str) -> None:
     done = subprocess.run(["bash", "-o", "pipefail", "-c", shell], env=env, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0 and done.stderr == "" and done.stdout.count("\n") == 1
+
+
+def test_global_tenant_scopes_the_session_and_job_commands(cli: object) -> None:
+    code, out, _ = cli("--tenant", "acme", "session", "import", str(DEMO),  # type: ignore[operator]
+                       "--session-id", "cli-tenant")
+    assert (code, out) == (0, "cli-tenant\n")
+    code, out, _ = cli("compact", "cli-tenant", "--tenant", "acme", "--wait",  # type: ignore[operator]
+                       "--json")
+    job = json.loads(out)
+    assert code == 0 and job["jobId"].startswith("acme~cli-tenant:")
+    code, out, _ = cli("session", "list", "--tenant", "acme")  # type: ignore[operator]
+    assert code == 0 and "cli-tenant" in out.split()
+    code, out, _ = cli("session", "list")  # type: ignore[operator]
+    assert "cli-tenant" not in out.split()  # the default tenant has no such session
+    code, _, err = cli("job", job["jobId"])  # type: ignore[operator]
+    assert code == 2 and "not found" in err
+    code, _, err = cli("--tenant", "Not A Tenant", "session", "list")  # type: ignore[operator]
+    assert code == 2 and "tenant" in err

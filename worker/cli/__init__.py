@@ -11,7 +11,8 @@
 - ``serve_command``: ``serve``, the HTTP API (``api_client.server``, imported when it runs).
 
 The global ``--redis-url`` (before or after the command) overrides ``COMPACTOR_REDIS_URL`` for
-every command that talks to Redis.
+every command that talks to Redis, and ``--tenant`` ``COMPACTOR_TENANT`` for the commands on
+sessions and jobs.
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--redis-url", metavar="URL", default=None,
         help="Redis for sessions and jobs (and broker/results unless COMPACTOR_BROKER_URL / "
              "COMPACTOR_RESULT_BACKEND are set); overrides COMPACTOR_REDIS_URL")
+    parser.add_argument(
+        "--tenant", metavar="TENANT", default=None,
+        help="the tenant whose sessions and jobs the session and job commands act on; "
+             "overrides COMPACTOR_TENANT (default: default)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     file_commands.register(commands)
     prompt_commands.register(inspect_commands.register(commands))
@@ -63,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
 WORKER_EXTRA = ("celery", "httpx", "tiktoken", "pluggy", "prometheus_client")
 
 
-GLOBAL_OPTIONS = ("--redis-url",)
+GLOBAL_OPTIONS = ("--redis-url", "--tenant")
 
 
 def global_options_first(argv: Sequence[str]) -> list[str]:

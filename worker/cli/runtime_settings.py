@@ -15,13 +15,15 @@ __all__ = ["load_settings"]
 
 
 def load_settings(args: argparse.Namespace) -> WorkerSettings:
-    """The environment's settings, with the global ``--redis-url`` over ``COMPACTOR_REDIS_URL``."""
+    """The environment's settings, with the global ``--redis-url`` over ``COMPACTOR_REDIS_URL``
+    and ``--tenant`` over ``COMPACTOR_TENANT``."""
     from pydantic import ValidationError
     from pydantic_settings import SettingsError
 
     from worker.settings import WorkerSettings
 
-    overrides = {"redis_url": args.redis_url} if getattr(args, "redis_url", None) else {}
+    overrides = {name: getattr(args, name) for name in ("redis_url", "tenant")
+                 if getattr(args, name, None)}
     try:
         return WorkerSettings(**overrides)
     except SettingsError as err:  # a variable that is not valid JSON where JSON is expected
