@@ -184,7 +184,8 @@ def start_metrics(settings: WorkerSettings) -> None:
     metrics.start(settings.metrics_port, address=str(settings.metrics_address),
                   multiprocess_mode=settings.pool == "prefork",
                   collectors=[depth, _cooldown_gauge(settings, sessions),
-                              *_session_gauge(settings, sessions)],
+                              *_session_gauge(settings, sessions),
+                              *_tenant_gauge(settings, sessions)],
                   live=health.live, ready=health.ready, tenants=settings.metrics_tenants)
 
 
@@ -195,6 +196,16 @@ def _session_gauge(settings: WorkerSettings, client: Any) -> list[Any]:
     if settings.redis_cluster:
         return []
     return [SessionGaugeCollector(client, KeyLayout(settings.key_prefix))]
+
+
+def _tenant_gauge(settings: WorkerSettings, client: Any) -> list[Any]:
+    """Named tenants' queued and running jobs; not on a Redis Cluster (a plain client)."""
+    from worker.tenant_gauge import TenantQueueCollector
+
+    if settings.redis_cluster:
+        return []
+    return [TenantQueueCollector(client, KeyLayout(settings.key_prefix),
+                                 settings.metrics_tenants)]
 
 
 def _cooldown_gauge(settings: WorkerSettings, client: Any) -> Any:

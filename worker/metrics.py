@@ -104,6 +104,8 @@ _DEFINITIONS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     ("compactor_tenant_budget_total", "counter",
      "Jobs the tenant's model budget changed: deterministic (summarised without the model), "
      "refused, draft_stopped", ("tenant", "outcome")),
+    ("compactor_tenant_deferred_total", "counter",
+     "Deliveries put back: the tenant ran max_running jobs already", ("tenant",)),
     ("compactor_summary_facts_total", "counter",
      "Fact-ledger facts of committed summaries by kind; outcome inSummary, appended or dropped",
      ("job", "kind", "outcome")),
@@ -125,13 +127,15 @@ _DEFINITIONS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
      "tokenized here (and stored for them)", ("source",)),
 )
 # Served by the scrape-time collectors (worker.queue_depth, worker.cooldown_gauge,
-# worker.session_gauge), not stored per process.
+# worker.session_gauge, worker.tenant_gauge), not stored per process.
 _SCRAPED: dict[str, tuple[str, ...]] = {"compactor_queue_depth": ("queue",),
                                         "compactor_broker_up": (),
                                         "compactor_model_cooldown_seconds": ("candidate",),
                                         # worker.session_gauge: stored sessions (retention)
                                         "compactor_sessions_stored": (),
-                                        "compactor_session_bytes": ()}
+                                        "compactor_session_bytes": (),
+                                        "compactor_tenant_queued_jobs": ("tenant",),
+                                        "compactor_tenant_running_jobs": ("tenant",)}
 # Every exported metric and its labels (the dashboard test checks its queries against these).
 METRIC_LABELS: dict[str, tuple[str, ...]] = {**{d[0]: d[3] for d in _DEFINITIONS}, **_SCRAPED}
 METRIC_NAMES: tuple[str, ...] = tuple(METRIC_LABELS)
@@ -353,6 +357,11 @@ def observe_tenant_budget(tenant: str, outcome: str) -> None:
     """A job the budget changed: ``deterministic``, ``refused`` or ``draft_stopped``."""
     if _metrics:
         _metrics["compactor_tenant_budget_total"].labels(tenant_label(tenant), outcome).inc()
+
+
+def observe_tenant_deferred(tenant: str) -> None:
+    if _metrics:
+        _metrics["compactor_tenant_deferred_total"].labels(tenant_label(tenant)).inc()
 
 
 # -- the endpoint ---------------------------------------------------------------------------
