@@ -50,8 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
              "COMPACTOR_RESULT_BACKEND are set); overrides COMPACTOR_REDIS_URL")
     parser.add_argument(
         "--tenant", metavar="TENANT", default=None,
-        help="the tenant whose sessions and jobs the session and job commands act on; "
-             "overrides COMPACTOR_TENANT (default: default)")
+        help="the tenant whose sessions and jobs the session and job commands act on, and "
+             "whose spend `usage` shows; overrides COMPACTOR_TENANT (default: default)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     file_commands.register(commands)
     prompt_commands.register(inspect_commands.register(commands))

@@ -1,6 +1,6 @@
 """``usage``: the tenants' model spend per UTC day, drafts apart (README "Tenants"), as each
-tenant's client reads it (``client.usage(days)``). Without ``--tenant``: every tenant that has
-spent model tokens (the workers name them in ``<p>:tenants``)."""
+tenant's client reads it (``client.usage(days)``). Without the global ``--tenant``: every tenant
+that has spent model tokens (the workers name them in ``<p>:tenant-names``)."""
 
 from __future__ import annotations
 
@@ -60,11 +60,12 @@ def _usage(args: argparse.Namespace) -> int:
 
 
 def register(commands: Any) -> None:
+    # ``--tenant T`` (this tenant only) is the global option: the command's own would clash
+    # with it (a subcommand's default overwrites the global value).
     usage = commands.add_parser(
         "usage", help="model tokens and USD per tenant and UTC day, speculative drafts apart "
-                      "(days without spend are left out)")
-    usage.add_argument("--tenant", metavar="T", default=None,
-                       help="this tenant only (default: every tenant that spent model tokens)")
+                      "(days without spend are left out); the global --tenant T: that tenant "
+                      "only, else every tenant that spent model tokens")
     usage.add_argument("--days", type=int, default=7, metavar="N",
                        help="the last N UTC days, today included (default 7, at most 400)")
     usage.add_argument("--json", action="store_true",
