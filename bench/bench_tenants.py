@@ -11,42 +11,33 @@ enqueuing the same jobs alone on the same worker (goal <= 2.0), and the fleet's 
 flood (A + B: first ``createdAt`` to last ``finishedAt``) against the same number of jobs from
 one tenant (goal >= 0.90).
 
-Tenants come from ``CompactionClient(url, tenant=...)`` when the client takes that parameter;
-without it the two "tenants" are plain clients that differ only by their session ids (the line
-``tenants: ...`` says which ran). The queues are FIFO per priority today, so behind the flood B
-waits for all of A's jobs: at least flood x calls x L / C. Alone, B still queues behind its own
-jobs when ``--probe`` > C (its p50 is then about one job's time, not zero).
+Today's figure first: the same flood with the fair order off (``fair_delay_ms=0``: first come,
+first served per priority, as before tenants), where B waits for all of A's jobs (at least
+flood x calls x L / C); then with the fair order (the default). Alone, B still queues behind its
+own jobs when ``--probe`` > C (its p50 is then about one job's time, not zero).
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from _loopback import loopback_model, turns_session, wait_for_workers, workers
 from _report import Report, percentile
 
-from api_client import CompactionClient
+from api_client import ClientSettings, CompactionClient
 from api_client.contract.wire import JobRecord
 from worker.demo import embedded_redis
 
 SESSION = turns_session()
 
 
-def has_tenants() -> bool:
-    return "tenant" in inspect.signature(CompactionClient).parameters
-
-
-def client_for(url: str, tenant: str) -> CompactionClient:
-    """A client of ``tenant`` when the client knows tenants, else a plain one."""
-    if has_tenants():
-        options: dict[str, Any] = {"tenant": tenant}
-        return CompactionClient(url, **options)
-    return CompactionClient(url)
+def client_for(url: str, tenant: str, *, fair: bool = True) -> CompactionClient:
+    """A client of ``tenant``; ``fair=False``: its jobs queue first come, first served."""
+    return CompactionClient(ClientSettings(redis_url=url, fair_delay_ms=1000 if fair else 0),
+                            tenant=tenant)
 
 
 def stamp(iso: str | None) -> float:
@@ -106,12 +97,11 @@ def main() -> None:
     parser.add_argument("-c", "--concurrency", type=int, default=4)
     args = parser.parse_args()
     report = Report("tenants")
-    tenants = has_tenants()
-    print("  tenants: " + ("yes" if tenants else "no (client has no tenant parameter)"))
-    report.note(tenants=tenants)
     flood, probe, c = args.flood, args.probe, args.concurrency
     with embedded_redis() as url, loopback_model(args.model_ms / 1000) as model, \
             client_for(url, "tenant-a") as a, client_for(url, "tenant-b") as b, \
+            client_for(url, "tenant-a", fair=False) as fifo_a, \
+            client_for(url, "tenant-b", fair=False) as fifo_b, \
             workers(url, model.base_url, 1, concurrency=c):
         wait_for_workers(url, 1)
         run((a, sessions(a, "warm", c)))  # warm: runtimes, tokenizer, HTTP pools
@@ -126,10 +116,14 @@ def main() -> None:
         report.baseline("one_tenant_rate", one, "job/s", f"{flood + probe} jobs of A alone")
         calls = (model.calls - calls) / (flood + probe)
 
+        extra = {"flood": flood, "probe": probe, "concurrency": c, "model_ms": args.model_ms}
+        fifo = run((fifo_a, sessions(fifo_a, "ta", flood)), (fifo_b, sessions(fifo_b, "tb", probe)))
+        report.figure("fifo_b_flood_pickup_p99", percentile(fifo[1].pickups_ms(), 0.99), "ms",
+                      against="b_alone_pickup_p99", what="(today: first come, first served)",
+                      **extra)
         a_sids, b_sids = sessions(a, "ta", flood), sessions(b, "tb", probe)
         batches = run((a, a_sids), (b, b_sids))
         behind = batches[1].pickups_ms()
-        extra = {"flood": flood, "probe": probe, "concurrency": c, "model_ms": args.model_ms}
         report.figure("b_flood_pickup_p50", percentile(behind, 0.5), "ms",
                       against="b_alone_pickup_p50", goal="<= 2.0", **extra)
         report.figure("b_flood_pickup_p99", percentile(behind, 0.99), "ms",
