@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import redis
@@ -67,6 +67,7 @@ class EnqueueResult:
     since: str              # last id of the session's event stream when the script ran
     route: Route            # where to send the task (the upgraded route when upgraded)
     pushed: bool = False    # the enqueue script already pushed the task message
+    tag: int | None = None  # the fair order's tag, when the caller places the message itself
 
     @property
     def coalesced(self) -> bool:
@@ -203,24 +204,26 @@ class _JobCore:
             # Indexed before the record exists: a client that dies between the two leaves a job
             # the workers' sweep still finds (an entry without a record is simply dropped).
             yield cmd("zadd", self.layout.jobs_due, {job_id: due_ms(self.settings)}, nx=True)
-            yield from self._admit(session_id, kind, reason, job_id, call.route)
+            tag = yield from self._admit(session_id, kind, reason, job_id, call.route)
         reply = yield call.script
         if not indexed and str(reply[0]) != "created":
             yield cmd("zrem", self.layout.jobs_due, job_id)
             yield cmd("zrem", self._queued(session_id), job_id)
-        return parse_enqueue(reply, call.route, indexed)
+        result = parse_enqueue(reply, call.route, indexed)
+        return result if indexed else replace(result, tag=tag)
 
     def _admit(self, session_id: str, kind: JobKind | str, reason: CompactReason | str | None,
-               job_id: str, route: Route) -> Flow[None]:
+               job_id: str, route: Route) -> Flow[int]:
         """``admit.lua`` on the tenant's keys (the enqueue script runs without the admission):
-        QuotaExceededError when the tenant is over a quota."""
+        the job's fair tag, or QuotaExceededError when the tenant is over a quota."""
         job_kind = JobKind(kind)
         why = CompactReason(reason or "manual") if job_kind is JobKind.COMPACT else None
         admitted = admission(self.layout, self.settings, session_id, job_kind, why, route)
         tenant = split_tenant(self.layout.qualified(session_id))[0]
         queued, quota, usage = admitted.keys
-        yield Script("admit", [queued], [admitted.policy, job_id, quota, usage],
-                     job_rescue(job_id, session_id, tenant), CLIENT_SCRIPTS)
+        tag = yield Script("admit", [queued], [admitted.policy, job_id, quota, usage],
+                           job_rescue(job_id, session_id, tenant), CLIENT_SCRIPTS)
+        return int(tag)
 
     def _queued(self, session_id: str) -> str:
         return self.layout.tenant_queued(split_tenant(self.layout.qualified(session_id))[0])

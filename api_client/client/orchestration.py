@@ -37,7 +37,7 @@ from api_client.contract.errors import (
 )
 from api_client.contract.keys import KeyLayout
 from api_client.contract.lua_scripts import CLIENT_SCRIPTS, CONTRACT_SCRIPTS, lua, script_names
-from api_client.contract.redis_flows import Pipeline, cmd
+from api_client.contract.redis_flows import Pipeline, Script, cmd
 from api_client.contract.session.context import LlmContext, llm_context
 from api_client.contract.settings import ClientSettings
 from api_client.contract.snapshots import load_snapshot
@@ -134,7 +134,8 @@ class Orchestration:
                                     created=result.outcome == "created")
         if result.must_send:
             try:
-                yield from self._send(result.job_id, result.route, resend=result.upgraded)
+                yield from self._send(result.job_id, result.route, resend=result.upgraded,
+                                      tag=result.tag)
             except BrokerUnavailableError as err:
                 yield from self._unsent(result, err)
         return JobRef(result.job_id, session_id, request.kind, coalesced=result.coalesced,
@@ -176,10 +177,13 @@ class Orchestration:
         route, key = route_for(JobKind.SUMMARIZE), self.layout.job(record.id).record
         # Indexed first, as enqueue does: a client that dies next leaves a job the sweep finds.
         yield cmd("zadd", self.layout.jobs_due, {record.id: due_ms(self.settings)}, nx=True)
+        # The tenant's quotas and fair order hold for summaries too (over budget: refused).
+        tag = yield from self.jobs._admit(record.session_id, JobKind.SUMMARIZE, None, record.id,
+                                          route)
         yield Pipeline((cmd("hset", key, mapping=record.to_redis()),
                         cmd("expire", key, self.settings.job_pending_ttl_s)))
         try:
-            yield from self._send(record.id, route)
+            yield from self._send(record.id, route, tag=tag)
         except BrokerUnavailableError as err:
             yield from self._unsent(EnqueueResult(record.id, "created", JobState.QUEUED, "0-0",
                                                   route), err)
@@ -251,8 +255,10 @@ class Orchestration:
             log.warning("draft applied for job %s; session_compact hooks not notified: %s",
                         job_id, err)
 
-    def _send(self, job_id: str, route: Route, *, resend: bool = False) -> ClientFlow[None]:
-        """The task message: through kombu, or LPUSH (+ the task-sent event) to a Redis broker."""
+    def _send(self, job_id: str, route: Route, *, resend: bool = False,
+              tag: int | None = None) -> ClientFlow[None]:
+        """The task message: through kombu, or LPUSH (+ the task-sent event) to a Redis broker;
+        with the fair order's ``tag`` into its place in the list (``place.lua``)."""
         if self.broker.name == "kombu":
             yield Publish(job_id, route, resend)
             return
@@ -260,12 +266,19 @@ class Orchestration:
                          task_id=f"{job_id}-p{route.priority}" if resend else None,
                          db=self.broker.db or 0, sent_event=self.settings.send_sent_event,
                          prefix=self.layout.broker)
-        calls = [cmd("lpush", push.queue_key, push.message)]
-        if push.event:
-            calls.append(cmd("publish", push.channel, push.event))
-        pipe = Pipeline(tuple(calls), transaction=False)
+        call: Pipeline | Script
+        if tag is not None and not resend:
+            call = Script("place", [push.queue_key, *self.layout.fair_index(route.queue,
+                                                                           route.priority)],
+                          [str(tag), job_id, push.message, str(self.settings.job_pending_ttl_s),
+                           push.channel, push.event], package=CLIENT_SCRIPTS)
+        else:
+            calls = [cmd("lpush", push.queue_key, push.message)]
+            if push.event:
+                calls.append(cmd("publish", push.channel, push.event))
+            call = Pipeline(tuple(calls), transaction=False)
         try:
-            yield pipe if self.broker.name == "inline" else OnBroker(pipe)
+            yield call if self.broker.name == "inline" else OnBroker(call)
         except BrokerUnavailableError as err:
             raise broker_down(err) from err
 

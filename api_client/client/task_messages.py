@@ -29,15 +29,11 @@ import time
 import uuid
 from dataclasses import dataclass
 from functools import lru_cache
-from urllib.parse import urlsplit
 
 from api_client.client.json_templates import quoted
 from api_client.contract.wire import Route, queue_list, shown_kwargs
 
-__all__ = [
-    "BrokerPush", "event_channel", "queue_list", "redis_db", "same_redis",
-    "task_push",
-]
+__all__ = ["BrokerPush", "event_channel", "task_push"]
 
 _EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
 # Celery's name for a process that sends tasks without being a worker (anon_nodename()).
@@ -55,29 +51,6 @@ class BrokerPush:
     message: str
     channel: str
     event: str
-
-
-def redis_db(url: str) -> int:
-    """The database number of a redis:// URL (path ``/<n>`` or ``?db=<n>``; default 0)."""
-    parts = urlsplit(url)
-    path = parts.path.strip("/")
-    if path.isdigit():
-        return int(path)
-    for pair in parts.query.split("&"):
-        key, _, value = pair.partition("=")
-        if key == "db" and value.isdigit():
-            return int(value)
-    return 0
-
-
-def same_redis(sessions_url: str, broker_url: str) -> bool:
-    """True when the broker is the sessions' Redis (same server and database)."""
-    a, b = urlsplit(sessions_url), urlsplit(broker_url)
-    if b.scheme not in ("redis", "rediss", "unix") or a.scheme != b.scheme:
-        return False
-    return ((a.hostname, a.port or 6379, a.path if a.scheme == "unix" else "")
-            == (b.hostname, b.port or 6379, b.path if b.scheme == "unix" else "")
-            and redis_db(sessions_url) == redis_db(broker_url))
 
 
 def event_channel(db: int, prefix: str = "") -> str:

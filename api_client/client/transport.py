@@ -18,14 +18,14 @@ import redis
 import redis.asyncio
 
 from api_client.client.producer import TaskProducer
-from api_client.client.task_messages import redis_db, same_redis
 from api_client.contract.keys import KeyLayout
-from api_client.contract.redis_conn import make_async_redis, make_redis
+from api_client.contract.redis_conn import make_async_redis, make_redis, redis_db, same_redis
 from api_client.contract.redis_flows import (
     AsyncShell,
     Call,
     Done,
     Pipeline,
+    Script,
     SyncShell,
     advance,
 )
@@ -51,9 +51,9 @@ class Publish:
 
 @dataclass(frozen=True, slots=True)
 class OnBroker:
-    """A pipeline for the Redis broker when it is not the sessions' Redis."""
+    """A pipeline or script for the Redis broker when it is not the sessions' Redis."""
 
-    call: Pipeline
+    call: Pipeline | Script
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ server closed) and fails fast when the server is down.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
+from urllib.parse import urlsplit
 
 import redis
 import redis.asyncio
@@ -29,8 +30,8 @@ if TYPE_CHECKING:
     from api_client.contract.settings import ClientSettings
 
 __all__ = [
-    "STORAGE_FULL", "check_decoding", "make_async_redis", "make_redis", "refusal", "storage_full",
-    "unavailable",
+    "STORAGE_FULL", "check_decoding", "make_async_redis", "make_redis", "redis_db", "refusal",
+    "same_redis", "storage_full", "unavailable",
 ]
 
 # What a dead or unreachable server raises (redis-py's TimeoutError subclasses RedisError).
@@ -52,6 +53,29 @@ def _options(settings: ClientSettings, blocking: bool) -> dict[str, Any]:
         "retry": Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)),
         "health_check_interval": 0,
     }
+
+
+def redis_db(url: str) -> int:
+    """The database number of a redis:// URL (path ``/<n>`` or ``?db=<n>``; default 0)."""
+    parts = urlsplit(url)
+    path = parts.path.strip("/")
+    if path.isdigit():
+        return int(path)
+    for pair in parts.query.split("&"):
+        key, _, value = pair.partition("=")
+        if key == "db" and value.isdigit():
+            return int(value)
+    return 0
+
+
+def same_redis(sessions_url: str, broker_url: str) -> bool:
+    """True when the broker is the sessions' Redis (same server and database)."""
+    a, b = urlsplit(sessions_url), urlsplit(broker_url)
+    if b.scheme not in ("redis", "rediss", "unix") or a.scheme != b.scheme:
+        return False
+    return ((a.hostname, a.port or 6379, a.path if a.scheme == "unix" else "")
+            == (b.hostname, b.port or 6379, b.path if b.scheme == "unix" else "")
+            and redis_db(sessions_url) == redis_db(broker_url))
 
 
 def make_redis(settings: ClientSettings, *, blocking: bool = False,

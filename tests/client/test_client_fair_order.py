@@ -10,13 +10,15 @@ import base64
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 import redis
 
 from api_client import ClientSettings, CompactionClient, JobHandle, JobKind, QuotaExceededError
-from api_client.client.task_messages import queue_list
-from api_client.contract.wire import QUEUE_COMPACT, route_for
+from api_client.contract.keys import KeyLayout
+from api_client.contract.wire import QUEUE_COMPACT, queue_list, route_for
+from worker.store.fair_index import FairIndex
 from worker.store.job_lifecycle import JobStore
 
 MANUAL = route_for(JobKind.COMPACT).priority
@@ -168,3 +170,42 @@ def test_near_the_budget_observe_starts_no_draft(tenants: dict[str, CompactionCl
     assert a.observe(sid, context_tokens=near + 2, context_window=window).action == "precompute"
     over = a.observe(sid, context_tokens=window, context_window=window)
     assert over.action == "compact"
+
+
+def test_a_broker_redis_of_its_own_keeps_the_fair_order(redis_url: str, own_redis: Any) -> None:
+    """Sessions on one Redis (a Cluster, say), the broker on another: the admission on the
+    sessions' Redis gives the tag, ``place.lua`` on the broker's puts the message in its place,
+    and a worker's start drops it from the broker's index."""
+    own_redis.start()
+    broker: redis.Redis[str] = redis.Redis.from_url(own_redis.url, decode_responses=True)
+    clients = _clients(redis_url, broker_url=own_redis.url)
+    _flood(clients, 6, 2)
+    assert _served(broker) == ["a~s0", "b~s0", "a~s1", "b~s1", *(f"a~s{i}" for i in range(2, 6))]
+    first = clients["a"].job(f"a~s0:{_token(broker, 'a~s0')}")
+    worker = JobStore(redis.Redis.from_url(redis_url, decode_responses=True),
+                      ClientSettings(redis_url=redis_url, broker_url=own_redis.url),
+                      fair=FairIndex(broker, KeyLayout(tenant=None)))
+    assert worker.mark_running(first.id) == 1
+    tags, _ = clients["a"].layout.fair_index(QUEUE_COMPACT, MANUAL)
+    assert broker.zscore(tags, first.id) is None and broker.zcard(tags) == 7
+    for c in clients.values():
+        c.close()
+
+
+def _token(broker: redis.Redis[str], sid: str) -> str:
+    messages = broker.lrange(queue_list(QUEUE_COMPACT, MANUAL, "compactor:broker:"), 0, -1)
+    ids = [json.loads(base64.b64decode(json.loads(m)["body"]))[0][0] for m in messages]
+    return next(i for i in ids if i.startswith(sid + ":")).rpartition(":")[2]
+
+
+def test_a_summary_is_admitted_and_placed_like_any_job(
+        tenants: dict[str, CompactionClient], raw: redis.Redis[str]) -> None:
+    a = tenants["a"]
+    raw.hset(a.layout.tenant_quota("a"), "tokens_per_day", "10")
+    raw.hset(a.layout.tenant_usage("a", datetime.now(UTC).strftime("%Y-%m-%d")),
+             "output_tokens", "10")
+    with pytest.raises(QuotaExceededError):
+        a.summarize("Summarize.", "some text")
+    assert raw.zcard(a.layout.tenant_queued("a")) == 0  # refused: not queued
+    handle = tenants["b"].summarize("Summarize.", "some text")
+    assert raw.zscore(a.layout.tenant_queued("b"), handle.id) is not None

@@ -31,6 +31,7 @@ from api_client.contract.keys import ANY_TENANT, KeyLayout
 from api_client.contract.wire import TASK_NAMES, JobKind, JobState, Route
 from worker.service._job_stops import WAIT_FOR_REDIS
 from worker.settings import WorkerSettings
+from worker.store.fair_index import FairIndex, fair_index_redis
 from worker.store.job_lifecycle import JobStore
 from worker.store.sweep import JobLook, SweepStore, now_ms
 
@@ -51,8 +52,9 @@ class Sweeper:
     def __init__(self, settings: WorkerSettings, client: redis.Redis[str], send: Sender) -> None:
         layout = KeyLayout(settings.key_prefix, ANY_TENANT)
         self.settings = settings
-        self.store = SweepStore(client, layout)
-        self.jobs = JobStore(client, settings, layout)
+        fair = FairIndex(fair_index_redis(settings, client), layout)
+        self.store = SweepStore(client, layout, fair)
+        self.jobs = JobStore(client, settings, layout, fair)
         self.send = send
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -67,6 +69,8 @@ class Sweeper:
             self._thread.join(5)
             self._thread = None
             self.store.redis.close()
+            if self.store.fair.redis not in (None, self.store.redis):
+                self.store.fair.redis.close()  # type: ignore[union-attr]
 
     def _loop(self) -> None:
         while not self._stop.wait(self.settings.sweep_interval_s):

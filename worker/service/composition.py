@@ -24,6 +24,7 @@ from worker.settings import WorkerSettings, model_chain_text
 from worker.store import CommitStore
 from worker.store.draft_store import DraftStore
 from worker.store.entry_cache import EntryCache
+from worker.store.fair_index import FairIndex, fair_index_redis
 from worker.store.job_lifecycle import JobStore
 from worker.store.snapshot_store import SnapshotStore
 from worker.store.tenant_slots import TenantSlots
@@ -69,7 +70,10 @@ def build_runtime(settings: WorkerSettings, *,
         on_close.append(router.close)
         summarizer = router.for_job
     on_close.append(client.close)  # last: the router's cooldown store may still write
-    jobs = JobStore(client, settings, layout)
+    fair = fair_index_redis(settings, client)
+    if fair is not None and fair is not client:
+        on_close.insert(0, fair.close)
+    jobs = JobStore(client, settings, layout, FairIndex(fair, layout))
     cancel_flags = CancelWatch(jobs)
     on_close.insert(0, cancel_flags.close)
     return Runtime(

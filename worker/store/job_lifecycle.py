@@ -26,6 +26,7 @@ from api_client.contract.settings import ClientSettings
 from api_client.contract.wire import JobEvent, JobRecord, JobState, now_iso
 from worker.store.compaction_counter import CompactionCounter
 from worker.store.event_publisher import EventPublisher
+from worker.store.fair_index import FairIndex
 from worker.store.leases import LeaseOutcome, Leases, guarded, script_text
 from worker.store.sweep import now_ms
 
@@ -38,10 +39,12 @@ class JobStore:
     """Job records for one Redis, as a worker uses them (``client`` must decode responses)."""
 
     def __init__(self, client: redis.Redis[str], settings: ClientSettings | None = None,
-                 layout: KeyLayout | None = None) -> None:
+                 layout: KeyLayout | None = None, fair: FairIndex | None = None) -> None:
         self.redis = client
         self.settings = settings or ClientSettings()
         self.layout = layout or KeyLayout(self.settings.key_prefix, ANY_TENANT)
+        # Default: the broker's lists (and their fair order) in this Redis.
+        self.fair = fair or FairIndex(client, self.layout)
         self._io = SyncShell(client)
         self.leases = Leases(client, self.layout)
         self.events = EventPublisher(client, self.settings, self.layout)
@@ -92,15 +95,11 @@ class JobStore:
 
     def _leave_queue(self, job_id: str, queue: str, priority: str) -> None:
         """Started: the job no longer counts as queued for its tenant (the fair order, the
-        queued_jobs quota) nor names a pivot in its queue list's fair index. Keys of other
-        slots than the record's: commands of their own, in one round trip."""
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.zrem(self.layout.queued_of_job(job_id), job_id)
+        queued_jobs quota) nor names a pivot in its queue list's fair index (keys of other
+        slots than the record's, maybe of the broker's Redis: commands of their own)."""
+        self.redis.zrem(self.layout.queued_of_job(job_id), job_id)
         if queue and priority.isdigit():
-            tags, messages = self.layout.fair_index(queue, int(priority))
-            pipe.zrem(tags, job_id)
-            pipe.hdel(messages, job_id)
-        pipe.execute()
+            self.fair.drop(job_id, queue, int(priority))
 
     def is_cancel_requested(self, job_id: str) -> bool:
         record = self.layout.job(job_id).record

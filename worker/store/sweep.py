@@ -17,7 +17,8 @@ from typing import Any
 import redis
 
 from api_client.contract.keys import KeyLayout
-from api_client.contract.wire import JobState, queue_list
+from api_client.contract.wire import JobState
+from worker.store.fair_index import FairIndex
 from worker.store.leases import guarded, script_text
 
 __all__ = ["JobLook", "SweepStore", "now_ms"]
@@ -44,9 +45,11 @@ class JobLook:
 class SweepStore:
     """The index and the per-job reads and writes of one sweeping worker."""
 
-    def __init__(self, client: redis.Redis[str], layout: KeyLayout) -> None:
+    def __init__(self, client: redis.Redis[str], layout: KeyLayout,
+                 fair: FairIndex | None = None) -> None:
         self.redis = client
         self.layout = layout
+        self.fair = fair or FairIndex(client, layout)
         self._claim = client.register_script(script_text("sweep_claim"))
 
     def claim(self, hold_ms: int, limit: int) -> list[str]:
@@ -79,14 +82,9 @@ class SweepStore:
                        max(0, int(pttl)))
 
     def still_queued(self, job: JobLook) -> bool:
-        """Whether the job's task message still waits in its queue list (the fair order's
-        index names it, and the list holds it): a long queue, not a lost message."""
-        messages = self.layout.fair_index(job.queue, job.priority)[1]
-        message = guarded(job.job_id, lambda: self.redis.hget(messages, job.job_id))
-        if message is None:
-            return False
-        waiting = queue_list(job.queue, job.priority, self.layout.broker)
-        return guarded(job.job_id, lambda: self.redis.lpos(waiting, message)) is not None
+        """Whether the job's task message still waits in its queue list: a long queue (or one
+        the fair order put behind other tenants' jobs), not a lost message."""
+        return self.fair.waiting(job.job_id, job.queue, job.priority)
 
     def count_resend(self, job_id: str) -> int:
         record = self.layout.job(job_id).record

@@ -1,4 +1,4 @@
--- include: _walk _retention _apply_draft _admit _enqueue
+-- include: _walk _retention _apply_draft _admit _place _enqueue
 -- An automatic (threshold/overflow) compaction in one round trip: the loop guard and the draft
 -- (_apply_draft.lua), then, when no draft was there (or the request may not use one) and the
 -- guard let it pass, the enqueue (_enqueue.lua) in the same script.

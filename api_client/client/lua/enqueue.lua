@@ -1,3 +1,3 @@
--- include: _retention _admit _enqueue
+-- include: _retention _admit _place _enqueue
 -- See _enqueue.lua.
 return enqueue(KEYS, ARGV)
