@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 from celery import Celery, bootsteps
 from kombu.entity import Queue
 
-from api_client.contract.keys import KeyLayout
+from api_client.contract.keys import ANY_TENANT, KeyLayout
 from api_client.contract.settings import tls_options
 from api_client.contract.wire import (
     QUEUE_COMPACT,
@@ -190,12 +190,13 @@ def start_metrics(settings: WorkerSettings) -> None:
 
 
 def _session_gauge(settings: WorkerSettings, client: Any) -> list[Any]:
-    """Stored sessions and bytes; not on a Redis Cluster (one SCAN walks one node)."""
+    """Stored sessions and bytes, every tenant's; not on a Redis Cluster (one SCAN walks one
+    node)."""
     from worker.session_gauge import SessionGaugeCollector
 
     if settings.redis_cluster:
         return []
-    return [SessionGaugeCollector(client, KeyLayout(settings.key_prefix))]
+    return [SessionGaugeCollector(client, KeyLayout(settings.key_prefix, ANY_TENANT))]
 
 
 def _tenant_gauge(settings: WorkerSettings, client: Any) -> list[Any]:

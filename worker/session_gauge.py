@@ -3,7 +3,7 @@
 retention keeps up.
 
 Both are estimates, bounded per scrape. A scrape goes on with a ``SCAN`` walk of the session
-header keys (``MATCH <p>:session:{*}:header``) for at most :data:`SCANS_PER_SCRAPE` pages of
+header keys of every tenant (``MATCH <p>:*session:{*}:header``) for at most :data:`SCANS_PER_SCRAPE` pages of
 ``COUNT`` :data:`SCAN_COUNT`, and measures at most :data:`MEASURED_PER_SCRAPE` of the sessions
 it found (a random sample) with ``MEMORY USAGE`` of each of their keys (job records aside).
 When the walk ends (its cursor back at 0) the pass's figures are published: the sessions it

@@ -191,6 +191,10 @@ def check_session_id(session_id: object) -> str:
     return session_id
 
 
+def _glob_escaped(text: str) -> str:
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+
+
 def check_tenant(tenant: object) -> str:
     """A tenant name: 1-63 characters of ``[a-z0-9_-]``, starting with a letter or digit (it
     becomes part of key names and of Redis ACL patterns)."""
@@ -434,22 +438,31 @@ class KeyLayout:
 
     def headers_match(self, id_prefix: str = "") -> str:
         """``SCAN MATCH`` pattern of the header keys of this tenant's sessions whose id starts
-        with ``id_prefix`` (a header's presence is the session's existence)."""
+        with ``id_prefix`` (a header's presence is the session's existence); with
+        :data:`ANY_TENANT`, of every tenant's."""
         if id_prefix and not _ID_PREFIX.fullmatch(id_prefix):
             raise InvalidIdError(f"invalid session id prefix {id_prefix!r}: up to 256 "
                                  "characters of A-Z a-z 0-9 _ . : -")
         # The key prefix may hold glob characters; a session id cannot.
-        root = re.sub(r"([*?\[\]\\])", r"\\\1", self._own_sessions_root())
-        return f"{root}{{{id_prefix}*}}:header"
+        if self.tenant is ANY_TENANT:  # <p>:session:{..} and <p>:tenant:<t>:session:{..}
+            return f"{_glob_escaped(self.prefix)}:*session:{{{id_prefix}*}}:header"
+        return f"{_glob_escaped(self.sessions_root(self.tenant))}{{{id_prefix}*}}:header"
 
     def session_of_header(self, key: str) -> str | None:
-        """The session id a header key names (None: not a header key of this layout)."""
-        head, tail = self._own_sessions_root() + "{", "}:header"
-        if key.startswith(head) and key.endswith(tail):
-            sid = key[len(head):-len(tail)]
-            if _SESSION_ID.fullmatch(sid):
-                return sid
+        """The session id a header key names, qualified by its tenant with
+        :data:`ANY_TENANT` (None: not a header key of this layout)."""
+        tail = "}:header"
+        for tenant in self._header_tenants(key):
+            head = self.sessions_root(tenant) + "{"
+            if key.startswith(head) and key.endswith(tail):
+                sid = key[len(head):-len(tail)]
+                if _SESSION_ID.fullmatch(sid):
+                    own = self.tenant is not ANY_TENANT or tenant == DEFAULT_TENANT
+                    return sid if own else f"{tenant}{TENANT_SEP}{sid}"
         return None
 
-    def _own_sessions_root(self) -> str:
-        return self.sessions_root(self.tenant or DEFAULT_TENANT)
+    def _header_tenants(self, key: str) -> list[str]:
+        if self.tenant is not ANY_TENANT:
+            return [self.tenant]
+        named = key.removeprefix(f"{self.prefix}:tenant:").partition(":")[0]
+        return [DEFAULT_TENANT, *([named] if TENANT_NAME.fullmatch(named) else [])]

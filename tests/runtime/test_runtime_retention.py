@@ -18,6 +18,7 @@ import redis
 from runtime.runtime_support import new_session, runtime_settings
 
 from api_client import CompactionClient, JobEvent
+from api_client.contract.keys import ANY_TENANT, KeyLayout
 from api_client.contract.wire import EventType
 from helpers.retention import SESSION_LONG, assert_retained, session_ttls
 from worker.settings import WorkerSettings
@@ -200,6 +201,23 @@ def test_the_session_gauges_walk_the_sessions_over_scrapes(local: CompactionClie
     assert gauge.sample() == (sessions, size)  # the next walk shows only once it has ended
     families = {f.name: f.samples[0].value for f in gauge.collect()}
     assert families == {"compactor_sessions_stored": 40, "compactor_session_bytes": size}
+
+
+def test_the_session_gauges_count_every_tenants_sessions(local: CompactionClient) -> None:
+    """The workers' gauge (an any-tenant layout) walks the default tenant's sessions and every
+    other tenant's; a tenant's own listing stays its own."""
+    from worker.session_gauge import SessionGaugeCollector
+
+    with CompactionClient(local.settings, tenant="acme") as acme:
+        for i in range(3):
+            acme.sessions.append(acme.sessions.create(f"t-{i}"), msg("x" * 200))
+        local.sessions.append(local.sessions.create("t-0"), msg("y" * 200))  # same id, default
+        gauge = SessionGaugeCollector(local.redis, KeyLayout(tenant=ANY_TENANT))
+        while gauge._last is None:
+            gauge.sample()
+        assert gauge.sample()[0] == 4
+        assert sorted(acme.sessions.list(count=1000).session_ids) == ["t-0", "t-1", "t-2"]
+        assert local.sessions.list(count=1000).session_ids == ["t-0"]
 
 
 def test_the_session_gauges_answer_a_scrape_when_redis_does_not(local: CompactionClient) -> None:
