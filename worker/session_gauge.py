@@ -3,13 +3,14 @@
 retention keeps up.
 
 Both are estimates, bounded per scrape. A scrape goes on with a ``SCAN`` walk of the session
-header keys of every tenant (``MATCH <p>:*session:{*}:header``) for at most :data:`SCANS_PER_SCRAPE` pages of
-``COUNT`` :data:`SCAN_COUNT`, and measures at most :data:`MEASURED_PER_SCRAPE` of the sessions
-it found (a random sample) with ``MEMORY USAGE`` of each of their keys (job records aside).
-When the walk ends (its cursor back at 0) the pass's figures are published: the sessions it
-found (SCAN may count one twice while Redis resizes its table) and their measured mean × that
-count. A database that fits in one scrape's walk is counted afresh at every scrape; a larger one
-over several (a million keys: about 50 scrapes). Until the first walk ends, the figures so far.
+header keys of every tenant (``MATCH <p>:*session:{*}:header``) for at most
+:data:`SCANS_PER_SCRAPE` pages of ``COUNT`` :data:`SCAN_COUNT`, and measures at most
+:data:`MEASURED_PER_SCRAPE` of the sessions it found (a random sample) with ``MEMORY USAGE`` of
+each of their keys (job records aside). When the walk ends (its cursor back at 0) the pass's
+figures are published: the sessions it found (SCAN may count one twice while Redis resizes its
+table) and their measured mean × that count. A database that fits in one scrape's walk is
+counted afresh at every scrape; a larger one over several (a million keys: about 50 scrapes).
+Until the first walk ends, the figures so far.
 Every worker reports the same values: aggregate with ``max``.
 """
 
