@@ -1,105 +1,16 @@
 """The Redis key layout. Every key Compactor writes is named here, nowhere else.
 
 All keys of one session share the hash tag ``{<session_id>}``, so every Lua script and
-transaction on a session (including its jobs) touches a single Cluster slot. The table names the
-default tenant's keys; another tenant's sessions live under ``<p>:tenant:<t>:session:`` instead
-of ``<p>:session:`` (same suffixes, same tag) and its event stream is ``<p>:tenant:<t>:events``,
+transaction on a session (including its jobs) touches a single Cluster slot. The default
+tenant's sessions live under ``<p>:session:``; another tenant's under ``<p>:tenant:<t>:session:``
+(same suffixes, same tag) and its event stream is ``<p>:tenant:<t>:events``,
 so one Redis ACL pattern ``~<p>:tenant:<t>:*`` holds them (README "Tenants"). Only the global
 event stream and the jobs-due index live elsewhere: each is one key in a slot of its own, only
 ever touched by single-key commands or scripts, never together with a session's keys. ``<p>``
 is the configurable prefix (``COMPACTOR_KEY_PREFIX``, default ``compactor``).
 
-=========================================  ======  =================================================
-key                                        type    content
-=========================================  ======  =================================================
-``<p>:session:{<sid>}:header``             string  the v3 session header, JSON (its presence = the
-                                                   session exists)
-``<p>:session:{<sid>}:entries``            hash    entry id → the entry's JSON line, exactly as
-                                                   stored
-``<p>:session:{<sid>}:order``              list    entry ids in append (= file) order
-``<p>:session:{<sid>}:leaf``               string  id of the current leaf; empty = reset (next
-                                                   append makes a new root)
-``<p>:session:{<sid>}:rev``                string  integer revision, +1 on every mutation (create,
-                                                   import, append, navigate, worker commit)
-``<p>:session:{<sid>}:effects``            hash    job id → id of the entry that job wrote (the
-                                                   worker's exactly-once commit marker); kept
-                                                   ``job_ttl_s`` (a job commits only while its
-                                                   record says running, and no record lives
-                                                   longer), then trimmed by later commits
-``<p>:session:{<sid>}:effects:at``         sorted  job id → when (Unix ms) its effect marker was
-                                           set     written (drives the trim above)
-``<p>:session:{<sid>}:events``             stream  this session's job events (``MAXLEN ~``
-                                                   ``session_event_maxlen``; expires
-                                                   ``job_ttl_s`` after the last event)
-``<p>:session:{<sid>}:inflight:<kind>``    string  job id of the queued/running job of that kind
-                                                   (single-flight; expires as a safety net);
-                                                   ``<kind>`` is a job kind or ``speculative``
-                                                   (speculative compactions fly apart)
-``<p>:session:{<sid>}:draft``              string  the session's one speculative compaction draft,
-                                                   JSON (applied by the client's
-                                                   ``draft_apply``); ``EX`` ``draft_ttl_s``;
-                                                   never on the session's path
-``<p>:session:{<sid>}:pace``               hash    the agent's pace as ``observe`` sees it:
-                                                   ``tokens`` (the last observation),
-                                                   ``fromTokens``/``fromAt`` (where the growth
-                                                   rate is measured from, epoch s), ``steps``
-                                                   (growth steps since), ``draftS``
-                                                   (how long the last draft took, enqueue →
-                                                   stored); ``EXPIRE`` ``draft_ttl_s``
-``<p>:session:{<sid>}:compactions``        zset    job id → epoch seconds of each committed
-                                                   automatic compaction (loop guard; trimmed to and
-                                                   ``EXPIRE`` ``loop_guard_window_s``)
-``<p>:session:{<sid>}:tokens``             hash    content digest (hex) → cl100k count of a text of
-                                                   the session, written by a cold worker, read by
-                                                   the next (a cache; ``EXPIRE``
-                                                   ``token_counts_ttl_s``)
-``<p>:session:{<sid>}:rewrites``           string  integer, +1 whenever stored lines are rewritten
-                                                   (prune commits, imports): a prune planned on
-                                                   another value is stale
-``<p>:session:{<sid>}:rewriting``          string  job id applying a large prune in steps (``PX``);
-                                                   other rewrites wait for it
-``<p>:session:{<sid>}:pruned``             string  entry id: no tool result on its path up to it
-                                                   (itself included) is left to prune, so a prune
-                                                   plan reads the path back to it, not further
-``<p>:session:{<sid>}:import:<t>:entries`` hash,   a large import being written in steps (``EX``
-``<p>:session:{<sid>}:import:<t>:order``   list    an hour); renamed into place at its end
-``<p>:session:{<sid>}:appends``            hash    idempotency key → the reply of the append made
-                                                   with it (ids and revision): the same append
-                                                   again returns it and stores nothing; the last
-                                                   ``APPEND_REPLIES`` appends, ``EXPIRE``
-                                                   ``append_idempotency_ttl_s`` after the last
-``<p>:session:{<sid>}:job:<token>``        hash    the job record (fields: :class:`JobRecord`)
-``<p>:session:{<sid>}:job:<token>:lease``  string  worker id holding the job (``PX`` lease)
-``<p>:events``                             stream  every job event of every session (``MAXLEN ~``)
-``<p>:broker:<queue>``,                    list    Celery task messages (kombu's Redis transport;
-``<p>:broker:<queue>:<step>``                      the client's enqueue script LPUSHes them when the
-                                                   broker is this Redis: see
-                                                   :mod:`api_client.client.task_messages`)
-``<p>:broker:...``                         any     every other key of kombu and Celery (``unacked``,
-                                                   ``unacked_index``, ``unacked_mutex``, bindings,
-                                                   Celery's result keys): kombu's
-                                                   ``global_keyprefix`` is :attr:`KeyLayout.broker`
-``<p>:broker:/<db>.celeryev/task.sent``    pubsub  task-sent events (kombu fanout; a channel, not a
-                                                   key, under the same prefix)
-``<p>:llm:fail:...``,                      string  the model circuit breaker
-``<p>:llm:cool:...``                               (:mod:`worker.llm.cooldown`)
-``<p>:tenants:{<t>}:queued``              sorted  a tenant's queued jobs: job id → route priority
-                                           set     x 1e13 + Unix ms (fair order, queued_jobs
-                                                   quota; a worker removes a job it starts)
-``<p>:tenants:{<t>}:quota``                hash    the tenant's quota overrides
-                                                   (:data:`QUOTA_FIELDS`)
-``<p>:tenants:{<t>}:usage:<YYYY-MM-DD>``   hash    the tenant's model spend that UTC day
-                                                   (:data:`USAGE_FIELDS`, written by workers)
-``<p>:tenants:{<t>}:bytes``                hash    session id → bytes of its stored lines
-``<p>:tenant-names``                       set     tenants that have spent model tokens
-``<p>:fair:<queue>:<priority>:tags``,      sorted  a queue list's fair order: job id → tag, and
-``<p>:fair:<queue>:<priority>:messages``   set,    job id → its task message (the pivots the
-                                           hash    enqueue script places a new message by)
-``<p>:jobs:due``                           sorted  job id → when (Unix ms) a worker's sweep must
-                                           set     look at the job: its lease's end (running) or the
-                                                   time to re-send it (queued); see
-                                                   :mod:`worker.store.sweep`
-=========================================  ======  =================================================
+The table of every key, its type and what it holds is README "Redis layout" (one place to keep
+in step with the names below).
 
 A job id is ``<sid>:<token>`` (token = 16 hex digits), so the job's keys can be derived from the
 id alone and stay in the session's slot; another tenant's ``<sid>`` is qualified, ``<t>~<sid>``
