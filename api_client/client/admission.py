@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from api_client.contract.keys import KeyLayout, split_tenant
+from api_client.contract.keys import KeyLayout
 from api_client.contract.settings import ClientSettings
 from api_client.contract.wire import CompactReason, JobKind, Route
 
@@ -45,7 +45,7 @@ def _budget(settings: ClientSettings, kind: JobKind, reason: CompactReason | Non
 
 def admission(layout: KeyLayout, settings: ClientSettings, session_id: str, kind: JobKind,
               reason: CompactReason | None, route: Route) -> Admission:
-    tenant = split_tenant(layout.qualified(session_id))[0]
+    tenant = layout.resolve(session_id)[0]
     now = time.time()
     day = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%d")
     fields = (int(now * 1000), route.priority, settings.fair_delay_ms, settings.weight,

@@ -30,7 +30,7 @@ from api_client.contract.job_records import (
     global_copy,
     job_rescue,
 )
-from api_client.contract.keys import INFLIGHT_SPECULATIVE, KeyLayout, split_tenant
+from api_client.contract.keys import INFLIGHT_SPECULATIVE, KeyLayout
 from api_client.contract.lua_scripts import CLIENT_SCRIPTS
 from api_client.contract.redis_flows import (
     AsyncShell,
@@ -219,14 +219,14 @@ class _JobCore:
         job_kind = JobKind(kind)
         why = CompactReason(reason or "manual") if job_kind is JobKind.COMPACT else None
         admitted = admission(self.layout, self.settings, session_id, job_kind, why, route)
-        tenant = split_tenant(self.layout.qualified(session_id))[0]
+        tenant = self.layout.resolve(session_id)[0]
         queued, quota, usage = admitted.keys
         tag = yield Script("admit", [queued], [admitted.policy, job_id, quota, usage],
                            job_rescue(job_id, session_id, tenant), CLIENT_SCRIPTS)
         return int(tag)
 
     def _queued(self, session_id: str) -> str:
-        return self.layout.tenant_queued(split_tenant(self.layout.qualified(session_id))[0])
+        return self.layout.tenant_queued(self.layout.resolve(session_id)[0])
 
     def enqueue_script(self, session_id: str, kind: JobKind | str,
                        reason: CompactReason | str | None, instructions: str | None,
@@ -236,7 +236,7 @@ class _JobCore:
         indexes it too)."""
         keys, args, route = enqueue_call(self.layout, self.settings, session_id, kind, reason,
                                          instructions, target_id, broker_db, context_window)
-        rescue = job_rescue("", session_id, split_tenant(self.layout.qualified(session_id))[0])
+        rescue = job_rescue("", session_id, self.layout.resolve(session_id)[0])
         return EnqueueCall(Script("enqueue", keys, args, rescue, CLIENT_SCRIPTS), route)
 
     def _get(self, job_id: str) -> Flow[JobRecord]:

@@ -59,6 +59,8 @@ __all__ = [
     "check_session_id",
     "check_tenant",
     "split_job_id",
+    "split_tenant",
+    "tenant_of_job",
 ]
 
 # Kept here (not imported from _wire) so the layout has no pydantic dependency.
@@ -131,6 +133,11 @@ def split_job_id(job_id: object) -> tuple[str, str]:
         if sep and _TOKEN.fullmatch(token) and _QUALIFIED_ID.fullmatch(sid):
             return sid, token
     raise InvalidIdError(f"invalid job id {job_id!r}: expected '<session id>:<16 hex digits>'")
+
+
+def tenant_of_job(job_id: str) -> str:
+    """The tenant a job id names (``acme~s1:<token>`` → ``acme``; a plain one: the default)."""
+    return split_tenant(split_job_id(job_id)[0])[0]
 
 
 def split_tenant(qualified_id: str) -> tuple[str, str]:
@@ -273,11 +280,11 @@ class KeyLayout:
         return self._tenant_key(tenant, "running")
 
     def running_of_job(self, job_id: str) -> str:
-        return self.tenant_running(split_tenant(split_job_id(job_id)[0])[0])
+        return self.tenant_running(tenant_of_job(job_id))
 
     def queued_of_job(self, job_id: str) -> str:
         """:meth:`tenant_queued` of the job's tenant (the worker's layout serves them all)."""
-        return self.tenant_queued(split_tenant(split_job_id(job_id)[0])[0])
+        return self.tenant_queued(tenant_of_job(job_id))
 
     def tenant_usage(self, tenant: str, day: str) -> str:
         """hash: the tenant's model spend on ``day`` (``YYYY-MM-DD``, UTC): fields as

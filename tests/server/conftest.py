@@ -10,7 +10,7 @@ import httpx
 import pytest
 from llm.llm_fakes import FAST, FakeLLMServer, openai
 from runtime.runtime_support import running_worker, runtime_settings
-from server.server_support import TOKEN, running_api, server_settings
+from server.server_support import ACME, GLOBEX, TOKEN, running_api, server_settings
 
 from worker.app import CompactorCelery
 from worker.demo import embedded_redis
@@ -55,3 +55,11 @@ def http(api: str, model_server: FakeLLMServer) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=api, headers={"Authorization": f"Bearer {TOKEN}"},
                       timeout=30) as client:
         yield client
+
+
+@pytest.fixture(scope="module")
+def tenant_api(module_redis: str, worker: CompactorCelery) -> Iterator[str]:
+    """The API with tokens of three tenants: ``TOKEN`` (default), ``ACME``, ``GLOBEX``."""
+    tokens = {TOKEN: "default", ACME: "acme", GLOBEX: "globex"}
+    with running_api(module_redis, server_settings(tokens, api_max_wait_s=20.0)) as url:
+        yield url

@@ -8,8 +8,10 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+import httpx
 import uvicorn
 from conftest import free_port
 from pydantic import SecretStr
@@ -19,6 +21,15 @@ from api_client.server.asgi import create_app
 from api_client.server.settings import ServerSettings
 
 TOKEN = "test-token-0123456789abcdef"
+# The tokens of two more tenants (``tenant_api`` in conftest binds them) and the sample session.
+ACME, GLOBEX = TOKEN + "-acme", TOKEN + "-globex"
+DEMO = (Path(__file__).resolve().parents[2] / "worker" / "data" / "demo-session.jsonl").read_text(
+    encoding="utf-8")
+
+
+def tenant_http(url: str, token: str) -> httpx.Client:
+    """A client of the API with ``token`` (one tenant's)."""
+    return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
 
 
 def server_settings(tokens: dict[str, str] | None = None, **overrides: Any) -> ServerSettings:

@@ -3,36 +3,15 @@ observes its own sessions and jobs only; another tenant's ids are simply not fou
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 
-import httpx
-import pytest
 import redis
-from server.server_support import TOKEN, running_api, server_settings
-
-from worker.app import CompactorCelery
-
-ACME, GLOBEX = TOKEN + "-acme", TOKEN + "-globex"
-DEMO = (Path(__file__).resolve().parents[2] / "worker" / "data" / "demo-session.jsonl").read_text(
-    encoding="utf-8")
-
-
-@pytest.fixture(scope="module")
-def tenant_api(module_redis: str, worker: CompactorCelery) -> Iterator[str]:
-    tokens = {TOKEN: "default", ACME: "acme", GLOBEX: "globex"}
-    with running_api(module_redis, server_settings(tokens, api_max_wait_s=20.0)) as url:
-        yield url
-
-
-def _http(url: str, token: str) -> httpx.Client:
-    return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+from server.server_support import ACME, DEMO, GLOBEX, TOKEN, tenant_http
 
 
 def test_a_token_sees_only_its_tenant(tenant_api: str) -> None:
-    with _http(tenant_api, ACME) as acme, _http(tenant_api, GLOBEX) as globex, \
-            _http(tenant_api, TOKEN) as default:
+    with tenant_http(tenant_api, ACME) as acme, tenant_http(tenant_api, GLOBEX) as globex, \
+            tenant_http(tenant_api, TOKEN) as default:
         created = acme.put("/v1/sessions/shared-id/jsonl", content=DEMO,
                            headers={"Content-Type": "application/x-ndjson"})
         assert created.status_code == 201, created.text
@@ -64,7 +43,7 @@ def test_over_a_quota_is_429_with_what_and_when(tenant_api: str, module_redis: s
     day = datetime.now(UTC).strftime("%Y-%m-%d")
     raw.hset("compactor:tenants:{globex}:quota", "tokens_per_day", "1000")
     raw.hset(f"compactor:tenants:{{globex}}:usage:{day}", "output_tokens", "1500")
-    with _http(tenant_api, GLOBEX) as globex, _http(tenant_api, ACME) as acme:
+    with tenant_http(tenant_api, GLOBEX) as globex, tenant_http(tenant_api, ACME) as acme:
         for client in (globex, acme):
             put = client.put("/v1/sessions/budget/jsonl", content=DEMO,
                              headers={"Content-Type": "application/x-ndjson"})

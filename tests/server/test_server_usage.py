@@ -4,35 +4,15 @@ after a real job on a real worker."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
-import httpx
-import pytest
-from server.server_support import TOKEN, running_api, server_settings
+from server.server_support import ACME, DEMO, GLOBEX, tenant_http
 
 from api_client import CompactionClient
 from api_client.contract.usage import utc_day
-from worker.app import CompactorCelery
-
-ACME, GLOBEX = TOKEN + "-acme", TOKEN + "-globex"
-DEMO = (Path(__file__).resolve().parents[2] / "worker" / "data" / "demo-session.jsonl").read_text(
-    encoding="utf-8")
-
-
-@pytest.fixture(scope="module")
-def tenant_api(module_redis: str, worker: CompactorCelery) -> Iterator[str]:
-    tokens = {TOKEN: "default", ACME: "acme", GLOBEX: "globex"}
-    with running_api(module_redis, server_settings(tokens, api_max_wait_s=20.0)) as url:
-        yield url
-
-
-def _http(url: str, token: str) -> httpx.Client:
-    return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
 
 
 def test_usage_is_the_tokens_own_tenants(tenant_api: str, module_redis: str) -> None:
-    with _http(tenant_api, ACME) as acme, _http(tenant_api, GLOBEX) as globex:
+    with tenant_http(tenant_api, ACME) as acme, tenant_http(tenant_api, GLOBEX) as globex:
         created = acme.put("/v1/sessions/billed/jsonl", content=DEMO,
                            headers={"Content-Type": "application/x-ndjson"})
         assert created.status_code == 201, created.text

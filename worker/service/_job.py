@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from api_client.contract.errors import CompactionLoopError, CompactorError
-from api_client.contract.keys import split_job_id, split_tenant
+from api_client.contract.keys import split_job_id, tenant_of_job
 from api_client.contract.redaction import redact_secrets
 from api_client.contract.redis_conn import storage_full
 from api_client.contract.wire import (
@@ -136,7 +136,7 @@ def _run_leased(rt: Runtime, job_id: str, owner: str) -> JobOutcome:
         rt.jobs.release_lease(job_id, owner)
         rt.slots.defer(job_id)
         log.info("job %s: its tenant runs max_running jobs already; put back", job_id)
-        metrics.observe_tenant_deferred(split_tenant(split_job_id(job_id)[0])[0])
+        metrics.observe_tenant_deferred(tenant_of_job(job_id))
         return JobOutcome(job_id, "deferred", cause="max_running")
     try:
         return _start(rt, job_id, owner)

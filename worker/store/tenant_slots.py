@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import redis
 
-from api_client.contract.keys import KeyLayout, split_job_id, split_tenant
+from api_client.contract.keys import KeyLayout, tenant_of_job
 from worker.store.leases import guarded, script_text
 from worker.store.sweep import now_ms
 
@@ -32,7 +32,7 @@ class TenantSlots:
 
     def take(self, job_id: str) -> bool:
         """True: run the job (a slot is held for it, or no cap applies)."""
-        tenant = split_tenant(split_job_id(job_id)[0])[0]
+        tenant = tenant_of_job(job_id)
         keys = [self.layout.tenant_running(tenant), self.layout.tenant_quota(tenant)]
         now = now_ms()
         args = [job_id, str(now), str(now + self.hold_ms), str(self.max_running)]
