@@ -78,6 +78,7 @@ if TYPE_CHECKING:
     from api_client.contract.settings import ClientSettings
     from api_client.contract.usage import DayUsage
     from api_client.contract.wire import (
+        AgentSettings,
         CompactReason,
         EventType,
         JobEvent,
@@ -106,6 +107,7 @@ _LAZY: dict[str, str] = {
     "SessionPage": "client.session_listing",
     "ClientSettings": "contract.settings",
     "DayUsage": "contract.usage",
+    "AgentSettings": "contract.wire",
     "CompactReason": "contract.wire",
     "EventType": "contract.wire",
     "JobEvent": "contract.wire",
@@ -116,6 +118,7 @@ _LAZY: dict[str, str] = {
 }
 
 __all__ = [
+    "AgentSettings",
     "AlreadyCompactedError",
     "AppendTooLargeError",
     "AppendUnconfirmedError",

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from api_client.contract.agent_settings import AgentSettings
 from api_client.contract.keys import KeyLayout, split_tenant
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "TASK_PRUNE",
     "TASK_SUMMARIZE",
     "TERMINAL_STATES",
+    "AgentSettings",
     "CompactReason",
     "EventType",
     "JobEvent",
@@ -297,7 +299,7 @@ class PruneResult(_Wire):
 
 
 # Record fields stored as JSON inside the Redis hash; everything else is a plain string.
-_JSON_FIELDS = frozenset({"entry", "usage", "result", "input", "draftUsage"})
+_JSON_FIELDS = frozenset({"entry", "usage", "result", "input", "draftUsage", "agent"})
 
 
 class JobRecord(_Wire):
@@ -339,6 +341,9 @@ class JobRecord(_Wire):
     draft_cost_usd: float | None = None  # the USD of ``draft_usage``
     # A summarize job's request: systemPrompt, prompt, maxTokens (the task carries ids only).
     input: dict[str, Any] | None = None
+    # The agent's compaction settings the request carried (docs/compaction.md); None: the
+    # worker's own settings throughout.
+    agent: AgentSettings | None = None
 
     def to_redis(self) -> dict[str, str]:
         out: dict[str, str] = {}

@@ -25,6 +25,7 @@ PUBLIC = {
     # instant compaction (README "Instant compaction")
     "ObserveResult", "should_precompute",
     "DayUsage",  # client.usage(): a tenant's model spend per UTC day (README "Tenants")
+    "AgentSettings",  # compact(agent=...): the agent's compaction settings (issue 38)
     # the errors
     "AlreadyCompactedError", "BrokerUnavailableError", "ClientError", "CompactorError",
     "ConfigurationError", "DanglingParentError", "EntryExistsError", "EntryNotFoundError",

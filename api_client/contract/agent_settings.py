@@ -1,0 +1,51 @@
+"""The compaction settings of the session's agent, carried by one request (docs/compaction.md).
+
+A compact or branch-summary request may say how the agent itself would compact (pi's
+``compaction.*`` and ``branchSummary.*`` settings, model overrides applied): the worker plans
+with what it says and falls back to its own settings field by field where it says nothing.
+Unknown fields are refused (``extra="forbid"``): a setting the worker does not know is never
+silently dropped. Re-exported by :mod:`api_client.contract.wire` and :mod:`api_client`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+__all__ = ["MAX_AGENT_TOKENS", "AgentSettings", "SummaryFormat", "TokenizerName"]
+
+MAX_AGENT_TOKENS = 10_000_000
+
+# "estimate": pi's chars/4 estimate plus the last reported usage; "tiktoken": the worker's.
+TokenizerName = Literal["estimate", "tiktoken"]
+# The agent version whose summary prompts and headings to follow; absent: Compactor's own.
+SummaryFormat = Literal["pi-1.6", "pi-0.73"]
+
+_Tokens = Annotated[int, Field(gt=0, le=MAX_AGENT_TOKENS, strict=True)]
+
+
+class AgentSettings(BaseModel):
+    """How the agent compacts: every field optional, ``None`` = the worker's own setting."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True,
+    )
+
+    reserve_tokens: _Tokens | None = None
+    keep_recent_tokens: _Tokens | None = None
+    tokenizer: TokenizerName | None = None
+    summary_format: SummaryFormat | None = None
+    summary_max_tokens: _Tokens | None = None
+    turn_prefix_max_tokens: _Tokens | None = None
+    branch_reserve_tokens: _Tokens | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        """JSON-ready dict with camelCase keys; fields the request did not set dropped."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    def plans_like(self, other: AgentSettings | None) -> bool:
+        """Whether a plan made with ``other`` is one made with these settings: the fields
+        that shape the cut and the summary (a draft is applied only then)."""
+        return self.to_wire() == (other.to_wire() if other is not None else {})
