@@ -105,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     missing = [name for name in WORKER_EXTRA if importlib.util.find_spec(name) is None]
     if missing:
         print(f"compactor: error: the worker extra is not installed (no {', '.join(missing)}): "
-              "pip install 'compactor[worker]'", file=sys.stderr)
+              "in the Compactor checkout, pip install -e '.[worker]'", file=sys.stderr)
         return EXIT_USAGE
     parser = build_parser()
     args, extra = parser.parse_known_args(
