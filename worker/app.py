@@ -29,7 +29,7 @@ from api_client.contract.wire import (
     redis_transport_options,
 )
 from worker import log_redaction, metrics
-from worker.health import HealthStep, worker_health
+from worker.health import HealthStep, Heartbeat, worker_health
 from worker.llm import Summarizer
 from worker.service import Runtime, Sweeper, build_runtime, worker_redis
 from worker.settings import WorkerSettings, check_startup
@@ -248,6 +248,15 @@ class SweepStep(_ThreadStep):
         return Sweeper(settings, worker_redis(settings), send)
 
 
+class HeartbeatStep(_ThreadStep):
+    """This worker's heartbeat (worker/health.py, docs/recovery.md "Worker liveness")."""
+
+    def create(self, worker: Any) -> Heartbeat:
+        settings: WorkerSettings = worker.app.compactor_settings
+        return Heartbeat(worker_redis(settings), KeyLayout(settings.key_prefix, ANY_TENANT),
+                         settings.worker_id)
+
+
 class StoredBytesStep(_ThreadStep):
     """The reconcile of the tenants' stored bytes (worker/store/tenant_bytes.py): it drops the
     counts of expired sessions every few minutes, in the worker's main process (with the sweep:
@@ -278,6 +287,7 @@ def create_app(settings: WorkerSettings | None = None, *,
     app.steps["worker"].add(StartupCheck)
     app.steps["consumer"].add(HealthStep)
     app.steps["worker"].add(SweepStep)
+    app.steps["worker"].add(HeartbeatStep)
     app.steps["worker"].add(StoredBytesStep)
     register_tasks(app)
     return app

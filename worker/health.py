@@ -8,20 +8,37 @@
   the PodDisruptionBudget and a rolling update.
 
 A worker down on Redis or the broker is not ready but stays live: restarting it would not help.
+
+Beside the probes, every worker process writes a heartbeat to Redis while it consumes
+(:class:`Heartbeat`, docs/recovery.md "Worker liveness"): ``GET /v1/workers`` counts the fresh
+ones, and a running job whose worker's heartbeat went stale shows ``workerLost``.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+import redis
 from celery import bootsteps
 
-__all__ = ["HealthStep", "WorkerHealth", "worker_health"]
+from api_client.contract.keys import KeyLayout
+from worker.store.leases import script_text
+
+__all__ = ["BEAT_S", "BEAT_TTL_S", "HealthStep", "Heartbeat", "WorkerHealth", "worker_health"]
+
+log = logging.getLogger("worker.health")
 
 TICK_S = 5.0
+# The heartbeat is written this often and counts this long: a dead worker leaves the count at
+# most BEAT_TTL_S after its last beat (docs/recovery.md "Worker liveness").
+BEAT_S = 1.0
+BEAT_TTL_S = 3.0
+# A silent worker's member stays this long (a running job's holder is then known to be lost).
+_BEAT_KEEP_S = 3600
 
 
 class WorkerHealth:
@@ -42,6 +59,11 @@ class WorkerHealth:
             self._consuming = value
             if value:
                 self._last_tick = time.monotonic()
+
+    @property
+    def is_consuming(self) -> bool:
+        with self._lock:
+            return self._consuming
 
     def live(self) -> tuple[bool, str]:
         with self._lock:
@@ -103,3 +125,50 @@ class HealthStep(bootsteps.StartStopStep):  # type: ignore[misc]
         if self._entry is not None:
             self._entry.cancel()
             self._entry = None
+
+
+class Heartbeat:
+    """Writes this worker's heartbeat every :data:`BEAT_S` while its consumer runs (a daemon
+    thread of the worker's main process, between :meth:`start` and :meth:`stop`); a worker
+    that stops cleanly takes its member out at once."""
+
+    def __init__(self, client: redis.Redis[str], layout: KeyLayout, worker_id: str,
+                 health: WorkerHealth | None = None) -> None:
+        self.redis = client
+        self.key = layout.workers
+        self.worker_id = worker_id
+        self.health = health or worker_health()
+        self._beat = client.register_script(script_text("heartbeat"))
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def beat(self) -> None:
+        args = [self.worker_id, str(int(BEAT_TTL_S * 1000)), str(_BEAT_KEEP_S * 1000)]
+        self._beat(keys=[self.key], args=args)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="compactor-heartbeat",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is None:
+            return
+        self._thread.join(5)
+        self._thread = None
+        try:
+            self.redis.zrem(self.key, self.worker_id)
+        except redis.RedisError as err:  # its beat runs out on its own
+            log.debug("heartbeat not removed: %s", err)
+        self.redis.close()
+
+    def _loop(self) -> None:
+        while True:
+            if self.health.is_consuming:
+                try:
+                    self.beat()
+                except redis.RedisError as err:  # Redis away: the count misses this worker
+                    log.debug("heartbeat not written: %s", err)
+            if self._stop.wait(BEAT_S):
+                return

@@ -56,12 +56,13 @@ class WorkerSettings(LlmSettings, ClientSettings):
     unacked_restore_interval_s: float = Field(default=1.0, gt=0)
     # Job lease: renewed every third of it while the job runs; a dead worker's lease ends
     # after at most this long, so a redelivered job can be taken over (a delivery that finds
-    # the lease still held looks again this much later).
-    lease_ttl_s: float = Field(default=10.0, gt=0)
+    # the lease still held looks again this much later). Short, so that a killed worker's job
+    # is done within seconds (docs/recovery.md "Recovery figures").
+    lease_ttl_s: float = Field(default=3.0, gt=0)
     # Takeover: every live worker sweeps the jobs-due index this often; a running job whose
     # lease ended is delivered again, a queued one past ``requeue_after_s`` is re-sent (see
     # worker/service/_sweeper.py). 0 disables the sweep (the visibility timeout stays).
-    sweep_interval_s: float = Field(default=2.0, ge=0)
+    sweep_interval_s: float = Field(default=1.0, ge=0)
     # A job whose worker was lost during this many attempts ends failed instead of running
     # again (a job that kills its worker, e.g. by memory, must not take the fleet down).
     max_deliveries: int = Field(default=5, ge=1)

@@ -231,7 +231,7 @@ class KeyLayout:
     found here, whatever it names elsewhere. The default tenant's ids are never qualified and
     its keys are those from before tenants existed."""
 
-    __slots__ = ("broker", "global_events", "jobs_due", "llm", "prefix", "tenant")
+    __slots__ = ("broker", "global_events", "jobs_due", "llm", "prefix", "tenant", "workers")
 
     def __init__(self, prefix: str = "compactor",
                  tenant: str | None = DEFAULT_TENANT) -> None:
@@ -246,6 +246,9 @@ class KeyLayout:
         # channels under the prefix too, so one ACL pattern covers everything.
         self.broker = f"{prefix}:broker:"
         self.llm = f"{prefix}:llm:"  # the model circuit breaker's keys (worker.llm.cooldown)
+        # zset: worker id → until when (Redis TIME, ms) its heartbeat counts (docs/recovery.md
+        # "Worker liveness"); one key, no tenant's ACL pattern names it.
+        self.workers = f"{prefix}:workers"
 
     def tenant_root(self, tenant: str) -> str:
         """``<p>:tenant:<t>:`` — every key of the tenant's own but the default's sessions."""

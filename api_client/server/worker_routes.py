@@ -1,0 +1,79 @@
+"""``GET /v1/workers``: how many workers are alive (their heartbeat is fresh), and the
+``workerLost`` flag of a running job whose worker is gone (docs/recovery.md "Worker liveness").
+
+Workers write their heartbeat into one zset (``KeyLayout.workers``: worker id → until when, by
+Redis's clock, it counts); a read compares with Redis's clock too, so hosts whose clocks differ
+agree. The lease of a running job (``<record>:lease``) names its holder ``<worker id>/<token>``:
+the job's worker is lost when the lease is gone or the holder's heartbeat went stale.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, Field
+
+from api_client.client.async_client import AsyncCompactionClient
+from api_client.contract.wire import JobRecord, JobState
+from api_client.server.server_state import ServerState, authorize, state_of
+
+__all__ = ["JobView", "WorkersAlive", "router", "worker_lost", "workers_alive"]
+
+State = Annotated[ServerState, Depends(state_of)]
+router = APIRouter(prefix="/v1", tags=["workers"], dependencies=[Depends(authorize)])
+
+# KEYS: workers zset   ARGV: 1 a worker id ("" for none)
+# Returns {fresh heartbeats, 1 when that worker's heartbeat is known and stale else 0}.
+_READ = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local alive = redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
+local stale = 0
+if ARGV[1] ~= '' then
+  local until_ms = redis.call('ZSCORE', KEYS[1], ARGV[1])
+  if until_ms and tonumber(until_ms) <= now then stale = 1 end
+end
+return {alive, stale}
+"""
+
+
+class WorkersAlive(BaseModel):
+    alive: int = Field(description="workers whose heartbeat is fresh (written every second, "
+                                   "counted for three)")
+
+
+class JobView(JobRecord):
+    """The job record as ``GET /v1/jobs/{id}`` shows it."""
+
+    worker_lost: bool | None = Field(
+        default=None, description="true while the job is running and the worker holding it "
+                                  "is gone (its lease or heartbeat expired); absent otherwise")
+
+
+async def _read(client: AsyncCompactionClient, worker_id: str = "") -> tuple[int, bool]:
+    reply: Any = await client.redis.eval(_READ, 1, client.layout.workers, worker_id)
+    return int(reply[0]), bool(int(reply[1]))
+
+
+async def workers_alive(client: AsyncCompactionClient) -> int:
+    return (await _read(client))[0]
+
+
+async def worker_lost(client: AsyncCompactionClient, record: JobRecord) -> bool:
+    """Whether a running job's worker is gone: no lease, or its holder's heartbeat is stale (a
+    holder without a heartbeat of its own, a prefork child, is judged by its lease alone)."""
+    if record.state is not JobState.RUNNING:
+        return False
+    holder = await client.redis.get(client.layout.job(record.id).lease)
+    if holder is None:
+        return True
+    worker_id = str(holder.decode() if isinstance(holder, bytes) else holder).rpartition("/")[0]
+    return (await _read(client, worker_id))[1]
+
+
+@router.get("/workers", response_model=WorkersAlive)
+async def workers(state: State) -> WorkersAlive:
+    """How many workers are alive: a client that finds none need not wait for a job (the pi
+    extension then lets the agent compact by itself)."""
+    return WorkersAlive(alive=await workers_alive(state.client))
