@@ -111,7 +111,8 @@ def test_unknown_template(name: str) -> None:
 
 @pytest.fixture
 def template_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    monkeypatch.setattr(prompts, "_root", lambda: tmp_path)
+    monkeypatch.setattr(prompts, "_root", lambda summary_format=None: (
+        tmp_path if summary_format is None else tmp_path / summary_format))
     yield tmp_path
 
 
@@ -304,7 +305,9 @@ def test_wheel_ships_templates_and_loader_finds_them(tmp_path: Path) -> None:
             for n in zf.namelist()
             if n.startswith("worker/_prompts/")
         }
-        assert shipped == {p.name for p in PROMPTS_DIR.glob("*.md")}
+        # the summary formats' folders too (prompts/<format>/*.md)
+        assert shipped == {p.relative_to(PROMPTS_DIR).as_posix()
+                           for p in PROMPTS_DIR.rglob("*.md")}
         for name in shipped:
             assert zf.read(f"worker/_prompts/{name}").decode() == (PROMPTS_DIR / name).read_text(
                 encoding="utf-8"

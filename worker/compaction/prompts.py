@@ -2,8 +2,13 @@
 
 Templates are ``prompts/<name>.md``, written for Compactor. They use ``string.Template``
 placeholders (``$name`` / ``${name}``; a literal dollar is ``$$``); trailing whitespace of a file
-is not part of its template. Installed wheels carry them as ``worker/_prompts``; an editable
-install reads the repository's ``prompts/``.
+is not part of its template, nor is a leading ``<!-- ... -->`` header line. Installed wheels
+carry them as ``worker/_prompts``; an editable install reads the repository's ``prompts/``.
+
+A summary format (``agent.summaryFormat``, docs/compaction.md "Summary formats") has a folder of
+its own, ``prompts/<format>/``: the agent's own prompts word for word, each file headed by the
+agent version it follows. A format folder holds the prompts that format replaces; the short
+summary and the context wrappers are Compactor's in every format.
 """
 
 from __future__ import annotations
@@ -17,12 +22,14 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from string import Template
 
+from api_client.contract.agent_settings import SummaryFormat
 from api_client.contract.errors import ConfigurationError
 from worker.compaction.fileops import strip_file_operation_tags
 
 __all__ = [
     "BRANCH_MAX_TOKENS",
     "CONVERSATION_OPEN",
+    "CONVERSATION_OPENINGS",
     "Conversation",
     "PromptTemplateError",
     "branch_context_intro",
@@ -46,6 +53,7 @@ BRANCH_MAX_TOKENS = 2048
 _SHORT_CAP = 512
 _NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 _REPO_PROMPTS = Path(__file__).resolve().parents[2] / "prompts"
+_HEADER_END = "-->\n"  # a template file may open with one ``<!-- ... -->`` line
 
 
 class PromptTemplateError(ConfigurationError):
@@ -70,28 +78,42 @@ def short_max_tokens(reserve: int) -> int:
 # --- loading and rendering ---------------------------------------------------------------
 
 
-def _root() -> Traversable:
+def _root(summary_format: SummaryFormat | None = None) -> Traversable:
     packaged = resources.files("worker") / "_prompts"
-    return packaged if packaged.is_dir() else _REPO_PROMPTS
+    root = packaged if packaged.is_dir() else _REPO_PROMPTS
+    return root if summary_format is None else root / summary_format
 
 
-def template_names() -> tuple[str, ...]:
-    """Names (file stems) of every shipped template, sorted."""
-    return tuple(sorted(p.name[:-3] for p in _root().iterdir() if p.name.endswith(".md")))
+def template_names(summary_format: SummaryFormat | None = None) -> tuple[str, ...]:
+    """Names (file stems) of every shipped template of a format (None: Compactor's), sorted."""
+    root = _root(summary_format)
+    if not root.is_dir():
+        return ()
+    return tuple(sorted(p.name[:-3] for p in root.iterdir() if p.name.endswith(".md")))
 
 
-def load_template(name: str) -> Template:
-    if not _NAME.fullmatch(name) or name not in template_names():
-        raise PromptTemplateError(f"unknown prompt template {name!r} (in {_root()})")
-    template = Template((_root() / f"{name}.md").read_text(encoding="utf-8").rstrip())
+def _text(raw: str) -> str:
+    """A template file's text without its header line and trailing whitespace."""
+    if raw.startswith("<!--") and _HEADER_END in raw:
+        raw = raw[raw.index(_HEADER_END) + len(_HEADER_END):]
+    return raw.rstrip()
+
+
+def load_template(name: str, summary_format: SummaryFormat | None = None) -> Template:
+    if not _NAME.fullmatch(name) or name not in template_names(summary_format):
+        raise PromptTemplateError(
+            f"unknown prompt template {name!r} (in {_root(summary_format)})")
+    raw = (_root(summary_format) / f"{name}.md").read_text(encoding="utf-8")
+    template = Template(_text(raw))
     if not template.is_valid():
         raise PromptTemplateError(f"prompt template {name!r} has a malformed placeholder")
     return template
 
 
-def render(name: str, **variables: str) -> str:
-    """Render template ``name``; every variable it names must be given, and only those."""
-    template = load_template(name)
+def render(name: str, summary_format: SummaryFormat | None = None, **variables: str) -> str:
+    """Render template ``name`` of ``summary_format`` (None: Compactor's); every variable it
+    names must be given, and only those."""
+    template = load_template(name, summary_format)
     wanted = set(template.get_identifiers())
     missing = sorted(wanted - variables.keys())
     unused = sorted(variables.keys() - wanted)
@@ -105,17 +127,18 @@ def render(name: str, **variables: str) -> str:
 # --- fixed texts ---------------------------------------------------------------------------
 
 
-def system_prompt() -> str:
-    return render("system")
+def system_prompt(summary_format: SummaryFormat | None = None) -> str:
+    return render("system", summary_format)
 
 
-def branch_preamble() -> str:
-    return render("branch-preamble")
+def branch_preamble(summary_format: SummaryFormat | None = None) -> str:
+    return render("branch-preamble", summary_format)
 
 
-def with_branch_preamble(model_text: str) -> str:
-    """The stored branch summary before its tag block: preamble, blank line, text (§16 Q10)."""
-    return branch_preamble() + "\n\n" + model_text
+def with_branch_preamble(model_text: str, summary_format: SummaryFormat | None = None) -> str:
+    """The stored branch summary before its tag block: preamble, blank line, text (§16 Q10;
+    pi's preamble ends with the same blank line)."""
+    return branch_preamble(summary_format) + "\n\n" + model_text
 
 
 def compaction_context_intro() -> str:
@@ -131,6 +154,11 @@ def branch_context_intro() -> str:
 
 CONVERSATION_OPEN = "<conversation>\n"  # every summary prompt opens with the conversation
 _CONVERSATION_CLOSE = "\n</conversation>\n\n"
+# pi 1.6's turn prefix prompt opens with a heading instead (generateTurnPrefixSummary)
+_PI16_PREFIX_OPEN = "# Conversation\n"
+_PI16_PREFIX_CLOSE = "\n\n"
+_PI16_INSTRUCTIONS = "# Instructions\n"
+CONVERSATION_OPENINGS = (CONVERSATION_OPEN, _PI16_PREFIX_OPEN)
 
 
 @dataclass(frozen=True)
@@ -152,14 +180,15 @@ class Conversation:
 # by one copied it three or four times: 6-7 % of the instructions of a re-plan. Given as
 # parts, it is joined straight into the prompt: its own text was one more 2 MB string to
 # allocate (fresh pages each job), write and read again.
-def _joined(conversation: str | Conversation, *sections: str) -> str:
-    tail = "".join((_CONVERSATION_CLOSE, *sections))
+def _joined(conversation: str | Conversation, *sections: str,
+            opening: str = CONVERSATION_OPEN, closing: str = _CONVERSATION_CLOSE) -> str:
+    tail = "".join((closing, *sections))
     if isinstance(conversation, str) or len(conversation.parts) < 2:
         text = conversation if isinstance(conversation, str) else "".join(conversation.parts)
-        return "".join((CONVERSATION_OPEN, text, tail))
+        return "".join((opening, text, tail))
     parts = conversation.parts
     return conversation.separator.join(
-        (CONVERSATION_OPEN + parts[0], *parts[1:-1], parts[-1] + tail))
+        (opening + parts[0], *parts[1:-1], parts[-1] + tail))
 
 
 def _previous_summary(summary: str) -> str:
@@ -180,31 +209,46 @@ def build_history_prompt(
     custom_instructions: str | None = None,
     prompt_override: str | None = None,
     extra_context: Iterable[str] = (),
+    summary_format: SummaryFormat | None = None,
 ) -> str:
     """The user message of the history summary. Empty strings count as "not given".
 
     ``previous_summary`` loses any trailing file-operation tags (§16 Q20; idempotent, so a
-    summary already stripped by the preparation is unchanged).
+    summary already stripped by the preparation is unchanged). A pi format lays the prompt out
+    as pi's ``generateSummary`` does: conversation, previous summary, prompt, custom focus.
     """
     previous = strip_file_operation_tags(previous_summary) if previous_summary else ""
-    base = render("summary-update") if previous else render("summary-initial")
+    base = render("summary-update" if previous else "summary-initial", summary_format)
     if prompt_override:
         base = prompt_override
     if custom_instructions:
-        base += "\n\n" + render("custom-instructions", instructions=custom_instructions)
+        base += "\n\n" + _focus(custom_instructions, summary_format)
     return _joined(conversation, _previous_summary(previous) if previous else "",
                    _additional_context(extra_context), base)
 
 
-def build_turn_prefix_prompt(conversation: str | Conversation, *,
-                             previous_summary: str | None = None) -> str:
-    """The user message of the split-turn prefix summary; takes no options by design (§10.2).
+def _focus(instructions: str, summary_format: SummaryFormat | None) -> str:
+    return render("custom-instructions", summary_format, instructions=instructions)
 
-    ``previous_summary`` is only set on the chunked path, when a prefix too large for the
-    summarizer's window is summarised part by part.
+
+def build_turn_prefix_prompt(conversation: str | Conversation, *,
+                             previous_summary: str | None = None,
+                             summary_format: SummaryFormat | None = None,
+                             custom_instructions: str | None = None) -> str:
+    """The user message of the split-turn prefix summary.
+
+    Compactor's and pi 0.73's take no options (§10.2); pi 1.6's is laid out under
+    ``# Conversation`` / ``# Instructions`` headings and ends with the custom focus, as pi
+    1.6's ``generateTurnPrefixSummary`` does. ``previous_summary`` is only set on the chunked
+    path, when a prefix too large for the summarizer's window is summarised part by part.
     """
     previous = _previous_summary(previous_summary) if previous_summary else ""
-    return _joined(conversation, previous, render("turn-prefix"))
+    instructions = render("turn-prefix", summary_format)
+    if summary_format != "pi-1.6":
+        return _joined(conversation, previous, instructions)
+    focus = "\n\n" + _focus(custom_instructions, summary_format) if custom_instructions else ""
+    return _joined(conversation, previous, _PI16_INSTRUCTIONS, instructions, focus,
+                   opening=_PI16_PREFIX_OPEN, closing=_PI16_PREFIX_CLOSE)
 
 
 def build_short_prompt(
@@ -217,6 +261,12 @@ def build_short_prompt(
 
 
 def build_branch_prompt(conversation: str | Conversation, *,
-                        custom_instructions: str | None = None) -> str:
-    """The user message of a branch summary; custom instructions replace the prompt (§11.3)."""
-    return _joined(conversation, custom_instructions or render("branch-summary"))
+                        custom_instructions: str | None = None,
+                        summary_format: SummaryFormat | None = None) -> str:
+    """The user message of a branch summary. Compactor's: custom instructions replace the
+    prompt (§11.3); a pi format's: they are the focus added after it, as pi's
+    ``generateBranchSummary`` does without ``replaceInstructions``."""
+    if summary_format is None:
+        return _joined(conversation, custom_instructions or render("branch-summary"))
+    focus = "\n\n" + _focus(custom_instructions, summary_format) if custom_instructions else ""
+    return _joined(conversation, render("branch-summary", summary_format), focus)

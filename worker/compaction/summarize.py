@@ -1,15 +1,20 @@
 """The summarisation control flow (SPEC §10.3, §11.3 with §16 Q6, Q10) over a ``Summarizer``.
 
-No retries here: the model layer is the one place that retries model calls.
+No retries here: the model layer is the one place that retries model calls. The summary format
+(``agent.summaryFormat``, docs/compaction.md "Summary formats") picks the prompts; the max-token
+overrides (``agent.summaryMaxTokens`` / ``agent.turnPrefixMaxTokens``) replace the budgets derived
+from the reserve.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
+from api_client.contract.agent_settings import SummaryFormat
 from api_client.contract.errors import ModelError
 from api_client.contract.session import Entry, Message
 from api_client.contract.session.convert import convert_to_llm
@@ -95,6 +100,15 @@ class RequestOptions:
     modified_files: tuple[str, ...]
     # The worker's (``PlanCaches``); else the job's own: its requests share their parts.
     caches: PlanCaches = field(default_factory=PlanCaches, compare=False, repr=False)
+    summary_format: SummaryFormat | None = None  # None: Compactor's prompts
+    summary_max_tokens: int | None = None  # history (and branch) call; None: from the reserve
+    turn_prefix_max_tokens: int | None = None  # turn prefix call; None: from the reserve
+
+    def history_budget(self) -> int:
+        return self.summary_max_tokens or prompts.history_max_tokens(self.reserve)
+
+    def turn_prefix_budget(self) -> int:
+        return self.turn_prefix_max_tokens or prompts.turn_prefix_max_tokens(self.reserve)
 
 
 def _call(summarizer: Summarizer, request: SummaryRequest,
@@ -115,7 +129,7 @@ def _request(purpose: Purpose, llm: Sequence[Message], prompt: str, max_tokens: 
              **extra: object) -> SummaryRequest:
     return SummaryRequest(
         purpose=purpose,
-        system_prompt=prompts.system_prompt(),
+        system_prompt=prompts.system_prompt(opts.summary_format),
         prompt=prompt,
         max_tokens=max_tokens,
         reasoning=purpose != "branch",
@@ -133,14 +147,17 @@ def _serialized(llm: Sequence[Message], opts: RequestOptions) -> prompts.Convers
 
 
 def _layout(prompt: str, conversation: prompts.Conversation) -> PromptLayout | None:
-    """Where ``conversation`` stands in ``prompt``: right after ``CONVERSATION_OPEN``, as every
-    builder of ``prompts`` puts it. Checked where it is cheap (the opening, the last part at
-    the end of the conversation's length): its 0.5-2 MB are not compared again, and a prompt
-    shaped otherwise has no layout."""
-    at = len(prompts.CONVERSATION_OPEN)
+    """Where ``conversation`` stands in ``prompt``: right after one of
+    ``CONVERSATION_OPENINGS``, as every builder of ``prompts`` puts it. Checked where it is
+    cheap (the opening, the last part at the end of the conversation's length): its 0.5-2 MB
+    are not compared again, and a prompt shaped otherwise has no layout."""
+    opening = next((o for o in prompts.CONVERSATION_OPENINGS if prompt.startswith(o)), None)
+    if opening is None:
+        return None
+    at = len(opening)
     end = at + conversation.length
     parts = conversation.parts
-    if not (prompt.startswith(prompts.CONVERSATION_OPEN) and len(prompt) >= end
+    if not (len(prompt) >= end
             and (not parts or prompt.startswith(parts[-1], end - len(parts[-1])))):
         return None
     return PromptLayout(prompt, prompt[:at], parts, conversation.separator, prompt[end:])
@@ -155,24 +172,27 @@ def history_request(llm: Sequence[Message], previous: str | None,
         custom_instructions=opts.custom_instructions,
         prompt_override=opts.prompt_override,
         extra_context=opts.extra_context,
+        summary_format=opts.summary_format,
     )
     rechunk: Callable[[Sequence[Message], str | None], SummaryRequest] = (  # noqa: E731
         lambda chunk, prev: history_request(chunk, prev, opts)
     )
-    return _request("history", llm, prompt, prompts.history_max_tokens(opts.reserve), opts,
+    return _request("history", llm, prompt, opts.history_budget(), opts,
                     conversation, previous_summary=previous, rechunk=rechunk)
 
 
 def turn_prefix_request(llm: Sequence[Message], opts: RequestOptions,
                         previous: str | None = None) -> SummaryRequest:
     conversation = _serialized(llm, opts)
-    prompt = prompts.build_turn_prefix_prompt(conversation, previous_summary=previous)
+    prompt = prompts.build_turn_prefix_prompt(
+        conversation, previous_summary=previous, summary_format=opts.summary_format,
+        custom_instructions=opts.custom_instructions)
     # A prefix larger than the summarizer's window is summarised part by part
     # (router's chunked path).
     rechunk: Callable[[Sequence[Message], str | None], SummaryRequest] = (  # noqa: E731
         lambda chunk, prev: turn_prefix_request(chunk, opts, prev)
     )
-    return _request("turn_prefix", llm, prompt, prompts.turn_prefix_max_tokens(opts.reserve),
+    return _request("turn_prefix", llm, prompt, opts.turn_prefix_budget(),
                     opts, conversation, previous_summary=previous, rechunk=rechunk)
 
 
@@ -194,44 +214,79 @@ def short_request(llm: Sequence[Message], merged: str, opts: RequestOptions) -> 
 def branch_request(llm: Sequence[Message], opts: RequestOptions) -> SummaryRequest:
     conversation = _serialized(llm, opts)
     prompt = prompts.build_branch_prompt(conversation,
-                                         custom_instructions=opts.custom_instructions)
-    return _request("branch", llm, prompt, prompts.BRANCH_MAX_TOKENS, opts, conversation)
+                                         custom_instructions=opts.custom_instructions,
+                                         summary_format=opts.summary_format)
+    return _request("branch", llm, prompt, opts.summary_max_tokens or prompts.BRANCH_MAX_TOKENS,
+                    opts, conversation)
 
 
 def options_for(preparation: Preparation, *, custom_instructions: str | None = None,
                 prompt_override: str | None = None, extra_context: Sequence[str] = (),
-                caches: PlanCaches | None = None) -> RequestOptions:
+                caches: PlanCaches | None = None, summary_format: SummaryFormat | None = None,
+                summary_max_tokens: int | None = None,
+                turn_prefix_max_tokens: int | None = None) -> RequestOptions:
     return RequestOptions(custom_instructions, prompt_override, tuple(extra_context),
                           preparation.settings.reserve_tokens, preparation.read_files,
-                          preparation.modified_files, caches or PlanCaches())
+                          preparation.modified_files, caches or PlanCaches(), summary_format,
+                          summary_max_tokens, turn_prefix_max_tokens)
 
 
-def _history_text(prep: Preparation, summarizer: Summarizer, opts: RequestOptions,
-                  cancel: CancelToken | None, calls: list[SummaryResult]) -> str:
-    if prep.messages_to_summarize:
-        result = _call(summarizer, history_request(convert_to_llm(prep.messages_to_summarize),
-                                                   prep.previous_summary, opts), cancel)
-        calls.append(result)
-        return result.text
+class _PairCancel:
+    """The job's cancel token for one call of a pair, also set once the other call failed:
+    the call still running stops instead of spending tokens on a job that has failed."""
+
+    def __init__(self, job: CancelToken | None) -> None:
+        self.job = job
+        self.sibling_failed = threading.Event()
+
+    def is_cancelled(self) -> bool:
+        return self.sibling_failed.is_set() or (self.job is not None and self.job.is_cancelled())
+
+
+def _history_result(prep: Preparation, summarizer: Summarizer, opts: RequestOptions,
+                    cancel: CancelToken | None) -> SummaryResult | None:
+    """The history call; None without messages to summarise (no call is made)."""
+    if not prep.messages_to_summarize:
+        return None
+    return _call(summarizer, history_request(convert_to_llm(prep.messages_to_summarize),
+                                             prep.previous_summary, opts), cancel)
+
+
+def _history_text(prep: Preparation, result: SummaryResult | None) -> str:
     # Q6 for split turns; §10.3 steps 3-4 otherwise
-    return prep.previous_summary or NO_PRIOR_HISTORY
+    return result.text if result is not None else prep.previous_summary or NO_PRIOR_HISTORY
+
+
+def _pair(prep: Preparation, summarizer: Summarizer, opts: RequestOptions,
+          cancel: CancelToken | None) -> tuple[SummaryResult | None, SummaryResult]:
+    """The history and turn prefix calls of a split turn, both in flight at once (as pi 0.73
+    makes them). The first failure is raised as it would be alone; the other call is then
+    cancelled, and waited for, so no thread outlives the job's step."""
+    prefix_request = turn_prefix_request(convert_to_llm(prep.turn_prefix_messages), opts)
+    if not prep.messages_to_summarize:
+        return None, _call(summarizer, prefix_request, cancel)
+    token = _PairCancel(cancel)
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="compactor-summary") as pool:
+        history = pool.submit(_history_result, prep, summarizer, opts, token)
+        prefix = pool.submit(_call, summarizer, prefix_request, token)
+        both: list[Future[Any]] = [history, prefix]
+        wait(both, return_when=FIRST_EXCEPTION)
+        for future in both:
+            if future.done() and future.exception() is not None:
+                token.sibling_failed.set()
+                future.result()  # raises the failure
+    return history.result(), prefix.result()
 
 
 def _main_summary(prep: Preparation, summarizer: Summarizer, opts: RequestOptions,
                   cancel: CancelToken | None, calls: list[SummaryResult]) -> str:
     if not (prep.is_split_turn and prep.turn_prefix_messages):
-        return _history_text(prep, summarizer, opts, cancel, calls)
-    prefix_request = turn_prefix_request(convert_to_llm(prep.turn_prefix_messages), opts)
-    # The history call on a thread of its own while this one makes the prefix call.
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compactor-summary")
-    try:
-        history_future = pool.submit(_history_text, prep, summarizer, opts, cancel, calls)
-        prefix_result = _call(summarizer, prefix_request, cancel)
-        history = history_future.result()
-    finally:
-        pool.shutdown(wait=False)  # a failed prefix call does not wait for the history call
-    calls.append(prefix_result)
-    return history + SPLIT_TURN_SEPARATOR + prefix_result.text
+        result = _history_result(prep, summarizer, opts, cancel)
+        calls.extend(r for r in (result,) if r is not None)
+        return _history_text(prep, result)
+    history, prefix = _pair(prep, summarizer, opts, cancel)
+    calls.extend(r for r in (history, prefix) if r is not None)
+    return _history_text(prep, history) + SPLIT_TURN_SEPARATOR + prefix.text
 
 
 def compact(
@@ -244,14 +299,21 @@ def compact(
     cancel: CancelToken | None = None,
     fact_budget_tokens: int | None = None,
     caches: PlanCaches | None = None,
+    summary_format: SummaryFormat | None = None,
+    summary_max_tokens: int | None = None,
+    turn_prefix_max_tokens: int | None = None,
 ) -> CompactionOutcome:
     """Summaries for a prepared compaction: history ‖ turn prefix, then the short summary.
-    ``caches``: the worker's (``PlanCaches``), else nothing is kept for the next job."""
+    ``caches``: the worker's (``PlanCaches``), else nothing is kept for the next job.
+    ``summary_format``: the agent's prompts (None: Compactor's); the max-token overrides
+    replace the budgets derived from the preparation's reserve."""
     if not preparation.first_kept_entry_id:
         raise SummarizationError("First kept entry has no ID - session may need migration")
     opts = options_for(preparation, custom_instructions=custom_instructions,
                        prompt_override=prompt_override, extra_context=extra_context,
-                       caches=caches)
+                       caches=caches, summary_format=summary_format,
+                       summary_max_tokens=summary_max_tokens,
+                       turn_prefix_max_tokens=turn_prefix_max_tokens)
     calls: list[SummaryResult] = []
     summary = _main_summary(preparation, summarizer, opts, cancel, calls)
     short = _call(summarizer, short_request(convert_to_llm(preparation.recent_messages),
@@ -284,16 +346,21 @@ def summarize_branch(
     cancel: CancelToken | None = None,
     fact_budget_tokens: int | None = None,
     caches: PlanCaches | None = None,
+    summary_format: SummaryFormat | None = None,
+    max_tokens: int | None = None,
 ) -> BranchOutcome:
-    """SPEC §11.3: None as summary when there is nothing to summarise (not an error)."""
+    """SPEC §11.3: None as summary when there is nothing to summarise (not an error).
+    ``summary_format``: the agent's prompt and preamble (None: Compactor's); ``max_tokens``
+    replaces the branch budget."""
     prep = prepare_branch_entries(entries, branch_budget(context_window, reserve_tokens), tokenizer)
     if not prep.messages:
         return BranchOutcome(None, (), (), ())
     llm = convert_to_llm(prep.messages)
     opts = RequestOptions(custom_instructions, None, (), reserve_tokens, prep.read_files,
-                          prep.modified_files, caches or PlanCaches())
+                          prep.modified_files, caches or PlanCaches(), summary_format,
+                          summary_max_tokens=max_tokens)
     result = _call(summarizer, branch_request(llm, opts), cancel)
-    text = prompts.with_branch_preamble(result.text)
+    text = prompts.with_branch_preamble(result.text, summary_format)
     tags = format_file_operations(prep.read_files, prep.modified_files)
     ledger = branch_ledger(entries, prep.included_entry_ids, text + tags, fact_budget_tokens,
                            caches=opts.caches)
