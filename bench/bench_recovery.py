@@ -2,7 +2,8 @@
 
 1. SIGKILL of the worker running a job, a live worker beside it: seconds until the job runs
    again and until it is done (p50 / max over ``--kills`` kills), on a Redis broker and on
-   RabbitMQ (skipped when ``rabbitmqctl`` is missing). Targets: runs again ≤ 20 s, done ≤ 40 s.
+   RabbitMQ (skipped when ``rabbitmqctl`` is missing). Target: done ≤ 10 s after the kill
+   (docs/recovery.md "Recovery figures"; ``tests/recovery/test_recovery_liveness.py`` holds it).
 2. Redis restart (AOF, 5 s down) with 30 threshold jobs queued and 2 running: how many
    succeeded, how many are stuck, and how many extra model calls the outage cost.
 
@@ -79,7 +80,7 @@ def kills(broker: str | None, n: int, folder: Path) -> dict[str, object]:
                 "rerun_s": {"p50": round(statistics.median(reruns), 1),
                             "max": round(max(reruns), 1)},
                 "done_s": {"p50": round(statistics.median(dones), 1), "max": round(max(dones), 1)},
-                "target_s": {"rerun": 20, "done": 40}}
+                "target_s": {"done": 10}}
     finally:
         model.close()
         redis.stop()
