@@ -25,6 +25,7 @@ from api_client.server import (
     model_routes,
     session_routes,
     usage_routes,
+    worker_routes,
 )
 from api_client.server.auth import DEFAULT_TENANT, TokenTable
 from api_client.server.body_limit import BodyLimit
@@ -146,7 +147,8 @@ def create_app(settings: ServerSettings | None = None,
                   generate_unique_id_function=lambda route: route.name,
                   description="Sessions, compaction jobs and their events over HTTP; "
                               "README \"From any language\".")
-    for module in (session_routes, job_routes, event_stream, model_routes, usage_routes):
+    for module in (session_routes, job_routes, event_stream, model_routes, usage_routes,
+                   worker_routes):
         app.include_router(module.router)
     _probes(app)
     _document_problems(app)

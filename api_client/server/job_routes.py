@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse
 
-from api_client import AsyncJobHandle, JobError, JobRecord
+from api_client import AsyncJobHandle, JobError
 from api_client.server.schemas import (
     BranchSummaryRequest,
     CancelResult,
@@ -18,6 +18,7 @@ from api_client.server.schemas import (
     JobApplied,
 )
 from api_client.server.server_state import ServerState, authorize, state_of
+from api_client.server.worker_routes import JobView, worker_lost
 
 __all__ = ["router"]
 
@@ -63,7 +64,7 @@ async def branch_summary(session_id: str, body: BranchSummaryRequest,
                                                       body.instructions))
 
 
-@router.get("/jobs/{job_id}", response_model=JobRecord, response_model_exclude_none=True)
+@router.get("/jobs/{job_id}", response_model=JobView, response_model_exclude_none=True)
 async def get_job(job_id: str, state: State,
                   wait: Annotated[float, Query(ge=0, description="hold the request until the "
                                                "job ends, at most this many seconds (capped by "
@@ -75,7 +76,10 @@ async def get_job(job_id: str, state: State,
         with contextlib.suppress(JobError):  # how it ended is in the record
             await handle.wait(timeout=min(wait, state.settings.api_max_wait_s))
     record = await handle.record()
-    return JSONResponse(record.to_wire())
+    body = record.to_wire()
+    if await worker_lost(state.client, record):
+        body["workerLost"] = True
+    return JSONResponse(body)
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=CancelResult)
