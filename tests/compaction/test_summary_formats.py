@@ -71,11 +71,11 @@ def preparation(previous: str | None) -> Preparation:
         settings=CompactionSettings(1, INPUT["reserveTokens"]))
 
 
-def max_token_overrides(summary_format: SummaryFormat) -> dict[str, int | None]:
-    """What the extension sends: pi 1.6's model output limit; pi 0.73 derives from the
-    reserve, so nothing is overridden."""
-    limit = INPUT["modelMaxTokens"] if summary_format == "pi-1.6" else None
-    return {"summary_max_tokens": limit, "turn_prefix_max_tokens": limit}
+def output_limit(summary_format: SummaryFormat) -> int | None:
+    """The max-token override the extension sends: pi 1.6's model output limit; pi 0.73
+    derives from the reserve, so nothing is overridden."""
+    limit: int = INPUT["modelMaxTokens"]
+    return limit if summary_format == "pi-1.6" else None
 
 
 def wire(seen_body: dict[str, Any]) -> dict[str, Any]:
@@ -102,7 +102,8 @@ def worker_compaction(summarizer: Summarizer, server: FakeLLMServer,
     previous, instructions = COMPACTIONS[scenario]
     start = len(server.seen)
     compact(preparation(previous), summarizer, custom_instructions=instructions,
-            summary_format=summary_format, **max_token_overrides(summary_format))
+            summary_format=summary_format, summary_max_tokens=output_limit(summary_format),
+            turn_prefix_max_tokens=output_limit(summary_format))
     bodies = [wire(s.body) for s in server.seen[start:]]
     # The short summary is Compactor's own third call (shortSummary); pi has none.
     prefix = next(b for b in bodies if "## Original Request" in b["user"])
@@ -127,12 +128,12 @@ def test_branch_requests_are_pis(model: Any, summary_format: SummaryFormat,
                                  scenario: str) -> None:
     server, router = model
     entries = [parse_entry(e) for e in INPUT["branch"]]
-    limit = INPUT["modelMaxTokens"] if summary_format == "pi-1.6" else None
     out = summarize_branch(entries, router, tokenizer=EstimateTokenizer(),
                            context_window=INPUT["modelContextWindow"],
                            reserve_tokens=INPUT["reserveTokens"],
                            custom_instructions=BRANCHES[scenario],
-                           summary_format=summary_format, max_tokens=limit)
+                           summary_format=summary_format,
+                           max_tokens=output_limit(summary_format))
     assert [wire(s.body) for s in server.seen] == [golden(summary_format)[scenario]["branch"]]
     preamble = ("The user explored a different conversation branch before returning here.\n"
                 "Summary of that exploration:\n\n")
