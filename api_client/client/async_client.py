@@ -4,18 +4,20 @@ awaited, on the same flows (:class:`~api_client.client.orchestration.Orchestrati
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import redis.asyncio
 
 from api_client.client.event_readers import AsyncEventReader
 from api_client.client.handles import AsyncJobHandle, ObserveResult
-from api_client.client.jobs import AsyncJobStore
+from api_client.client.jobs import AsyncJobStore, check_agent
 from api_client.client.orchestration import JobRef, Orchestration, Request
 from api_client.client.sessions import AsyncSessionStore
 from api_client.client.summaries import SummaryInput
 from api_client.client.sync_client import _settings, stream_start
 from api_client.client.transport import AsyncTransport
+from api_client.contract.agent_settings import AgentSettings
 from api_client.contract.session.context import LlmContext
 from api_client.contract.settings import ClientSettings, load_settings
 from api_client.contract.usage import DayUsage
@@ -48,15 +50,17 @@ class AsyncCompactionClient:
         await self.aclose()
 
     async def compact(self, session_id: str, reason: CompactReason | str = "manual",
-                      instructions: str | None = None, *,
-                      context_window: int | None = None) -> AsyncJobHandle:
-        request = Request(JobKind.COMPACT, reason, instructions, context_window=context_window)
+                      instructions: str | None = None, *, context_window: int | None = None,
+                      agent: AgentSettings | Mapping[str, Any] | None = None) -> AsyncJobHandle:
+        """As :meth:`CompactionClient.compact`."""
+        request = Request(JobKind.COMPACT, reason, instructions, context_window=context_window,
+                          agent=check_agent(agent))
         return self._handle(await self.transport.run(self.flows.compact(session_id, request)))
 
-    async def observe(self, session_id: str, *, context_tokens: int,
-                      context_window: int) -> ObserveResult:
+    async def observe(self, session_id: str, *, context_tokens: int, context_window: int,
+                      agent: AgentSettings | Mapping[str, Any] | None = None) -> ObserveResult:
         plan = await self.transport.run(
-            self.flows.observe(session_id, context_tokens, context_window))
+            self.flows.observe(session_id, context_tokens, context_window, check_agent(agent)))
         handle = None if plan.job is None else self._handle(plan.job)
         return ObserveResult(plan.action, handle, bool(handle and handle.from_draft),
                              plan.draft_ready)
@@ -66,8 +70,11 @@ class AsyncCompactionClient:
             self.flows.enqueue(session_id, Request(JobKind.PRUNE))))
 
     async def branch_summary(self, session_id: str, target_id: str,
-                             instructions: str | None = None) -> AsyncJobHandle:
-        request = Request(JobKind.BRANCH_SUMMARY, None, instructions, target_id)
+                             instructions: str | None = None, *,
+                             agent: AgentSettings | Mapping[str, Any] | None = None
+                             ) -> AsyncJobHandle:
+        request = Request(JobKind.BRANCH_SUMMARY, None, instructions, target_id,
+                          agent=check_agent(agent))
         return self._handle(await self.transport.run(self.flows.enqueue(session_id, request)))
 
     async def summarize(self, system_prompt: str, prompt: str, *,

@@ -17,11 +17,14 @@ It is applied when all hold:
 3. it fits: ``tokensAfter`` (summary + kept entries at the snapshot, counted by the worker)
    plus the entries appended since (their stored JSON line lengths / 4, oh-my-pi's estimate,
    which overcounts) is at most ``window - reserve_tokens`` (the request's ``context_window``,
-   else the window the draft was computed for: its ``threshold``).
+   else the window the draft was computed for: its ``threshold``; the reserve is the request's
+   agent settings' when they name one);
+4. it was planned with the request's agent settings (its ``agentKey`` is :func:`plan_key` of
+   them: '' = the worker's own; docs/compaction.md).
 
-A draft failing 1 or 2 (or unreadable) is deleted (``offpath``, ``compacted``, ``corrupt``,
-``nosession``). One failing only 3 (``grown``) is kept: it is *stale*, not wrong, and the job
-that runs instead, or the next speculative job, extends it (its summary as the
+A draft failing 1, 2 or 4 (or unreadable) is deleted (``offpath``, ``compacted``, ``settings``,
+``corrupt``, ``nosession``). One failing only 3 (``grown``) is kept: it is *stale*, not wrong,
+and the job that runs instead, or the next speculative job, extends it (its summary as the
 ``<previous-summary>`` of an update over the new span only: ``worker.compaction.extension``).
 
 Draft JSON fields (camelCase): ``jobId``, ``snapshotLeafId``, ``snapshotRevision``,
@@ -31,7 +34,8 @@ Draft JSON fields (camelCase): ``jobId``, ``snapshotLeafId``, ``snapshotRevision
 ``timestamp``, filled in by the script), ``snapshotEntries``, ``snapshotTokens``, ``createdAt``,
 ``ineffectiveAbove`` (the worker's loop-guard line, tokens), ``threshold`` (the line it must fit
 under: window - reserve of the window it was computed for), ``usage`` (the model tokens it cost,
-its extensions summed), ``leadMs`` (enqueue → stored), ``baseJobId`` (the draft it extended).
+its extensions summed), ``leadMs`` (enqueue → stored), ``baseJobId`` (the draft it extended),
+``agentKey`` (the agent settings it was planned with, :func:`plan_key`; absent = none).
 
 The same call is the client's loop guard (README "Instant compaction", loop guard): with
 ``loop_guard_max`` automatic compactions already counted for the session within the window, it
@@ -51,6 +55,7 @@ from typing import Any
 
 from api_client.client.jobs import check_context_window
 from api_client.client.json_templates import SLOTS, Template, escaped, template
+from api_client.contract.agent_settings import AgentSettings, plan_key
 from api_client.contract.errors import CompactionLoopError, InvalidRequestError
 from api_client.contract.job_records import event_fields
 from api_client.contract.keys import KeyLayout
@@ -79,6 +84,7 @@ __all__ = [
 
 DISCARD_CAUSES: tuple[str, ...] = (
     "nodraft", "nosession", "corrupt", "offpath", "compacted", "grown", "noid",
+    "settings",  # planned with other agent settings than the request's (docs/compaction.md)
 )
 _WALK_LIMIT = 10_000
 _CANDIDATES = 4
@@ -119,12 +125,15 @@ def _record(job_id: str, session_id: str, reason: CompactReason, ts: str,
                      started_at=ts, finished_at=ts, context_window=context_window, **fields)
 
 
-def ineffective_above(settings: ClientSettings, context_window: int | None) -> int | None:
+def ineffective_above(settings: ClientSettings, context_window: int | None,
+                      reserve_tokens: int | None = None) -> int | None:
     """The loop guard's line for a request that named the agent's window: ``loop_guard_share
-    × (window - reserve_tokens)`` tokens (the worker's rule, ``worker.service._loop_guard``)."""
-    if not context_window or context_window <= settings.reserve_tokens:
+    × (window - reserve_tokens)`` tokens (the worker's rule, ``worker.service._loop_guard``;
+    the request's reserve when its agent settings name one)."""
+    reserve = reserve_tokens or settings.reserve_tokens
+    if not context_window or context_window <= reserve:
         return None
-    return int(settings.loop_guard_share * (context_window - settings.reserve_tokens))
+    return int(settings.loop_guard_share * (context_window - reserve))
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,30 +165,39 @@ def _draft_texts(reason: CompactReason) -> _DraftTexts:
                        template(compacted.to_json()), template(done.to_json()))
 
 
-def fit_line(settings: ClientSettings, context_window: int | None) -> int | None:
+def fit_line(settings: ClientSettings, context_window: int | None,
+             reserve_tokens: int | None = None) -> int | None:
     """The most tokens a draft's context may hold for a request that named the agent's window:
-    ``window - reserve_tokens`` (should_compact's threshold); None: the draft's own."""
-    return None if not context_window else context_window - settings.reserve_tokens
+    ``window - reserve_tokens`` (should_compact's threshold; the request's reserve when its
+    agent settings name one); None: the draft's own."""
+    reserve = reserve_tokens or settings.reserve_tokens
+    return None if not context_window else context_window - reserve
 
 
 def _call(layout: KeyLayout, settings: ClientSettings, session_id: str, reason: CompactReason,
-          mode: str, context_window: int | None = None, ahead: int = 0) -> tuple[Script, str]:
+          mode: str, context_window: int | None = None, ahead: int = 0,
+          agent: AgentSettings | None = None) -> tuple[Script, str]:
     s = layout.session(session_id)
     job_id = layout.new_job_id(session_id)
     ts = now_iso()
     fields, compacted, done = _draft_texts(reason).fill(job_id, layout.qualified(session_id), ts)
     if context_window is not None:  # the record's one field that is not a stand-in
         fields = f'{fields[:-1]},"contextWindow","{context_window}"]'
+    key = plan_key(agent)  # the settings a draft must have been planned with
+    if key:
+        fields = f'{fields[:-1]},"agent",{json.dumps(key)}]'
     record_key = layout.job_record_prefix(session_id) + job_id.rpartition(":")[2]
     keys = [*s.data(), s.effects, s.draft, record_key, s.events, s.compactions]
-    above, line = ineffective_above(settings, context_window), fit_line(settings, context_window)
+    reserve = None if agent is None else agent.reserve_tokens
+    above = ineffective_above(settings, context_window, reserve)
+    line = fit_line(settings, context_window, reserve)
     candidates = secrets.token_hex(4 * _CANDIDATES)  # _CANDIDATES ids of 8 hex digits
     args = [mode, job_id, str(_WALK_LIMIT), "" if line is None else str(line), ts,
             " ".join(candidates[i:i + 8] for i in range(0, len(candidates), 8)),
             str(settings.job_ttl_s), str(settings.session_event_maxlen), compacted, done,
             str(settings.loop_guard_max), repr(float(settings.loop_guard_window_s)),
             repr(time.time()), "" if above is None else str(above), fields, str(max(0, ahead)),
-            str(settings.session_ttl_s)]
+            str(settings.session_ttl_s), key]
     return Script("apply_draft", keys, args, package=CLIENT_SCRIPTS), job_id
 
 
@@ -200,7 +218,8 @@ def _global_copies(layout: KeyLayout, settings: ClientSettings, job_id: str,
 def apply_draft(layout: KeyLayout, settings: ClientSettings, session_id: str,
                 reason: CompactReason | str, *, use_draft: bool = True,
                 context_window: int | None = None, started: float | None = None,
-                then: Script | None = None) -> Flow[DraftOutcome]:
+                then: Script | None = None,
+                agent: AgentSettings | None = None) -> Flow[DraftOutcome]:
     """The loop guard, then (``use_draft``) the session's draft if it is still valid: one
     EVALSHA (see the module doc). ``guarded``: the guard refused, nothing written yet (see
     :func:`refuse`); ``clear``: the guard let a request without a draft pass. ``started``
@@ -208,6 +227,8 @@ def apply_draft(layout: KeyLayout, settings: ClientSettings, session_id: str,
 
     ``then`` (enqueue.lua's call) runs in the same script when there was no draft to apply and
     the guard let the request pass (``compact_auto.lua``): ``enqueued`` with its reply.
+    ``agent``: the request's agent settings; a draft planned with others is discarded
+    (``settings``) and the normal job runs.
     """
     why = CompactReason(reason)
     if why not in (CompactReason.THRESHOLD, CompactReason.OVERFLOW):
@@ -216,7 +237,7 @@ def apply_draft(layout: KeyLayout, settings: ClientSettings, session_id: str,
     # The window goes into the record's JSON argument as written: a number, or nothing.
     context_window = check_context_window(context_window)
     script, job_id = _call(layout, settings, session_id, why, "apply" if use_draft else "guard",
-                           context_window)
+                           context_window, agent=agent)
     if then is not None:
         script = Script("compact_auto", [*script.keys, *then.keys],
                         [str(len(script.keys)), str(len(script.args)), *script.args, *then.args],
@@ -243,7 +264,7 @@ def apply_draft(layout: KeyLayout, settings: ClientSettings, session_id: str,
 
 def refuse(layout: KeyLayout, settings: ClientSettings, session_id: str,
            reason: CompactReason | str, count: int,
-           context_window: int | None = None) -> Flow[str]:
+           context_window: int | None = None, agent: AgentSettings | None = None) -> Flow[str]:
     """The loop guard refused an automatic compaction at the client: a failed job record and
     its ``compaction_end`` event, exactly as a worker's refusal (``result.loopGuard``; ``wait()``
     raises :class:`CompactionLoopError`), without a task message or a model call. One pipeline;
@@ -256,7 +277,7 @@ def refuse(layout: KeyLayout, settings: ClientSettings, session_id: str,
     result = {"loopGuard": err.to_result()}
     record = _record(job_id, layout.qualified(session_id), why, now_iso(), context_window,
                      JobState.FAILED,
-                     error=error, result=result)
+                     error=error, result=result, agent=agent)
     fields = event_fields(JobEvent.completion(record, JobState.FAILED, error=error,
                                               result=result, duration_ms=0))
     key, events = layout.job(job_id).record, layout.session(session_id).events
@@ -280,11 +301,12 @@ def _event_lifetime(events: str, settings: ClientSettings) -> tuple[Command, Com
 
 
 def check_call(layout: KeyLayout, settings: ClientSettings, session_id: str,
-               context_window: int | None = None, ahead: int = 0) -> Script:
+               context_window: int | None = None, ahead: int = 0,
+               agent: AgentSettings | None = None) -> Script:
     """apply_draft.lua in ``check`` mode (``ahead``: tokens the context will still grow before
-    the draft would be applied)."""
+    the draft would be applied; ``agent``: the request's settings, which the draft's must be)."""
     return _call(layout, settings, session_id, CompactReason.THRESHOLD, "check",
-                 check_context_window(context_window), ahead)[0]
+                 check_context_window(context_window), ahead, agent)[0]
 
 
 def check_reply(reply: list[str]) -> DraftOutcome:
@@ -297,10 +319,11 @@ def check_reply(reply: list[str]) -> DraftOutcome:
 
 
 def check_draft(layout: KeyLayout, settings: ClientSettings, session_id: str,
-                context_window: int | None = None, ahead: int = 0) -> Flow[DraftOutcome]:
+                context_window: int | None = None, ahead: int = 0,
+                agent: AgentSettings | None = None) -> Flow[DraftOutcome]:
     """Would the draft apply now (see the validity rule)? Read-only unless it is invalid
     (then it is deleted)."""
-    reply = yield check_call(layout, settings, session_id, context_window, ahead)
+    reply = yield check_call(layout, settings, session_id, context_window, ahead, agent)
     return check_reply([str(x) for x in reply])
 
 

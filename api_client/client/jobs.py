@@ -7,6 +7,7 @@ client ends a job it could not send (failed) and a queued one it cancels; the wo
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -14,9 +15,11 @@ from typing import Any
 
 import redis
 import redis.asyncio
+from pydantic import ValidationError
 
 from api_client.client.admission import admission
 from api_client.client.task_messages import task_push
+from api_client.contract.agent_settings import AgentSettings
 from api_client.contract.errors import (
     InstructionsTooLongError,
     InvalidRequestError,
@@ -54,7 +57,8 @@ from api_client.contract.wire import (
 )
 
 __all__ = [
-    "AsyncJobStore", "EnqueueCall", "EnqueueResult", "JobStore", "check_context_window",
+    "AsyncJobStore", "EnqueueCall", "EnqueueResult", "JobStore", "check_agent",
+    "check_context_window",
     "enqueue_call", "parse_enqueue",
 ]
 
@@ -93,9 +97,10 @@ class EnqueueCall:
 
 def enqueue_call(layout: KeyLayout, settings: ClientSettings, session_id: str, kind: object,
                  reason: object, instructions: str | None, target_id: str | None,
-                 broker_db: int | None = None,
-                 context_window: int | None = None) -> tuple[list[str], list[str], Route]:
+                 broker_db: int | None = None, context_window: int | None = None,
+                 agent: AgentSettings | None = None) -> tuple[list[str], list[str], Route]:
     """KEYS and ARGV of enqueue.lua for a new job (plain strings: this is the request path).
+    ``agent``: the agent's compaction settings, stored on the record (docs/compaction.md).
 
     With ``broker_db`` (the broker is this Redis, that database) the script also pushes the
     Celery message and the task-sent event: enqueue is then one round trip.
@@ -125,6 +130,8 @@ def enqueue_call(layout: KeyLayout, settings: ClientSettings, session_id: str, k
                         ("contextWindow", window)):
         if value:
             fields += [name, str(value)]
+    if agent is not None and agent.to_wire():
+        fields += ["agent", json.dumps(agent.to_wire(), separators=(",", ":"))]
     push = None
     if broker_db is not None:
         push = task_push(route.task, job_id, route.queue, route.priority, db=broker_db,
@@ -158,6 +165,20 @@ def check_instructions(instructions: str, session_id: str, settings: ClientSetti
         raise InstructionsTooLongError(source, setting="max_instructions_chars",
                                        limit=settings.max_instructions_chars,
                                        value=len(instructions))
+
+
+def check_agent(value: object) -> AgentSettings | None:
+    """The agent settings a request may carry: an :class:`AgentSettings`, or a mapping of its
+    fields (snake_case or camelCase); an unknown field or a bad value is an
+    :class:`InvalidRequestError`, never dropped."""
+    if value is None or isinstance(value, AgentSettings):
+        return value
+    if not isinstance(value, Mapping):
+        raise InvalidRequestError(f"agent must be AgentSettings or a mapping, not {value!r}")
+    try:
+        return AgentSettings.model_validate(dict(value))
+    except ValidationError as err:
+        raise InvalidRequestError(f"invalid agent settings: {err}") from err
 
 
 def check_context_window(value: object) -> int | None:
@@ -195,10 +216,10 @@ class _JobCore:
 
     def _enqueue(self, session_id: str, kind: JobKind | str, reason: CompactReason | str | None,
                  instructions: str | None, target_id: str | None,
-                 broker_db: int | None = None,
-                 context_window: int | None = None) -> Flow[EnqueueResult]:
+                 broker_db: int | None = None, context_window: int | None = None,
+                 agent: AgentSettings | None = None) -> Flow[EnqueueResult]:
         call = self.enqueue_script(session_id, kind, reason, instructions, target_id, broker_db,
-                                   context_window)
+                                   context_window, agent)
         job_id, indexed = str(call.script.args[0]), broker_db is not None
         if not indexed:
             # Indexed before the record exists: a client that dies between the two leaves a job
@@ -231,11 +252,13 @@ class _JobCore:
     def enqueue_script(self, session_id: str, kind: JobKind | str,
                        reason: CompactReason | str | None, instructions: str | None,
                        target_id: str | None, broker_db: int | None = None,
-                       context_window: int | None = None) -> EnqueueCall:
+                       context_window: int | None = None,
+                       agent: AgentSettings | None = None) -> EnqueueCall:
         """enqueue.lua's call for a new job (``broker_db``: the script pushes its task and
         indexes it too)."""
         keys, args, route = enqueue_call(self.layout, self.settings, session_id, kind, reason,
-                                         instructions, target_id, broker_db, context_window)
+                                         instructions, target_id, broker_db, context_window,
+                                         agent)
         rescue = job_rescue("", session_id, self.layout.resolve(session_id)[0])
         return EnqueueCall(Script("enqueue", keys, args, rescue, CLIENT_SCRIPTS), route)
 
@@ -274,7 +297,8 @@ class JobStore(_JobCore):
     def enqueue(self, session_id: str, kind: JobKind | str, *,
                 reason: CompactReason | str | None = None, instructions: str | None = None,
                 target_id: str | None = None, broker_db: int | None = None,
-                context_window: int | None = None) -> EnqueueResult:
+                context_window: int | None = None,
+                agent: AgentSettings | None = None) -> EnqueueResult:
         """Create a queued job record, or return the in-flight one of the same kind (coalesced).
 
         A more urgent compaction than the queued one upgrades it (``upgraded``: re-send it on
@@ -282,10 +306,11 @@ class JobStore(_JobCore):
         running job asked for instructions, or a branch summary to another target raise
         :class:`JobConflictError`. A missing session or target raises before anything is
         written. With ``broker_db`` the script also pushes the task message (``pushed``).
-        ``context_window`` (the agent's) is stored on a new record for the loop guard.
+        ``context_window`` (the agent's) is stored on a new record for the loop guard, and
+        ``agent`` (its compaction settings) for the worker's plan.
         """
         return self._io.run(self._enqueue(session_id, kind, reason, instructions, target_id,
-                                          broker_db, context_window))
+                                          broker_db, context_window, check_agent(agent)))
 
     def get(self, job_id: str) -> JobRecord:
         return self._io.run(self._get(job_id))
@@ -318,9 +343,11 @@ class AsyncJobStore(_JobCore):
     async def enqueue(self, session_id: str, kind: JobKind | str, *,
                       reason: CompactReason | str | None = None, instructions: str | None = None,
                       target_id: str | None = None, broker_db: int | None = None,
-                      context_window: int | None = None) -> EnqueueResult:
+                      context_window: int | None = None,
+                      agent: AgentSettings | None = None) -> EnqueueResult:
         return await self._io.run(self._enqueue(session_id, kind, reason, instructions,
-                                                target_id, broker_db, context_window))
+                                                target_id, broker_db, context_window,
+                                                check_agent(agent)))
 
     async def get(self, job_id: str) -> JobRecord:
         return await self._io.run(self._get(job_id))

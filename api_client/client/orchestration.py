@@ -24,11 +24,12 @@ from api_client.client.draft_apply import (
     uses_draft,
 )
 from api_client.client.jobs import EnqueueResult, _JobCore, due_ms, parse_enqueue
-from api_client.client.speculation import look, near, next_step
+from api_client.client.speculation import agent_view, look, near, next_step
 from api_client.client.summaries import SummaryInput, summary_record
 from api_client.client.task_messages import task_push
 from api_client.client.thresholds import should_compact
 from api_client.client.transport import BrokerMode, ClientFlow, OnBroker, Publish
+from api_client.contract.agent_settings import AgentSettings
 from api_client.contract.errors import (
     BrokerUnavailableError,
     CompactorError,
@@ -66,6 +67,7 @@ class Request:
     instructions: str | None = None
     target_id: str | None = None
     context_window: int | None = None
+    agent: AgentSettings | None = None  # the agent's compaction settings (docs/compaction.md)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +129,7 @@ class Orchestration:
         if result is None:  # else compact_auto.lua enqueued it already
             result = yield from self.jobs._enqueue(
                 session_id, request.kind, request.reason, request.instructions,
-                request.target_id, self.broker.inline_db, request.context_window)
+                request.target_id, self.broker.inline_db, request.context_window, request.agent)
         if discarded:
             yield from discard_note(self.layout, self.settings, session_id, result.job_id,
                                     request.reason or CompactReason.MANUAL, discarded,
@@ -141,18 +143,20 @@ class Orchestration:
         return JobRef(result.job_id, session_id, request.kind, coalesced=result.coalesced,
                       upgraded=result.upgraded, since=result.since)
 
-    def observe(self, session_id: str, context_tokens: int,
-                context_window: int) -> ClientFlow[ObservePlan]:
+    def observe(self, session_id: str, context_tokens: int, context_window: int,
+                agent: AgentSettings | None = None) -> ClientFlow[ObservePlan]:
         """Compact above the threshold (from a valid draft when there is one); below it start a
-        draft when one is due (:mod:`api_client.client.speculation`), else nothing."""
-        s = self.settings
+        draft when one is due (:mod:`api_client.client.speculation`), else nothing. With
+        ``agent`` the threshold is the agent's (its reserve) and drafts are planned with it."""
+        s = agent_view(self.settings, agent)
         if should_compact(context_tokens, context_window, s):
             job = yield from self.compact(session_id, Request(
-                JobKind.COMPACT, CompactReason.THRESHOLD, context_window=context_window))
+                JobKind.COMPACT, CompactReason.THRESHOLD, context_window=context_window,
+                agent=agent))
             return ObservePlan("compact", job)
         if not near(context_tokens, context_window, s):
             return ObservePlan("none")
-        seen = yield from look(self.layout, s, session_id, context_tokens, context_window)
+        seen = yield from look(self.layout, s, session_id, context_tokens, context_window, agent)
         step = next_step(seen, context_tokens, context_window, s)
         if step == "ready":
             return ObservePlan("none", draft_ready=True)
@@ -163,7 +167,8 @@ class Orchestration:
             return ObservePlan("none")
         try:
             job = yield from self.compact(session_id, Request(
-                JobKind.COMPACT, CompactReason.SPECULATIVE, context_window=context_window))
+                JobKind.COMPACT, CompactReason.SPECULATIVE, context_window=context_window,
+                agent=agent))
         except QuotaExceededError:
             # Drafts stop first: near its model budget, or at its queued-jobs quota, the tenant
             # gets no draft and compacts at the threshold as without speculation.
@@ -231,17 +236,18 @@ class Orchestration:
         # else the due index lies in another Cluster slot; the caller then enqueues alone.
         job = None if db is None else self.jobs.enqueue_script(
             session_id, JobKind.COMPACT, reason, request.instructions, None, db,
-            request.context_window)
+            request.context_window, request.agent)
         outcome: DraftOutcome = yield from apply_draft(
             self.layout, self.settings, session_id, reason,
             use_draft=uses_draft(reason, request.instructions),
             context_window=request.context_window, started=started,
-            then=None if job is None else job.script)
+            then=None if job is None else job.script, agent=request.agent)
         if job is not None and outcome.status == "enqueued" and outcome.enqueue_reply:
             return _Tried(enqueued=parse_enqueue(outcome.enqueue_reply, job.route, pushed=True))
         if outcome.status == "guarded" and outcome.guard_count is not None:
             job_id = yield from refuse(self.layout, self.settings, session_id, reason,
-                                       outcome.guard_count, request.context_window)
+                                       outcome.guard_count, request.context_window,
+                                       request.agent)
             return _Tried(finished=job_id)
         if not outcome.applied or outcome.job_id is None:
             return _Tried(cause=None if outcome.cause in (None, "nodraft") else outcome.cause)

@@ -22,12 +22,13 @@ from dataclasses import dataclass
 
 from api_client.client.draft_apply import DraftOutcome, check_call, check_reply
 from api_client.client.thresholds import precompute_horizon, precompute_lead
+from api_client.contract.agent_settings import AgentSettings
 from api_client.contract.keys import INFLIGHT_SPECULATIVE, KeyLayout
 from api_client.contract.lua_scripts import CLIENT_SCRIPTS
 from api_client.contract.redis_flows import Flow, Script
 from api_client.contract.settings import ClientSettings
 
-__all__ = ["Seen", "look", "near", "next_step"]
+__all__ = ["Seen", "agent_view", "look", "near", "next_step"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,14 @@ class Seen:
     draft_s: float | None      # how long the session's last draft took (None: not measured)
     inflight: str | None       # the speculative job queued or running
     draft: DraftOutcome        # valid | stale | discarded (cause; nodraft: none)
+
+
+def agent_view(settings: ClientSettings, agent: AgentSettings | None) -> ClientSettings:
+    """The settings the thresholds are judged with for a request: the agent's reserve when its
+    settings name one (the agent compacts at ``window - its reserve``), else the client's."""
+    if agent is None or agent.reserve_tokens is None:
+        return settings
+    return settings.model_copy(update={"reserve_tokens": agent.reserve_tokens})
 
 
 def _threshold(context_window: int, settings: ClientSettings) -> int:
@@ -55,12 +64,12 @@ def near(context_tokens: int, context_window: int, settings: ClientSettings) -> 
 
 
 def look(layout: KeyLayout, settings: ClientSettings, session_id: str, context_tokens: int,
-         context_window: int) -> Flow[Seen]:
+         context_window: int, agent: AgentSettings | None = None) -> Flow[Seen]:
     """observe.lua: note the pace, report the draft (checked with the growth still to come
-    before the threshold) and the speculative job in flight."""
+    before the threshold, and planned with ``agent``) and the speculative job in flight."""
     threshold = _threshold(context_window, settings)
     check = check_call(layout, settings, session_id, context_window,
-                       ahead=threshold - context_tokens)
+                       ahead=threshold - context_tokens, agent=agent)
     s = layout.session(session_id)
     keys = [*check.keys, s.pace, s.inflight(INFLIGHT_SPECULATIVE)]
     args = [*check.args, str(context_tokens), str(settings.draft_ttl_s)]

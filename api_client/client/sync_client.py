@@ -8,17 +8,19 @@ shared with :class:`~api_client.client.async_client.AsyncCompactionClient`) on t
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import redis
 
 from api_client.client.event_readers import EventReader
 from api_client.client.handles import JobHandle, ObserveResult
-from api_client.client.jobs import JobStore
+from api_client.client.jobs import JobStore, check_agent
 from api_client.client.orchestration import JobRef, Orchestration, Request
 from api_client.client.sessions import SessionStore
 from api_client.client.summaries import SummaryInput
 from api_client.client.transport import SyncTransport
+from api_client.contract.agent_settings import AgentSettings
 from api_client.contract.errors import ConfigurationError, InvalidRequestError
 from api_client.contract.keys import check_tenant
 from api_client.contract.session.context import LlmContext
@@ -92,22 +94,28 @@ class CompactionClient:
         self.close()
 
     def compact(self, session_id: str, reason: CompactReason | str = "manual",
-                instructions: str | None = None, *,
-                context_window: int | None = None) -> JobHandle:
+                instructions: str | None = None, *, context_window: int | None = None,
+                agent: AgentSettings | Mapping[str, Any] | None = None) -> JobHandle:
         """Enqueue a compaction (``manual``, ``threshold``, ``overflow`` or ``speculative``);
         returns at once. Threshold/overflow without instructions first apply a valid draft
         (the handle is then finished: ``from_draft``). Threshold/overflow raise
         :class:`CompactionLoopError` when the loop guard trips. ``context_window`` (the
-        agent's) lets the result say whether the compaction was ``ineffective``."""
-        request = Request(JobKind.COMPACT, reason, instructions, context_window=context_window)
+        agent's) lets the result say whether the compaction was ``ineffective``. ``agent``: the
+        agent's compaction settings (reserve, keep, tokenizer, summary format: an
+        :class:`AgentSettings` or a mapping of its fields); the worker plans with them and
+        uses its own only where they say nothing (docs/compaction.md)."""
+        request = Request(JobKind.COMPACT, reason, instructions, context_window=context_window,
+                          agent=check_agent(agent))
         return self._handle(self.transport.run(self.flows.compact(session_id, request)))
 
-    def observe(self, session_id: str, *, context_tokens: int,
-                context_window: int) -> ObserveResult:
+    def observe(self, session_id: str, *, context_tokens: int, context_window: int,
+                agent: AgentSettings | Mapping[str, Any] | None = None) -> ObserveResult:
         """Call after every turn: compacts above the threshold (from a valid draft when there is
         one), starts a draft below it when one is due (timed by the agent's pace; never two at
-        once, nor while the last one still fits), else does nothing."""
-        plan = self.transport.run(self.flows.observe(session_id, context_tokens, context_window))
+        once, nor while the last one still fits), else does nothing. ``agent``: as
+        :meth:`compact` (its reserve sets the threshold; drafts are planned with it)."""
+        plan = self.transport.run(self.flows.observe(session_id, context_tokens, context_window,
+                                                     check_agent(agent)))
         handle = None if plan.job is None else self._handle(plan.job)
         return ObserveResult(plan.action, handle, bool(handle and handle.from_draft),
                              plan.draft_ready)
@@ -118,9 +126,12 @@ class CompactionClient:
             self.flows.enqueue(session_id, Request(JobKind.PRUNE))))
 
     def branch_summary(self, session_id: str, target_id: str,
-                       instructions: str | None = None) -> JobHandle:
-        """Enqueue a branch summary from the current leaf to ``target_id`` (SPEC §11)."""
-        request = Request(JobKind.BRANCH_SUMMARY, None, instructions, target_id)
+                       instructions: str | None = None, *,
+                       agent: AgentSettings | Mapping[str, Any] | None = None) -> JobHandle:
+        """Enqueue a branch summary from the current leaf to ``target_id`` (``agent``: its
+        ``branch_reserve_tokens`` and summary format apply)."""
+        request = Request(JobKind.BRANCH_SUMMARY, None, instructions, target_id,
+                          agent=check_agent(agent))
         return self._handle(self.transport.run(self.flows.enqueue(session_id, request)))
 
     def summarize(self, system_prompt: str, prompt: str, *,

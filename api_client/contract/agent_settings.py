@@ -9,12 +9,15 @@ silently dropped. Re-exported by :mod:`api_client.contract.wire` and :mod:`api_c
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-__all__ = ["MAX_AGENT_TOKENS", "AgentSettings", "SummaryFormat", "TokenizerName"]
+__all__ = [
+    "MAX_AGENT_TOKENS", "AgentSettings", "SummaryFormat", "TokenizerName", "plan_key",
+]
 
 MAX_AGENT_TOKENS = 10_000_000
 
@@ -45,7 +48,9 @@ class AgentSettings(BaseModel):
         """JSON-ready dict with camelCase keys; fields the request did not set dropped."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
-    def plans_like(self, other: AgentSettings | None) -> bool:
-        """Whether a plan made with ``other`` is one made with these settings: the fields
-        that shape the cut and the summary (a draft is applied only then)."""
-        return self.to_wire() == (other.to_wire() if other is not None else {})
+
+def plan_key(agent: AgentSettings | None) -> str:
+    """The settings a plan was made with, as one canonical string ('' = the worker's own
+    throughout): a draft carries it, and applies only to a request with the same key."""
+    wire = {} if agent is None else agent.to_wire()
+    return json.dumps(wire, sort_keys=True, separators=(",", ":")) if wire else ""

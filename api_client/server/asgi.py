@@ -69,6 +69,8 @@ async def _on_validation(_: Request, err: Exception) -> JSONResponse:
     if any(p["type"] == "json_invalid" for p in problems):
         return _problem(400, problem_body(400, "invalid_json", "the body is not JSON"))
     detail = "; ".join(f"{'.'.join(map(str, p['loc']))}: {p['msg']}" for p in problems)
+    if any(p["type"] == "extra_forbidden" for p in problems):  # a setting it does not know
+        return _problem(400, problem_body(400, "invalid_request", detail, errors=problems))
     return _problem(422, problem_body(422, "validation_error", detail, errors=problems))
 
 

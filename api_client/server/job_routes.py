@@ -43,7 +43,7 @@ async def compact(session_id: str, body: CompactRequest, state: State) -> JSONRe
     """Threshold and overflow compactions without instructions apply a valid speculative draft
     at once (200); otherwise the job is queued (202)."""
     handle = await state.client.compact(session_id, body.reason, body.instructions,
-                                        context_window=body.context_window)
+                                        context_window=body.context_window, agent=body.agent)
     if not handle.from_draft:
         return accepted(handle)
     entry = await handle.wait(timeout=1.0)  # finished already: the record holds the entry
@@ -61,7 +61,7 @@ async def prune(session_id: str, state: State) -> JSONResponse:
 async def branch_summary(session_id: str, body: BranchSummaryRequest,
                          state: State) -> JSONResponse:
     return accepted(await state.client.branch_summary(session_id, body.target_id,
-                                                      body.instructions))
+                                                      body.instructions, agent=body.agent))
 
 
 @router.get("/jobs/{job_id}", response_model=JobView, response_model_exclude_none=True)

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from api_client import DayUsage, JobState
+from api_client import AgentSettings, DayUsage, JobState
 
 __all__ = [
     "AppendEntries", "Appended", "BranchSummaryRequest", "CancelResult", "ChatCompletion",
@@ -71,15 +71,22 @@ class LeafMoved(_Camel):
     revision: int
 
 
+_AGENT = ("the agent's own compaction settings (docs/compaction.md): the worker plans with "
+          "them and falls back to its own only where a field is absent; an unknown field is "
+          "a 400 invalid_request")
+
+
 class CompactRequest(_Camel):
     reason: Literal["manual", "threshold", "overflow", "speculative"] = "manual"
     instructions: str | None = None
     context_window: int | None = Field(default=None, gt=0)
+    agent: AgentSettings | None = Field(default=None, description=_AGENT)
 
 
 class BranchSummaryRequest(_Camel):
     target_id: str
     instructions: str | None = None
+    agent: AgentSettings | None = Field(default=None, description=_AGENT)
 
 
 class JobAccepted(_Camel):

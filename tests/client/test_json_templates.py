@@ -57,7 +57,8 @@ def test_draft_call_matches_the_wire_models(session_id: str, reason: CompactReas
     assert script.args[8] == compacted.to_json()
     assert script.args[9] == done.to_json()
     assert script.args[15] == "0"  # apply: no growth still to come
-    assert len(script.args) == 17 and script.args[16] == str(SETTINGS.session_ttl_s)
+    assert len(script.args) == 18 and script.args[16] == str(SETTINGS.session_ttl_s)
+    assert script.args[17] == ""  # no agent settings: a draft planned with the worker's own
     # the line the draft must fit under: the request's window - reserve, else the draft's
     assert script.args[3] == ("" if window is None else str(window - SETTINGS.reserve_tokens))
     fields = json.loads(script.args[14])

@@ -54,7 +54,7 @@ def _summary(ctx: JobContext,
     ctx.control.check()
     outcome = summarize_branch(
         prep.entries_to_summarize, ctx.summarizer, tokenizer=ctx.tokenizer,
-        context_window=_context_window(ctx), reserve_tokens=ctx.rt.settings.branch_reserve_tokens,
+        context_window=_context_window(ctx), reserve_tokens=ctx.branch_reserve_tokens,
         custom_instructions=ctx.record.instructions, cancel=ctx.control,
         fact_budget_tokens=ctx.rt.settings.fact_budget_tokens, caches=ctx.rt.plan_caches)
     return outcome.summary, outcome.details(), False, outcome.calls

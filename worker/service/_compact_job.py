@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from api_client.contract.agent_settings import plan_key
 from api_client.contract.errors import (
     AlreadyCompactedError,
     JobTooLargeError,
@@ -70,7 +71,7 @@ def _plan(ctx: JobContext,
           path: Sequence[Entry]) -> tuple[Preparation | None, DraftBase | None]:
     """The plan, built on the session's stale draft when there is one to extend."""
     extended = _on_draft(ctx, path)
-    prep, base = extended or (prepare_compaction(path, ctx.rt.compaction_settings,
+    prep, base = extended or (prepare_compaction(path, ctx.compaction_settings,
                                                  ctx.tokenizer), None)
     if prep is None and _reason(ctx) is CompactReason.MANUAL:
         # Automatic compaction ends quietly when there is nothing to do (SPEC §12.4 step 2).
@@ -90,8 +91,10 @@ def _on_draft(ctx: JobContext,
     drafts = ctx.rt.drafts
     if drafts is None or ctx.record.instructions or _reason(ctx) is CompactReason.MANUAL:
         return None
-    return prepare_extension(path, drafts.get(ctx.session_id), ctx.rt.compaction_settings,
-                             ctx.tokenizer)
+    draft = drafts.get(ctx.session_id)
+    if draft is not None and draft.get("agentKey", "") != plan_key(ctx.record.agent):
+        return None  # planned with other agent settings: this job plans the path alone
+    return prepare_extension(path, draft, ctx.compaction_settings, ctx.tokenizer)
 
 
 def draft_tokens(*usages: Mapping[str, int] | TokenUsage | None) -> TokenUsage | None:

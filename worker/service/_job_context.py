@@ -7,18 +7,29 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from api_client.contract.session import JsonObject
-from api_client.contract.wire import EventType, JobEvent, JobRecord, TokenUsage, now_iso
+from api_client.contract.wire import (
+    AgentSettings,
+    EventType,
+    JobEvent,
+    JobRecord,
+    TokenUsage,
+    now_iso,
+)
+from worker.compaction.prepare import CompactionSettings
 from worker.llm import Summarizer, SummaryResult, Usage
 from worker.service._control import JobControl
 from worker.service.ports import Runtime
-from worker.tokens import JobTokenizer, counts_of
+from worker.tokens import JobTokenizer, Tokenizer, counts_of, get_tokenizer
 
 __all__ = [
     "JobContext",
     "JobSuccess",
+    "agent_compaction_settings",
+    "branch_reserve_tokens",
     "branch_summary_entry",
     "calls_summary",
     "compaction_entry",
+    "job_tokenizer",
 ]
 
 
@@ -36,7 +47,18 @@ class JobContext:
     tokenizer: JobTokenizer = field(init=False)
 
     def __post_init__(self) -> None:
-        self.tokenizer = JobTokenizer(self.rt.tokenizer, counts_of(self.rt.tokenizer))
+        inner = job_tokenizer(self.rt.tokenizer, self.record.agent)
+        self.tokenizer = JobTokenizer(inner, counts_of(inner))
+
+    @property
+    def compaction_settings(self) -> CompactionSettings:
+        """The plan's keep and reserve: the request's agent settings, field by field, else
+        the worker's (docs/compaction.md)."""
+        return agent_compaction_settings(self.rt.compaction_settings, self.record.agent)
+
+    @property
+    def branch_reserve_tokens(self) -> int:
+        return branch_reserve_tokens(self.rt.settings.branch_reserve_tokens, self.record.agent)
 
     @property
     def job_id(self) -> str:
@@ -49,6 +71,38 @@ class JobContext:
     def publish(self, type: EventType, **fields: Any) -> None:
         """A non-terminal event (start, the committed entry, stale)."""
         self.rt.jobs.publish(JobEvent.for_record(self.record, type, **fields))
+
+
+# The tokenizers a request may name, built once per process (their per-message counts serve
+# every job that names them, as the worker's own do).
+_NAMED: dict[str, Tokenizer] = {}
+
+
+def job_tokenizer(own: Tokenizer, agent: AgentSettings | None) -> Tokenizer:
+    """The tokenizer a job plans with: the one its agent settings name (``estimate`` is pi's
+    chars/4), else the worker's own."""
+    name = None if agent is None else agent.tokenizer
+    if name is None or name == own.name:
+        return own
+    if name not in _NAMED:
+        _NAMED[name] = get_tokenizer(name)
+    return _NAMED[name]
+
+
+def agent_compaction_settings(own: CompactionSettings,
+                              agent: AgentSettings | None) -> CompactionSettings:
+    """``own`` with what ``agent`` names in its place (keep-recent and reserve tokens)."""
+    if agent is None:
+        return own
+    return CompactionSettings(
+        keep_recent_tokens=agent.keep_recent_tokens or own.keep_recent_tokens,
+        reserve_tokens=agent.reserve_tokens or own.reserve_tokens)
+
+
+def branch_reserve_tokens(own: int, agent: AgentSettings | None) -> int:
+    """The branch summary's reserve: the agent's ``branchReserveTokens``, else the worker's."""
+    return own if agent is None or agent.branch_reserve_tokens is None else (
+        agent.branch_reserve_tokens)
 
 
 @dataclass

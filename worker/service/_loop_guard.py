@@ -61,11 +61,11 @@ def fit_threshold(ctx: JobContext) -> int:
     """``window - reserve_tokens``: should_compact's threshold, the line a draft's context must
     stay under to be applied. The window is the agent's when the request named it
     (``compact(..., context_window=N)``; ``observe`` does), else the first model's, else
-    ``context_window``."""
+    ``context_window``; the reserve is the request's agent settings' when they name one."""
     s = ctx.rt.settings
     window = (ctx.record.context_window
               or (s.models[0].context_window if s.models else None) or s.context_window)
-    return window - s.reserve_tokens
+    return window - ctx.compaction_settings.reserve_tokens
 
 
 def guard_threshold(ctx: JobContext) -> int:

@@ -14,10 +14,12 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
+from api_client.contract.agent_settings import plan_key
 from api_client.contract.errors import ConfigurationError
 from api_client.contract.wire import EventType, JobRecord, TokenUsage
 from worker import metrics
 from worker.service._compact_job import _draft, _plan, _tokens_after, draft_tokens
+from worker.service._draft_join import keeps_everything
 from worker.service._job_context import JobContext, JobSuccess, calls_summary
 from worker.service._job_stops import JobCancelled
 from worker.service._loop_guard import check_loop, fit_threshold, guard_threshold, observe_stall
@@ -43,7 +45,9 @@ def run_speculative(ctx: JobContext) -> JobSuccess:
     snap = ctx.rt.sessions.load(ctx.session_id)
     path = snap.session.tree().path_to(snap.leaf_id)
     prep, base = _plan(ctx, path)
-    if prep is None or snap.leaf_id is None:
+    if prep is None or snap.leaf_id is None or keeps_everything(prep):
+        # Nothing to summarise: a draft would keep the whole context (pi 0.73's "No prior
+        # history." draft) and bring the next compaction at once; none is stored.
         empty = {"draft": False, "durationMs": ctx.control.elapsed_ms()}
         return JobSuccess(result=empty, event={"result": empty, "will_retry": False})
     draft = _draft(ctx, prep, path)
@@ -64,7 +68,8 @@ def run_speculative(ctx: JobContext) -> JobSuccess:
                       snapshot_tokens=int(draft.entry.get("tokensBefore") or 0),
                       threshold=fit_threshold(ctx), usage=spent.to_wire(),
                       lead_ms=_lead_ms(ctx.record), base_job_id=base.job_id if base else None,
-                      ineffective_above=guard_threshold(ctx), cost_usd=spent_usd)
+                      ineffective_above=guard_threshold(ctx), cost_usd=spent_usd,
+                      agent_key=plan_key(ctx.record.agent))
     saved = _drafts(ctx.rt).save(ctx.job_id, text)
     if saved == "cancelled":
         raise JobCancelled()

@@ -9,14 +9,14 @@ The shape, the validity rule and the client's apply are in
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cache
 from importlib.resources import files
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 
-from api_client.contract.keys import KeyLayout
+from api_client.contract.keys import INFLIGHT_SPECULATIVE, KeyLayout
 from api_client.contract.lua_scripts import lua
 from api_client.contract.redis_conn import REDIS_DOWN, unavailable
 from api_client.contract.settings import DEFAULT_SESSION_TTL_S
@@ -24,6 +24,8 @@ from api_client.contract.wire import now_iso
 from worker.store._commits import entry_line_parts
 
 __all__ = ["DraftStore", "draft_json"]
+
+T = TypeVar("T")
 
 
 @cache
@@ -37,7 +39,8 @@ def draft_json(job_id: str, snapshot_leaf: str, revision: int, entry: Mapping[st
                from_extension: bool, tokens_after: int, snapshot_entries: int,
                snapshot_tokens: int, threshold: int, usage: Mapping[str, int],
                lead_ms: int | None = None, base_job_id: str | None = None,
-               ineffective_above: int | None = None, cost_usd: float | None = None) -> str:
+               ineffective_above: int | None = None, cost_usd: float | None = None,
+               agent_key: str = "") -> str:
     """The draft (fields: :mod:`api_client.client.draft_apply`). ``entry`` is the planned
     compaction entry; its id, parentId and timestamp are filled in when the draft is applied.
     ``threshold``: the line its context must fit under to be applied; ``usage``: what it cost,
@@ -63,6 +66,8 @@ def draft_json(job_id: str, snapshot_leaf: str, revision: int, entry: Mapping[st
         draft["ineffectiveAbove"] = ineffective_above
     if entry.get("shortSummary") is not None:
         draft["shortSummary"] = entry["shortSummary"]
+    if agent_key:  # planned with the request's agent settings (apply_draft.lua compares)
+        draft["agentKey"] = agent_key
     return json.dumps(draft, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -82,6 +87,31 @@ class DraftStore:
         try:
             return str(self._save(keys=keys, args=[draft, str(self.ttl_s),
                                                    str(self.session_ttl_s)]))
+        except REDIS_DOWN as err:
+            raise unavailable(err) from err
+
+    def running(self, session_id: str) -> str | None:
+        """The id of the session's speculative job while a worker runs it (its record
+        ``running``, its lease live), else None: a queued one is not waited for."""
+        job_id = self._read(lambda: self.redis.get(
+            self.layout.session(session_id).inflight(INFLIGHT_SPECULATIVE)))
+        if not job_id:
+            return None
+        jk = self.layout.job(str(job_id))
+
+        def look() -> list[Any]:
+            pipe = self.redis.pipeline(transaction=False)  # one slot: the session's
+            pipe.hget(jk.record, "state")
+            pipe.pttl(jk.lease)
+            return list(pipe.execute())
+
+        state, lease_ms = self._read(look)
+        return str(job_id) if state == "running" and int(lease_ms) > 0 else None
+
+    @staticmethod
+    def _read(call: Callable[[], T]) -> T:
+        try:
+            return call()
         except REDIS_DOWN as err:
             raise unavailable(err) from err
 

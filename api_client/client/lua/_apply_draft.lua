@@ -28,11 +28,13 @@
 --       13 now (epoch s), 14 ineffective above this many tokens after ('' = the draft's
 --       ineffectiveAbove, the worker's line), 15 job record field/value pairs as one JSON
 --       array (decoded only when the draft applies), 16 (check) tokens the context will still
---       grow before the draft is applied ('' = 0), 17 the session's retention s (0 = forever)
+--       grow before the draft is applied ('' = 0), 17 the session's retention s (0 = forever),
+--       18 the request's agent settings key ('' = none): a draft with another `agentKey` is
+--       deleted ('settings')
 -- Returns {'applied', entry id, revision, line, result JSON, event 1 JSON, event 2 JSON}
 --       | {'valid', growth tokens, draft leadMs or ''} | {'stale', growth tokens, leadMs or ''}
 --       | {'clear'} (guard mode) | {'guarded', count} | {'discarded', cause}
---   cause: nodraft | nosession | corrupt | offpath | compacted | grown (kept) | noid
+--   cause: nodraft | nosession | corrupt | settings | offpath | compacted | grown (kept) | noid
 local function apply_draft(KEYS, ARGV)
   local limit, window, now = tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
   if ARGV[1] ~= 'check' and limit > 0 then
@@ -61,6 +63,9 @@ local function apply_draft(KEYS, ARGV)
   if not ok or type(draft) ~= 'table' or type(draft['snapshotLeafId']) ~= 'string'
       or type(draft['lineTail']) ~= 'string' or type(draft['tokensAfter']) ~= 'number' then
     return discard('corrupt')
+  end
+  if (draft['agentKey'] or '') ~= (ARGV[18] or '') then
+    return discard('settings')  -- planned with other agent settings than the request's
   end
   local line_limit = tonumber(ARGV[4]) or tonumber(draft['threshold'])
   if not line_limit then

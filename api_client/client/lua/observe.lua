@@ -6,12 +6,12 @@
 -- differ eightfold in size, and one large turn must not start a draft far too early; for the
 -- same reason it is reported only after MIN_STEPS steps of growth (0 before: the band decides).
 -- KEYS: apply_draft's 10 (see _apply_draft.lua), 11 pace hash, 12 inflight speculative
--- ARGV: apply_draft's 17 (mode 'check'; 17 is the session's retention), 18 context tokens,
---       19 pace TTL s
+-- ARGV: apply_draft's 18 (mode 'check'; 17 is the session's retention), 19 context tokens,
+--       20 pace TTL s
 -- Returns {rate (tokens/s), draft seconds ('' = none measured), job id of the speculative job
 --          queued or running ('' = none), then apply_draft's check reply...}
 local MIN_STEPS = 3
-local tokens, now = tonumber(ARGV[18]), tonumber(ARGV[13])
+local tokens, now = tonumber(ARGV[19]), tonumber(ARGV[13])
 local pace = redis.call('HMGET', KEYS[11], 'tokens', 'fromTokens', 'fromAt', 'steps', 'draftS')
 local last, base, since = tonumber(pace[1]), tonumber(pace[2]), tonumber(pace[3])
 local steps = tonumber(pace[4]) or 0
@@ -31,9 +31,9 @@ local check = apply_draft({unpack(KEYS, 1, 10)}, ARGV)
 if (check[1] == 'valid' or check[1] == 'stale') and check[3] ~= '' then
   draft_s = tostring(tonumber(check[3]) / 1000)
 end
-redis.call('HSET', KEYS[11], 'tokens', ARGV[18], 'fromTokens', tostring(base),
+redis.call('HSET', KEYS[11], 'tokens', ARGV[19], 'fromTokens', tostring(base),
   'fromAt', tostring(since), 'steps', tostring(steps), 'draftS', draft_s)
-redis.call('EXPIRE', KEYS[11], ARGV[19])
+redis.call('EXPIRE', KEYS[11], ARGV[20])
 retain(KEYS[1], ARGV[17])
 local reply = {tostring(rate), draft_s, redis.call('GET', KEYS[12]) or ''}
 for i = 1, #check do
