@@ -6,6 +6,9 @@ endpoint). ``server.script(key, act, act, ...)`` queues what the next requests f
 an empty queue answers with a success. Every request is recorded with its body and headers.
 ``server.limit(key, Window(...))`` gives a key a context window of its own: requests that do not
 fit it (counted with the server's own, more pessimistic tokenizer) are refused as overflows.
+``server.keyer`` (body -> key or None) keys requests otherwise, e.g. by their prompt. The server
+counts the requests in flight (``in_flight``, ``most_in_flight``): ``meet(n, latency)`` answers
+once ``n`` requests are in flight at once, or after the model's latency when they never are.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import struct
 import threading
 import time
 from collections import defaultdict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -26,7 +30,7 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Act:
-    kind: str = "ok"  # ok | error | hang | reset | trickle | raw | fill
+    kind: str = "ok"  # ok | error | hang | reset | trickle | raw | fill | meet
     status: int = 200
     text: str | None = None  # summary text of a success (None: "summary from <key> #<n>")
     body: Any = None  # error / raw body: dict -> JSON, str -> as is
@@ -37,6 +41,7 @@ class Act:
     usage: dict[str, int] = field(default_factory=dict)
     fill: float = 0.0  # fill: a success of this share of the request's max_tokens (one
                        # token a word)
+    meet: int = 0  # meet: answer once this many requests are in flight (or after ``delay``)
 
 
 def ok(text: str | None = None, *, delay: float = 0.0, **usage: int) -> Act:
@@ -54,6 +59,12 @@ def raw(status: int, body: str, headers: dict[str, str] | None = None) -> Act:
 def fill(share: float) -> Act:
     """A success as long as ``share`` of the output budget: a model that writes all it may."""
     return Act("fill", fill=share)
+
+
+def meet(requests: int, latency: float) -> Act:
+    """A success as soon as ``requests`` requests are in flight at once, else after
+    ``latency`` seconds (the model's latency): calls made together are answered together."""
+    return Act("meet", meet=requests, delay=latency)
 
 
 def hang() -> Act:
@@ -149,6 +160,10 @@ class FakeLLMServer:
         self.refused: list[int] = []  # indexes in ``seen`` of the requests refused by a Window
         self.stopping = threading.Event()
         self.lock = threading.Lock()
+        self.keyer: Callable[[Any], str | None] | None = None
+        self.in_flight = 0  # requests received and not yet answered
+        self.most_in_flight = 0
+        self.flight = threading.Condition(self.lock)
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self.httpd.daemon_threads = True
         self.httpd.fake = self  # type: ignore[attr-defined]
@@ -210,6 +225,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._body = body
         key = (body["model"] if isinstance(body, dict) and isinstance(body.get("model"), str)
                else self.path)
+        key = (self.fake.keyer(body) if self.fake.keyer else None) or key
         window = self.fake.windows.get(key)
         counted = window.count(body) if window and isinstance(body, dict) else None
         completion = _completion(body)
@@ -226,9 +242,18 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(400, json.dumps(window.refusal(counted, completion)).encode(), {})
             return
         act = self.fake.next_act(key)
-        if act.delay and self._wait(act.delay):
-            return
-        getattr(self, f"_{act.kind}")(act, key, number)
+        with self.fake.flight:
+            self.fake.in_flight += 1
+            self.fake.most_in_flight = max(self.fake.most_in_flight, self.fake.in_flight)
+            self.fake.flight.notify_all()
+        try:
+            if act.kind != "meet" and act.delay and self._wait(act.delay):
+                return
+            getattr(self, f"_{act.kind}")(act, key, number)
+        finally:
+            with self.fake.flight:
+                self.fake.in_flight -= 1
+                self.fake.flight.notify_all()
 
     def _wait(self, seconds: float) -> bool:
         """Sleep; True when the client went away meanwhile."""
@@ -262,6 +287,11 @@ class _Handler(BaseHTTPRequestHandler):
     def _ok(self, act: Act, key: str, number: int) -> None:
         text = act.text if act.text is not None else f"summary from {key} #{number}"
         self._send(200, json.dumps(success_body(self.path, text, act.usage)).encode(), act.headers)
+
+    def _meet(self, act: Act, key: str, number: int) -> None:
+        with self.fake.flight:
+            self.fake.flight.wait_for(lambda: self.fake.most_in_flight >= act.meet, act.delay)
+        self._ok(act, key, number)
 
     def _error(self, act: Act, key: str, number: int) -> None:
         payload = b"" if act.body is None else (
