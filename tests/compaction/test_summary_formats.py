@@ -28,14 +28,18 @@ from typing import Any
 
 import pytest
 from llm.llm_fakes import FAST, FakeLLMServer, openai
+from service.service_fakes import JOB_ID, FakeJobs, world
 
-from api_client.contract.agent_settings import SummaryFormat
+from api_client.contract.agent_settings import AgentSettings, SummaryFormat
 from api_client.contract.session import parse_entry
+from api_client.contract.wire import CompactReason, JobKind
+from worker.compaction import prompts
 from worker.compaction.prepare import CompactionSettings, Preparation
 from worker.compaction.summarize import compact, summarize_branch
 from worker.llm import build_summarizer
 from worker.llm.settings import LlmSettings, ModelCandidate
-from worker.summary_requests import Summarizer
+from worker.service import run_job
+from worker.summary_requests import Summarizer, SummaryRequest
 from worker.tokens import EstimateTokenizer
 
 HERE = Path(__file__).resolve().parent
@@ -164,3 +168,40 @@ def test_goldens_are_what_the_installed_pi_builds(tmp_path: Path) -> None:
              str(GOLDEN / "summary_formats_input.json")],
             check=True, capture_output=True, text=True, timeout=120, cwd=tmp_path)
         assert json.loads(built.stdout) == golden(summary_format), summary_format
+
+
+# --- the job passes the request's agent settings (worker/service/_compact_job, _branch_job) --
+
+
+def run_with_agent(kind: JobKind, agent: AgentSettings | None) -> list[SummaryRequest]:
+    w = world(kind=kind, reason=CompactReason.MANUAL if kind is JobKind.COMPACT else None,
+              target_id="e1" if kind is JobKind.BRANCH_SUMMARY else None)
+    record = w.jobs.get(JOB_ID).model_copy(update={"agent": agent})
+    w.jobs = w.rt.jobs = FakeJobs(record)
+    assert run_job(w.rt, JOB_ID).state == "succeeded"
+    return w.summarizer.requests
+
+
+@pytest.mark.parametrize("summary_format", [*FORMATS, None])
+def test_a_compaction_job_summarises_in_the_requests_format(
+        summary_format: SummaryFormat | None) -> None:
+    agent = AgentSettings(summary_format=summary_format, reserve_tokens=4000,
+                          summary_max_tokens=3001)
+    history = next(r for r in run_with_agent(JobKind.COMPACT, agent) if r.purpose == "history")
+    assert history.system_prompt == prompts.system_prompt(summary_format)
+    assert history.prompt.endswith(prompts.render("summary-initial", summary_format))
+    assert history.max_tokens == 3001
+    plain = next(r for r in run_with_agent(JobKind.COMPACT, None) if r.purpose == "history")
+    assert plain.system_prompt == prompts.system_prompt()  # no agent: Compactor's own
+
+
+@pytest.mark.parametrize(("summary_format", "max_tokens"),
+                         [("pi-1.6", 3001), ("pi-0.73", prompts.BRANCH_MAX_TOKENS),
+                          (None, prompts.BRANCH_MAX_TOKENS)])
+def test_a_branch_job_summarises_in_the_requests_format(summary_format: SummaryFormat | None,
+                                                        max_tokens: int) -> None:
+    agent = AgentSettings(summary_format=summary_format, summary_max_tokens=3001)
+    (branch,) = run_with_agent(JobKind.BRANCH_SUMMARY, agent)
+    assert branch.system_prompt == prompts.system_prompt(summary_format)
+    assert branch.prompt.endswith(prompts.render("branch-summary", summary_format))
+    assert branch.max_tokens == max_tokens  # pi 1.6 asks the output limit of every call

@@ -14,7 +14,7 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from api_client.contract.agent_settings import SummaryFormat
+from api_client.contract.agent_settings import AgentSettings, SummaryFormat
 from api_client.contract.errors import ModelError
 from api_client.contract.session import Entry, Message
 from api_client.contract.session.convert import convert_to_llm
@@ -41,6 +41,7 @@ __all__ = [
     "CompactionOutcome",
     "RequestOptions",
     "SummarizationError",
+    "branch_max_tokens",
     "branch_request",
     "compact",
     "history_request",
@@ -333,6 +334,15 @@ def compact(
         details=details,
         calls=tuple(calls),
     )
+
+
+def branch_max_tokens(agent: AgentSettings | None) -> int | None:
+    """A branch summary's max tokens for the agent: pi 1.6 asks every summary call for the
+    model's output limit, which its extension sends as ``summaryMaxTokens``; pi 0.73 and
+    Compactor ask :data:`prompts.BRANCH_MAX_TOKENS` (None)."""
+    if agent is None or agent.summary_format != "pi-1.6":
+        return None
+    return agent.summary_max_tokens
 
 
 def summarize_branch(

@@ -14,6 +14,7 @@ from worker.compaction import (
     collect_entries_for_branch_summary,
     summarize_branch,
 )
+from worker.compaction.summarize import branch_max_tokens
 from worker.hooks import TreePreparation
 from worker.llm import SummaryResult
 from worker.service._job_context import JobContext, JobSuccess, branch_summary_entry, calls_summary
@@ -52,11 +53,14 @@ def _summary(ctx: JobContext,
     if not prep.entries_to_summarize:
         return None, None, False, ()
     ctx.control.check()
+    agent = ctx.record.agent  # the agent's summary format and max tokens (docs/compaction.md)
     outcome = summarize_branch(
         prep.entries_to_summarize, ctx.summarizer, tokenizer=ctx.tokenizer,
         context_window=_context_window(ctx), reserve_tokens=ctx.branch_reserve_tokens,
         custom_instructions=ctx.record.instructions, cancel=ctx.control,
-        fact_budget_tokens=ctx.rt.settings.fact_budget_tokens, caches=ctx.rt.plan_caches)
+        fact_budget_tokens=ctx.rt.settings.fact_budget_tokens, caches=ctx.rt.plan_caches,
+        summary_format=agent.summary_format if agent else None,
+        max_tokens=branch_max_tokens(agent))
     return outcome.summary, outcome.details(), False, outcome.calls
 
 

@@ -151,11 +151,15 @@ def _draft(ctx: JobContext, prep: Preparation, path: Sequence[Entry]) -> Draft:
     messages = [*prep.messages_to_summarize, *prep.turn_prefix_messages]
     extra = hooks.compacting(sid, messages, cancel=ctx.control)
     ctx.control.check()
+    agent = ctx.record.agent  # the agent's summary format and max tokens (docs/compaction.md)
     outcome = compact(
         prep, ctx.summarizer, custom_instructions=ctx.record.instructions,
         prompt_override=extra.prompt if extra else None,
         extra_context=tuple(extra.context) if extra else (), cancel=ctx.control,
-        fact_budget_tokens=ctx.rt.settings.fact_budget_tokens, caches=ctx.rt.plan_caches)
+        fact_budget_tokens=ctx.rt.settings.fact_budget_tokens, caches=ctx.rt.plan_caches,
+        summary_format=agent.summary_format if agent else None,
+        summary_max_tokens=agent.summary_max_tokens if agent else None,
+        turn_prefix_max_tokens=agent.turn_prefix_max_tokens if agent else None)
     entry = compaction_entry(
         summary=outcome.summary, short_summary=outcome.short_summary,
         first_kept_entry_id=outcome.first_kept_entry_id, tokens_before=outcome.tokens_before,
