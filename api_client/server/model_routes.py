@@ -1,6 +1,8 @@
 """oh-my-pi's remote compaction endpoint, two ways: ``POST /v1/summarize`` (``{systemPrompt,
 prompt, maxTokens?}`` → ``{summary}``) and ``POST /v1/chat/completions`` (non-streaming, for a
-``remoteEndpoint`` that ends in ``/chat/completions``).
+``remoteEndpoint`` that ends in ``/chat/completions``), both with a bearer token; and
+``POST /v1/summarize/<secret>``, the first without a header: oh-my-pi sends none to it, so the
+secret in its path is its credential (:mod:`api_client.server.summarize_url`, docs/oh-my-pi.md).
 
 Each request is a summarize job (:meth:`AsyncCompactionClient.summarize`): a worker runs it
 through the model router (retries, fallback, cooldowns, deadline, metrics; Flower shows it) and
@@ -15,7 +17,7 @@ import contextlib
 import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Path, Request, Response
 
 from api_client import AsyncJobHandle, CompactorError, InvalidRequestError, JobTimeoutError
 from api_client.server.schemas import (
@@ -33,7 +35,9 @@ from api_client.server.server_state import ServerState, authorize, state_of
 __all__ = ["chat_prompts", "router"]
 
 State = Annotated[ServerState, Depends(state_of)]
-router = APIRouter(prefix="/v1", tags=["summaries"], dependencies=[Depends(authorize)])
+router = APIRouter(prefix="/v1", tags=["summaries"])
+# The bearer routes; the summarize URL's check is BearerAuth's too (its tenant from the path).
+_BEARER = [Depends(authorize)]
 
 _HANG_UP_POLL_S = 0.5  # how soon a caller's hang-up cancels its job
 _CLOSED = 499  # nginx's "client closed request": logged, never read by anyone
@@ -70,9 +74,29 @@ async def _summarize(request: Request, state: ServerState, system_prompt: str, p
     return handle, result
 
 
-@router.post("/summarize", response_model=Summary, response_model_exclude_none=True)
+@router.post("/summarize", response_model=Summary, response_model_exclude_none=True,
+             dependencies=_BEARER)
 async def summarize(body: SummarizeRequest, request: Request, state: State) -> Summary | Response:
     """The summary of ``prompt`` under ``systemPrompt`` by the workers' models."""
+    return await _summary(body, request, state)
+
+
+_SECRET = Path(description="the secret of a summarize URL (`compactor summarize-url`): the "
+                           "credential of this route, which takes no Authorization header")
+
+
+@router.post("/summarize/{url_secret}", response_model=Summary,
+             response_model_exclude_none=True)
+async def summarize_by_url(body: SummarizeRequest, request: Request, state: State,
+                           url_secret: Annotated[str, _SECRET]) -> Summary | Response:
+    """``/v1/summarize`` for a caller that sends no header (oh-my-pi): the tenant is the one
+    whose token the secret was derived from; a wrong secret is 401."""
+    del url_secret  # checked by BearerAuth before the body was read
+    return await _summary(body, request, state)
+
+
+async def _summary(body: SummarizeRequest, request: Request, state: ServerState
+                   ) -> Summary | Response:
     try:
         _, result = await _summarize(request, state, body.system_prompt, body.prompt,
                                      body.max_tokens)
@@ -100,7 +124,7 @@ def chat_prompts(messages: list[ChatMessage]) -> tuple[str, str]:
     return system, "\n\n".join(f"{m.role}: {_text(m)}" for m in rest)
 
 
-@router.post("/chat/completions", response_model=ChatCompletion)
+@router.post("/chat/completions", response_model=ChatCompletion, dependencies=_BEARER)
 async def chat_completions(body: ChatCompletionRequest, request: Request,
                            state: State) -> ChatCompletion | Response:
     """A chat completion whose answer is the summary (non-streaming only)."""

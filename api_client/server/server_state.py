@@ -20,6 +20,7 @@ from api_client import AsyncCompactionClient
 from api_client.server.auth import DEFAULT_TENANT, TokenTable
 from api_client.server.problems import MEDIA_TYPE, problem_body
 from api_client.server.settings import ServerSettings
+from api_client.server.summarize_url import PATH_PREFIX, SummarizeSecrets
 
 __all__ = ["OPEN_PATHS", "BearerAuth", "ServerState", "authorize", "server_state", "state_of"]
 
@@ -56,17 +57,27 @@ class BearerAuth:
     def __init__(self, app: ASGIApp, tokens: TokenTable) -> None:
         self.app = app
         self.tokens = tokens
+        self.summarize_secrets = SummarizeSecrets.of(tokens)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
-        tenant, problem = self._tenant(dict(scope["headers"]).get(b"authorization"))
+        if scope["path"].startswith(PATH_PREFIX):  # the secret in the path is the credential
+            tenant, problem = self._url_tenant(scope["path"])
+        else:
+            tenant, problem = self._tenant(dict(scope["headers"]).get(b"authorization"))
         if tenant is None:
             await _unauthorized(send, problem)
             return
         scope.setdefault("state", {})["tenant"] = tenant
         await self.app(scope, receive, send)
+
+    def _url_tenant(self, path: str) -> tuple[str | None, str]:
+        if not self.tokens.entries:
+            return DEFAULT_TENANT, ""
+        tenant = self.summarize_secrets.tenant(path)
+        return tenant, "" if tenant else "unknown summarize URL (compactor summarize-url)"
 
     def _tenant(self, header: bytes | None) -> tuple[str | None, str]:
         if not self.tokens.entries:

@@ -8,7 +8,8 @@
 - ``session_commands``: ``session list|delete`` (stored sessions);
 - ``tenant_commands``: ``tenant quota|show`` (a tenant's quota overrides, stored bytes, queue);
 - ``usage_command``: ``usage`` (the tenants' model spend per day);
-- ``serve_command``: ``serve``, the HTTP API (``api_client.server``, imported when it runs).
+- ``serve_command``: ``serve``, the HTTP API (``api_client.server``, imported when it runs);
+- ``summarize_url_command``: ``summarize-url`` (oh-my-pi's remote endpoint for a token).
 
 The global ``--redis-url`` (before or after the command) overrides ``COMPACTOR_REDIS_URL`` for
 every command that talks to Redis, and ``--tenant`` ``COMPACTOR_TENANT`` for the commands on
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         runtime_commands,
         serve_command,
         session_commands,
+        summarize_url_command,
         tenant_commands,
         usage_command,
     )
@@ -61,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     tenant_commands.register(commands)
     usage_command.register(commands)
     serve_command.register(commands)
+    summarize_url_command.register(commands)
     return parser
 
 
