@@ -401,3 +401,44 @@ def test_a_prompt_shaped_otherwise_has_no_layout() -> None:
     shifted = prompts.CONVERSATION_OPEN + "x" + "[User]: a\n\n[User]: b" + "\ntail"
     assert _layout(shifted, conversation) is None
     assert _layout(prompts.build_branch_prompt(conversation), conversation) is not None
+
+
+# --- summary formats (docs/compaction.md "Summary formats"; goldens: test_summary_formats.py) --
+
+
+@pytest.mark.parametrize("summary_format", ["pi-1.6", "pi-0.73"])
+def test_format_folders_hold_pis_prompts_under_a_header(summary_format: str) -> None:
+    folder = PROMPTS_DIR / summary_format
+    names = {p.stem for p in folder.glob("*.md")}
+    assert names == {"system", "summary-initial", "summary-update", "turn-prefix",
+                     "branch-summary", "branch-preamble", "custom-instructions"}
+    version = {"pi-1.6": "pi 1.6.0", "pi-0.73": "pi 0.73.1"}[summary_format]
+    for path in folder.glob("*.md"):
+        head, _, body = path.read_text(encoding="utf-8").partition("\n")
+        assert head.startswith(f"<!-- {version} ") and head.endswith("-->")
+        assert render(path.stem, summary_format, **(  # type: ignore[arg-type]
+            {"instructions": "x"} if path.stem == "custom-instructions" else {})) == (
+            body.rstrip().replace("$instructions", "x"))
+        assert "<!--" not in prompts.load_template(path.stem, summary_format).template
+
+
+def test_pi_formats_cut_tool_results_and_pi16_leaves_thinking_out() -> None:
+    long = "[Tool result]: " + "x" * 1999 + "\U0001F600" + "y" * 10  # the emoji on the cut
+    parts = ("[User]: hi", "[Assistant thinking]: hmm", "[Assistant]: ok", long)
+    assert prompts.agent_parts(parts, None) == parts
+    cut = "[Tool result]: " + "x" * 1999 + "\n\n[... 11 more characters truncated]"
+    assert prompts.agent_parts(parts, "pi-1.6") == ("[User]: hi", "[Assistant]: ok", cut)
+    assert prompts.agent_parts(parts, "pi-0.73") == (*parts[:3], cut)
+    short = ("[Tool result]: " + "\U0001F600" * 1000,)  # 2 000 UTF-16 units: whole
+    assert prompts.agent_parts(short, "pi-1.6") == short
+
+
+def test_pi16_turn_prefix_prompt_has_headings_and_focus() -> None:
+    prompt = build_turn_prefix_prompt(prompts.Conversation(("[User]: a", "[User]: b"), "\n\n"),
+                                      summary_format="pi-1.6", custom_instructions="parser")
+    assert prompt.startswith("# Conversation\n[User]: a\n\n[User]: b\n\n# Instructions\n")
+    assert prompt.endswith("\n\nAdditional focus: parser")
+    assert "## Progress So Far" in prompt and "## Context Needed to Continue" in prompt
+    old = build_turn_prefix_prompt("[User]: a", summary_format="pi-0.73",
+                                   custom_instructions="parser")
+    assert old.startswith("<conversation>\n") and "parser" not in old  # 0.73 takes no focus

@@ -32,6 +32,7 @@ __all__ = [
     "CONVERSATION_OPENINGS",
     "Conversation",
     "PromptTemplateError",
+    "agent_parts",
     "branch_context_intro",
     "branch_preamble",
     "build_branch_prompt",
@@ -189,6 +190,38 @@ def _joined(conversation: str | Conversation, *sections: str,
     parts = conversation.parts
     return conversation.separator.join(
         (opening + parts[0], *parts[1:-1], parts[-1] + tail))
+
+
+_TOOL_RESULT = "[Tool result]: "
+_THINKING = "[Assistant thinking]: "
+_PI_TOOL_RESULT_UNITS = 2000  # pi's TOOL_RESULT_MAX_CHARS, in UTF-16 code units as JS counts
+
+
+def _utf16_units(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+def _pi_tool_result(text: str) -> str:
+    """pi's ``truncateForSummary``: the first 2 000 UTF-16 units (a character cut in two left
+    out, as pi 1.6's ``sliceHead``) and how many units were dropped."""
+    units = _utf16_units(text)
+    if units <= _PI_TOOL_RESULT_UNITS:
+        return text
+    head = text.encode("utf-16-le")[:2 * _PI_TOOL_RESULT_UNITS].decode("utf-16-le", "ignore")
+    return f"{head}\n\n[... {units - _PI_TOOL_RESULT_UNITS} more characters truncated]"
+
+
+def agent_parts(parts: tuple[str, ...], summary_format: SummaryFormat | None) -> tuple[str, ...]:
+    """A conversation's parts as the agent's ``serializeConversation`` writes them: a pi format
+    cuts each tool result to 2 000 characters, and pi 1.6 leaves thinking out (Compactor's
+    format keeps both whole)."""
+    if summary_format is None:
+        return parts
+    drop_thinking = summary_format == "pi-1.6"
+    return tuple(
+        _TOOL_RESULT + _pi_tool_result(part[len(_TOOL_RESULT):])
+        if part.startswith(_TOOL_RESULT) and len(part) > _PI_TOOL_RESULT_UNITS // 2 else part
+        for part in parts if not (drop_thinking and part.startswith(_THINKING)))
 
 
 def _previous_summary(summary: str) -> str:

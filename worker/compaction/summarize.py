@@ -144,7 +144,8 @@ def _request(purpose: Purpose, llm: Sequence[Message], prompt: str, max_tokens: 
 
 def _serialized(llm: Sequence[Message], opts: RequestOptions) -> prompts.Conversation:
     """The conversation of a prompt, as the parts it joins."""
-    return prompts.Conversation(tuple(conversation_parts(llm, opts.caches.parts)), PART_SEPARATOR)
+    parts = tuple(conversation_parts(llm, opts.caches.parts))
+    return prompts.Conversation(prompts.agent_parts(parts, opts.summary_format), PART_SEPARATOR)
 
 
 def _layout(prompt: str, conversation: prompts.Conversation) -> PromptLayout | None:
