@@ -109,11 +109,9 @@ def worker_compaction(summarizer: Summarizer, server: FakeLLMServer,
             summary_format=summary_format, summary_max_tokens=output_limit(summary_format),
             turn_prefix_max_tokens=output_limit(summary_format))
     bodies = [wire(s.body) for s in server.seen[start:]]
-    # The short summary is Compactor's own third call (shortSummary); pi has none.
+    # No short summary (Compactor's own third call): pi makes none.
     prefix = next(b for b in bodies if "## Original Request" in b["user"])
-    short = bodies[-1]
-    history = next(b for b in bodies if b is not prefix and b is not short)
-    assert len(bodies) == 3 and "pull request description" in short["user"]
+    (history,) = (b for b in bodies if b is not prefix)
     return {"history": history, "turn_prefix": prefix}
 
 
@@ -191,6 +189,8 @@ def test_a_compaction_job_summarises_in_the_requests_format(
     assert history.system_prompt == prompts.system_prompt(summary_format)
     assert history.prompt.endswith(prompts.render("summary-initial", summary_format))
     assert history.max_tokens == 3001
+    purposes = sorted(r.purpose for r in run_with_agent(JobKind.COMPACT, agent))
+    assert purposes == (["history"] if summary_format else ["history", "short"])
     plain = next(r for r in run_with_agent(JobKind.COMPACT, None) if r.purpose == "history")
     assert plain.system_prompt == prompts.system_prompt()  # no agent: Compactor's own
 

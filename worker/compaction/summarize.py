@@ -68,7 +68,7 @@ class SummarizationError(ModelError):
 @dataclass(frozen=True)
 class CompactionOutcome:
     summary: str
-    short_summary: str
+    short_summary: str | None  # None under a pi format: pi writes none
     first_kept_entry_id: str
     tokens_before: int
     details: dict[str, Any]  # readFiles, modifiedFiles, facts (the ledger's counts per kind)
@@ -291,6 +291,17 @@ def _main_summary(prep: Preparation, summarizer: Summarizer, opts: RequestOption
     return _history_text(prep, history) + SPLIT_TURN_SEPARATOR + prefix.text
 
 
+def _short_summary(prep: Preparation, summarizer: Summarizer, summary: str,
+                   opts: RequestOptions, cancel: CancelToken | None) -> SummaryResult | None:
+    """Compactor's short summary, made after the main one (it reads it). A pi format makes no
+    such call, as pi does not: it would keep the agent waiting one more model call for a
+    field its extension never reads."""
+    if opts.summary_format is not None:
+        return None
+    return _call(summarizer, short_request(convert_to_llm(prep.recent_messages), summary, opts),
+                 cancel)
+
+
 def compact(
     preparation: Preparation,
     summarizer: Summarizer,
@@ -305,7 +316,8 @@ def compact(
     summary_max_tokens: int | None = None,
     turn_prefix_max_tokens: int | None = None,
 ) -> CompactionOutcome:
-    """Summaries for a prepared compaction: history ‖ turn prefix, then the short summary.
+    """Summaries for a prepared compaction: history ‖ turn prefix, then (Compactor's format)
+    the short summary.
     ``caches``: the worker's (``PlanCaches``), else nothing is kept for the next job.
     ``summary_format``: the agent's prompts (None: Compactor's); the max-token overrides
     replace the budgets derived from the preparation's reserve."""
@@ -318,9 +330,8 @@ def compact(
                        turn_prefix_max_tokens=turn_prefix_max_tokens)
     calls: list[SummaryResult] = []
     summary = _main_summary(preparation, summarizer, opts, cancel, calls)
-    short = _call(summarizer, short_request(convert_to_llm(preparation.recent_messages),
-                                            summary, opts), cancel)
-    calls.append(short)
+    short = _short_summary(preparation, summarizer, summary, opts, cancel)
+    calls.extend(r for r in (short,) if r is not None)
     tags = format_file_operations(preparation.read_files, preparation.modified_files)
     ledger = compaction_ledger(preparation, summary + tags, fact_budget_tokens,
                                caches=opts.caches)
@@ -329,7 +340,7 @@ def compact(
                "facts": ledger.stats}
     return CompactionOutcome(
         summary=with_block(summary, tags, ledger),
-        short_summary=short.text,
+        short_summary=short.text if short is not None else None,
         first_kept_entry_id=preparation.first_kept_entry_id,
         tokens_before=preparation.tokens_before,
         details=details,
