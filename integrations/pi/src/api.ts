@@ -17,12 +17,40 @@ export interface SummaryEntry {
 
 export type JobState = "queued" | "running" | "succeeded" | "failed" | "cancelled";
 
+/** Model tokens of a job (the record's `usage` and `draftUsage`). */
+export interface TokenUsage {
+  input?: number;
+  output?: number;
+  cacheRead?: number;
+  cacheWrite?: number;
+}
+
 export interface JobRecord {
   id: string;
   state: JobState;
   entry?: SummaryEntry;
   error?: string;
-  usage?: Record<string, number>;
+  usage?: TokenUsage;
+  /** What the drafts behind an applied compaction cost. */
+  draftUsage?: TokenUsage;
+  costUsd?: number;
+  draftCostUsd?: number;
+  /** The job is running but the worker holding it is gone (its heartbeat expired). */
+  workerLost?: boolean;
+}
+
+/**
+ * pi's compaction settings, the `agent` object of a compact or branch-summary request
+ * (docs/pi.md): the worker plans with these where they are set, its own elsewhere.
+ */
+export interface AgentSettings {
+  reserveTokens?: number;
+  keepRecentTokens?: number;
+  tokenizer?: "estimate" | "tiktoken";
+  summaryFormat?: "pi-1.6" | "pi-0.73";
+  summaryMaxTokens?: number;
+  turnPrefixMaxTokens?: number;
+  branchReserveTokens?: number;
 }
 
 export interface Started {
@@ -35,6 +63,7 @@ export interface CompactRequest {
   reason: "manual" | "threshold" | "overflow" | "speculative";
   instructions?: string;
   contextWindow?: number;
+  agent?: AgentSettings;
 }
 
 export class Unreachable extends Error {
@@ -91,8 +120,10 @@ export class CompactorApi {
   }
 
   async branchSummary(sessionId: string, targetId: string, instructions: string | undefined,
-                      signal?: AbortSignal): Promise<Started> {
-    const body = instructions ? { targetId, instructions } : { targetId };
+                      agent: AgentSettings | undefined, signal?: AbortSignal): Promise<Started> {
+    const body: Record<string, unknown> = { targetId };
+    if (instructions) body["instructions"] = instructions;
+    if (agent) body["agent"] = agent;
     return (await this.call("POST", `/v1/sessions/${enc(sessionId)}/branch-summary`, body,
                             signal)) as Started;
   }
@@ -102,6 +133,21 @@ export class CompactorApi {
     const wait = Math.max(0, Math.round(waitS * 10) / 10);
     return (await this.call("GET", `/v1/jobs/${enc(jobId)}?wait=${wait}`, undefined, signal,
                             this.timeoutMs + wait * 1000)) as JobRecord;
+  }
+
+  /**
+   * How many workers are alive (`GET /v1/workers`), or undefined when this server has no such
+   * route (an older `compactor serve`: nothing is known).
+   */
+  async workers(signal?: AbortSignal): Promise<number | undefined> {
+    try {
+      const body = (await this.call("GET", "/v1/workers", undefined, signal)) as
+        { alive?: unknown } | undefined;
+      return typeof body?.alive === "number" ? body.alive : undefined;
+    } catch (err) {
+      if (err instanceof Refused && (err.status === 404 || err.status === 405)) return undefined;
+      throw err;
+    }
   }
 
   async cancel(jobId: string): Promise<void> {

@@ -9,6 +9,7 @@
  */
 
 import { Refused, Unreachable, type CompactorApi } from "./api.ts";
+import { RECOVERED } from "./notices.ts";
 
 /** The fields of a pi session entry the mirror reads (pi's SessionEntry has them all). */
 export interface EntryLike {
@@ -131,6 +132,7 @@ export class Mirror {
     this.running = this.push(alignLeaf);
     try {
       await this.running;
+      if (this.unreachable) this.report(RECOVERED, `Compactor at ${this.api.url} answers again`);
       this.failures = 0;
       this.unreachable = undefined;
     } catch (err) {

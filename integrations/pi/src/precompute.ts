@@ -4,33 +4,24 @@
  * the draft is ready when pi crosses the threshold and applying it costs one round trip.
  */
 
+import { PI_DEFAULTS } from "./agent.ts";
+import type { AgentSettings } from "./api.ts";
+
 export interface Limits {
   contextWindow: number;
   reserveTokens: number;
   keepRecentTokens: number;
 }
 
-/** The shape of pi's `compaction` settings (settings.json), every field optional. */
-export interface CompactionSettings {
-  enabled?: boolean;
-  reserveTokens?: number;
-  keepRecentTokens?: number;
-  modelOverrides?: Record<string, { reserveTokens?: number; keepRecentTokens?: number }>;
-}
-
-// pi's defaults (docs/settings.md), used where settings.json says nothing.
-const RESERVE = 16_384;
-const KEEP_RECENT = 20_000;
-
-/** pi's effective limits for `model` (`provider/id`), or undefined when compaction is off. */
-export function limitsFor(settings: CompactionSettings | undefined, model: string,
+/** The limits of pi's effective settings (`agent`, model overrides applied) in `contextWindow`;
+ * undefined when pi's compaction is off. */
+export function limitsFor(agent: AgentSettings | undefined,
                           contextWindow: number): Limits | undefined {
-  if (settings?.enabled === false) return undefined;
-  const override = settings?.modelOverrides?.[model];
+  if (!agent) return undefined;
   return {
     contextWindow,
-    reserveTokens: override?.reserveTokens ?? settings?.reserveTokens ?? RESERVE,
-    keepRecentTokens: override?.keepRecentTokens ?? settings?.keepRecentTokens ?? KEEP_RECENT,
+    reserveTokens: agent.reserveTokens ?? PI_DEFAULTS.reserveTokens,
+    keepRecentTokens: agent.keepRecentTokens ?? PI_DEFAULTS.keepRecentTokens,
   };
 }
 

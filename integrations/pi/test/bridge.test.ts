@@ -5,11 +5,21 @@ import { afterEach, beforeEach, test } from "node:test";
 import { SessionManager } from "@earendil-works/pi-coding-agent";
 
 import { CompactorApi } from "../src/api.ts";
-import { Bridge, type CompactEvent, type TreeEvent } from "../src/bridge.ts";
+import type { AgentSettings } from "../src/api.ts";
+import { Bridge, type CompactEvent, type EstimateAfter, type TreeEvent } from "../src/bridge.ts";
 import type { Config } from "../src/config.ts";
+import { RECOVERED } from "../src/notices.ts";
 import { deadUrl, problem, standIn, type Seen, type StandIn } from "./standin.ts";
 
 let server: StandIn;
+
+/** Waits (in short steps) until `check` holds. */
+export async function until(check: () => boolean, what = "the condition"): Promise<void> {
+  for (let i = 0; !check(); i += 1) {
+    if (i > 400) throw new Error(`${what}: not within 8 s`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
 let said: string[];
 beforeEach(async () => {
   server = await standIn();
@@ -17,20 +27,26 @@ beforeEach(async () => {
 });
 afterEach(() => server.close());
 
-/** Collects what is said into this test's list (a late report of an earlier test's timer
- * lands in that test's list, not this one's). */
-function report(): (cause: string) => void {
+/** Collects the causes said into this test's list (a late report of an earlier test's timer
+ * lands in that test's list, not this one's); a recovery only when `recoveries` is set. */
+function report(recoveries = false): (cause: string) => void {
   const sink = said;
-  return (cause) => { sink.push(cause); };
+  return (cause) => { if (recoveries || cause !== RECOVERED) sink.push(cause); };
 }
 
 const CONFIG: Config = { url: "", token: undefined, timeoutMs: 2000, syncTimeoutMs: 500,
                          requestTimeoutMs: 1000, precompute: true };
 
-function bridge(overrides: Partial<Config> = {}, url = server.url): Bridge {
+/** pi's settings as the extension sends them (window 32 000, reserve 4 000, keep 3 000). */
+export const AGENT: AgentSettings = {
+  reserveTokens: 4000, keepRecentTokens: 3000, tokenizer: "estimate", summaryFormat: "pi-1.6",
+  summaryMaxTokens: 4000, turnPrefixMaxTokens: 4000, branchReserveTokens: 16_384 };
+
+function bridge(overrides: Partial<Config> = {}, url = server.url,
+                estimateAfter?: EstimateAfter, recoveries = false): Bridge {
   const config = { ...CONFIG, url, ...overrides };
   return new Bridge(new CompactorApi(url, undefined, config.requestTimeoutMs), config,
-                    report());
+                    report(recoveries), estimateAfter);
 }
 
 function conversation(): SessionManager {
@@ -52,31 +68,35 @@ function entry(manager: SessionManager, type = "compaction") {
            details: { readFiles: ["a.ts"], modifiedFiles: [] } };
 }
 
-/** Compactor's routes: sessions and entries accepted, jobs as `jobs` says. */
-function compactor(jobs: (seen: Seen) => ReturnType<StandIn["script"]>) {
+/** Compactor's routes: sessions and entries accepted, one worker alive, jobs as `jobs` says. */
+function compactor(jobs: (seen: Seen) => ReturnType<StandIn["script"]>,
+                   workers: () => ReturnType<StandIn["script"]> =
+                     () => ({ status: 200, body: { alive: 1 } })) {
   return (seen: Seen) => seen.path.includes("/jsonl") || seen.path.endsWith("/entries")
-    || seen.path.endsWith("/leaf") ? { status: 200, body: {} } : jobs(seen);
+    || seen.path.endsWith("/leaf") ? { status: 200, body: {} }
+    : seen.path === "/v1/workers" ? workers() : jobs(seen);
 }
 
 test("a threshold compaction from a draft: one request, Compactor's entry", async () => {
   const manager = conversation();
   server.script = compactor(() => ({ status: 200, body: { jobId: "j1",
                                                            entry: entry(manager) } }));
-  const answer = await bridge().compact(manager, compactEvent(manager), 32_000);
+  const answer = await bridge().compact(manager, compactEvent(manager), 32_000, AGENT);
   assert.deepEqual(answer?.compaction, {
     summary: "## Goal\nCompactor's", firstKeptEntryId: manager.getEntries()[1]?.id,
     tokensBefore: 123, details: { readFiles: ["a.ts"], modifiedFiles: [], compactor: {
       jobId: "j1", entryId: "c0mpact0", fromDraft: true, tokensBefore: 99 } } });
   const asked = server.seen.find((s) => s.path.endsWith("/compact"));
-  assert.deepEqual(asked?.body, { reason: "threshold", contextWindow: 32_000 });
+  assert.deepEqual(asked?.body, { reason: "threshold", contextWindow: 32_000, agent: AGENT });
 });
 
 test("pi 0.73 names no reason: instructions make it manual, else a threshold", async () => {
   const manager = conversation();
   server.script = compactor(() => ({ status: 200, body: { jobId: "j0", entry: entry(manager) } }));
   const event = { ...compactEvent(manager), reason: undefined };
-  await bridge().compact(manager, event, undefined);
-  await bridge().compact(manager, { ...event, customInstructions: "keep it" }, undefined);
+  await bridge().compact(manager, event, undefined, undefined);
+  await bridge().compact(manager, { ...event, customInstructions: "keep it" }, undefined,
+                         undefined);
   assert.deepEqual(server.seen.filter((s) => s.path.endsWith("/compact")).map((s) => s.body),
                    [{ reason: "threshold" }, { reason: "manual", instructions: "keep it" }]);
 });
@@ -93,18 +113,18 @@ test("a manual compaction with instructions: a job, awaited", async () => {
   });
   const answer = await bridge().compact(
     manager, compactEvent(manager, { reason: "manual", customInstructions: "keep the parser" }),
-    undefined);
+    undefined, AGENT);
   assert.equal(answer?.compaction?.summary, "## Goal\nCompactor's");
   assert.deepEqual(server.seen.find((s) => s.path.endsWith("/compact"))?.body,
-                   { reason: "manual", instructions: "keep the parser" });
+                   { reason: "manual", instructions: "keep the parser", agent: AGENT });
   assert.match(server.seen.at(-1)?.path ?? "", /^\/v1\/jobs\/j2\?wait=/);
 });
 
 test("Compactor unreachable: nothing (pi's built-in runs), said once", async () => {
   const manager = conversation();
   const hooks = bridge({}, await deadUrl());
-  assert.equal(await hooks.compact(manager, compactEvent(manager), 32_000), undefined);
-  assert.equal(await hooks.compact(manager, compactEvent(manager), 32_000), undefined);
+  assert.equal(await hooks.compact(manager, compactEvent(manager), 32_000, AGENT), undefined);
+  assert.equal(await hooks.compact(manager, compactEvent(manager), 32_000, AGENT), undefined);
   assert.deepEqual([...new Set(said)], ["unreachable"]);
 });
 
@@ -115,7 +135,7 @@ test("slower than the timeout: the job is cancelled, pi's built-in runs", async 
     : seen.path.endsWith("/cancel") ? { status: 200, body: { jobId: "j3", state: "running" } }
     : { status: 200, body: { id: "j3", state: "running" }, delayMs: 100 });
   const started = Date.now();
-  assert.equal(await bridge({ timeoutMs: 300 }).compact(manager, compactEvent(manager), 1),
+  assert.equal(await bridge({ timeoutMs: 300 }).compact(manager, compactEvent(manager), 1, AGENT),
                undefined);
   assert.ok(Date.now() - started < 1500);
   await new Promise((r) => setTimeout(r, 50));
@@ -133,7 +153,8 @@ test("pi aborts: the job is cancelled and the compaction too", async () => {
     return { status: 200, body: { id: "j4", state: "running" }, delayMs: 500 };
   });
   const answer = await bridge().compact(manager, compactEvent(manager,
-                                                              { signal: abort.signal }), 1);
+                                                              { signal: abort.signal }), 1,
+                                        AGENT);
   assert.deepEqual(answer, { cancel: true });
   await new Promise((r) => setTimeout(r, 50));
   assert.ok(server.seen.some((s) => s.path === "/v1/jobs/j4/cancel"));
@@ -145,12 +166,12 @@ test("a failed job, a refusal, a cut off pi's branch: pi's built-in runs", async
   server.script = compactor((seen) => seen.path.endsWith("/compact")
     ? { status: 202, body: { jobId: "j5" } }
     : { status: 200, body: { id: "j5", state: "failed", error: "Auto-compaction failed: x" } });
-  assert.equal(await bridge().compact(manager, compactEvent(manager), 1), undefined);
+  assert.equal(await bridge().compact(manager, compactEvent(manager), 1, AGENT), undefined);
   server.script = compactor(() => problem(409, "nothing_to_compact"));
-  assert.equal(await bridge().compact(manager, compactEvent(manager), 1), undefined);
+  assert.equal(await bridge().compact(manager, compactEvent(manager), 1, AGENT), undefined);
   server.script = compactor(() => ({ status: 200, body: { jobId: "j6", entry: {
     ...entry(manager), firstKeptEntryId: "elsewhere" } } }));
-  assert.equal(await bridge().compact(manager, compactEvent(manager), 1), undefined);
+  assert.equal(await bridge().compact(manager, compactEvent(manager), 1, AGENT), undefined);
   assert.deepEqual(said, ["job-failed", "refused-nothing_to_compact", "cut"]);
 });
 
@@ -161,7 +182,7 @@ test("behind on the mirror: pi's built-in runs", async () => {
   const hooks = bridge({ syncTimeoutMs: 100 });
   await hooks.flush(manager, 1000);
   manager.appendMessage({ role: "user", content: "one more", timestamp: 9 });
-  assert.equal(await hooks.compact(manager, compactEvent(manager), 1), undefined);
+  assert.equal(await hooks.compact(manager, compactEvent(manager), 1, AGENT), undefined);
   assert.deepEqual(said, ["behind"]);
   assert.ok(!server.seen.some((s) => s.path.endsWith("/compact")));
 });
@@ -177,12 +198,13 @@ test("the tree: a branch summary job when the user wants a summary", async () =>
     ? { status: 202, body: { jobId: "j7" } }
     : { status: 200, body: { id: "j7", state: "succeeded",
                              entry: { ...entry(manager, "branch_summary"), id: "b1" } } });
-  assert.equal(await bridge().tree(manager, tree(false)), undefined);
-  const answer = await bridge().tree(manager, tree(true, { customInstructions: "the lexer" }));
+  assert.equal(await bridge().tree(manager, tree(false), AGENT), undefined);
+  const answer = await bridge().tree(manager, tree(true, { customInstructions: "the lexer" }),
+                                     AGENT);
   assert.equal(answer?.summary?.summary, "## Goal\nCompactor's");
   assert.deepEqual(server.seen.find((s) => s.path.endsWith("/branch-summary"))?.body,
-                   { targetId: target, instructions: "the lexer" });
-  assert.equal(await bridge().tree(manager, tree(true, { replaceInstructions: true })),
+                   { targetId: target, instructions: "the lexer", agent: AGENT });
+  assert.equal(await bridge().tree(manager, tree(true, { replaceInstructions: true }), AGENT),
                undefined);
   assert.deepEqual(said, ["replace"]);
 });
@@ -190,12 +212,13 @@ test("the tree: a branch summary job when the user wants a summary", async () =>
 test("precompute: one speculative request in the band, after the mirror", async () => {
   const manager = conversation();
   const hooks = bridge();
-  const limits = { contextWindow: 32_000, reserveTokens: 8_000, keepRecentTokens: 6_000 };
-  hooks.precompute(manager, 10_000, limits);  // below the band
-  hooks.precompute(manager, 17_000, limits);
-  hooks.precompute(manager, 18_000, limits);  // asked already, grew too little
-  await new Promise((r) => setTimeout(r, 100));
+  const agent = { ...AGENT, reserveTokens: 8_000, keepRecentTokens: 6_000 };
+  hooks.precompute(manager, 10_000, agent, 32_000);  // below the band
+  hooks.precompute(manager, 17_000, agent, 32_000);
+  hooks.precompute(manager, 18_000, agent, 32_000);  // asked already, grew too little
+  await until(() => server.seen.some((s) => s.path.endsWith("/compact")));
   const asked = server.seen.filter((s) => s.path.endsWith("/compact"));
-  assert.deepEqual(asked.map((s) => s.body), [{ reason: "speculative", contextWindow: 32_000 }]);
+  assert.deepEqual(asked.map((s) => s.body),
+                   [{ reason: "speculative", contextWindow: 32_000, agent }]);
   assert.ok(server.seen[0]?.path.includes("/jsonl"));  // the session went first
 });
