@@ -20,7 +20,7 @@ install-test-plugins:
 	rm -rf $(TEST_PLUGINS)
 	$(PY) -m pip install -q --no-deps --target $(TEST_PLUGINS) examples/compactor-example-plugin
 
-test: install-test-plugins pi
+test: install-test-plugins pi omp
 	$(PY) -m pytest -q
 
 # The fast lane: every test that needs no Redis server, broker or worker (under a minute).
@@ -42,6 +42,21 @@ pi:
 
 $(PI_DIR)/node_modules/.installed: $(PI_DIR)/package.json $(PI_DIR)/package-lock.json
 	cd $(PI_DIR) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+# oh-my-pi 18.2 and Bun from npm, for the end-to-end test with the real oh-my-pi
+# (docs/oh-my-pi.md): integrations/oh-my-pi/node_modules (git-ignored). As for pi: offline and
+# without CI its test skips, saying so; in CI (CI set) a failed install fails. `npm install` from
+# the lock file, not `npm ci`: the registry lacks the other platforms' optional pi-natives
+# packages, which `npm ci` wants in the lock file.
+OMP_DIR := integrations/oh-my-pi
+.PHONY: omp
+omp:
+	@$(MAKE) --no-print-directory $(OMP_DIR)/node_modules/.installed || { test -z "$$CI" && \
+	  echo "make omp: oh-my-pi could not be installed from npm: its test skips" >&2; }
+
+$(OMP_DIR)/node_modules/.installed: $(OMP_DIR)/package.json $(OMP_DIR)/package-lock.json
+	cd $(OMP_DIR) && npm install --no-save --no-audit --no-fund --loglevel=error
 	touch $@
 
 # The extension: TypeScript strict (tsc), then its unit tests (node --test, Node 22).
