@@ -39,6 +39,8 @@ typecheck:
 pi:
 	@$(MAKE) --no-print-directory $(PI_DIR)/node_modules/.installed || { test -z "$$CI" && \
 	  echo "make pi: pi could not be installed from npm: the pi checks and tests skip" >&2; }
+	@if [ -f $(PI_DIR)/node_modules/.installed ]; then \
+	  echo "pi: $(PI_DIR)/bin/pi (pi 1.6 on its own Node 22, with the Compactor extension)"; fi
 
 $(PI_DIR)/node_modules/.installed: $(PI_DIR)/package.json $(PI_DIR)/package-lock.json
 	cd $(PI_DIR) && npm ci --no-audit --no-fund --loglevel=error
