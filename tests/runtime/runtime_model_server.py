@@ -3,12 +3,14 @@
 ``stall`` holds requests until ``release()`` (or the client hangs up); ``stall_next(n)`` holds
 only the next ``n``. Answers are fixed summaries; ``requests`` counts calls, ``prompts`` keeps
 each call's prompt (its last message), ``in_flight`` is set while a held request waits.
+``latency_s`` delays every answer (a slow model), ``answered`` counts the answers sent.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -18,6 +20,8 @@ class ModelServer:
         self.requests = 0
         self.prompts: list[str] = []
         self.held = 0
+        self.answered = 0
+        self.latency_s = 0.0
         self._to_hold = 0
         self.in_flight = threading.Event()
         self._release = threading.Event()
@@ -78,6 +82,8 @@ class ModelServer:
         if hold:
             self.in_flight.set()
             self._release.wait(120)
+        if self.latency_s:
+            time.sleep(self.latency_s)  # the model's own time, not a test's wait
         reply = {
             "choices": [{"index": 0, "finish_reason": "stop",
                          "message": {"role": "assistant",
@@ -92,6 +98,8 @@ class ModelServer:
             handler.send_header("Content-Length", str(len(data)))
             handler.end_headers()
             handler.wfile.write(data)
+            with self._lock:
+                self.answered += 1
         except OSError:
             pass  # the worker hung up (cancelled or killed)
 

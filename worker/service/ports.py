@@ -165,12 +165,15 @@ class TenantSlots(Protocol):
 
 
 class Drafts(Protocol):
-    """Where a speculative job stores its draft (``worker.store.draft_store.DraftStore``), and
-    where a compaction finds the stale draft it extends."""
+    """Where a speculative job stores its draft (``worker.store.draft_store.DraftStore``),
+    where a compaction finds the stale draft it extends, and which speculative job of a session
+    a worker runs right now (an automatic compaction joins it)."""
 
     def save(self, job_id: str, draft: str) -> str: ...
 
     def get(self, session_id: str) -> dict[str, Any] | None: ...
+
+    def running(self, session_id: str) -> str | None: ...
 
 
 class Hooks(Protocol):
