@@ -71,8 +71,92 @@ def test_usage_ratio_shrinks_keep_recent_tokens() -> None:
     prep = prepare_compaction(path, CompactionSettings(keep_recent_tokens=250), EST)
     assert prep is not None
     assert prep.tokens_before == 803  # aborted messages' usage is skipped
-    assert prep.keep_recent_tokens == 125  # ratio 800 / 400 = 2
-    assert prep.first_kept_entry_index == 2  # 250 would have cut at the assistant (split turn)
+    # the usage measured e0..e1 (200 estimated): ratio 800 / 200 = 4 (issue 38: what it counts)
+    assert prep.keep_recent_tokens == 62
+    assert prep.first_kept_entry_index == 3 and prep.is_split_turn
+
+
+@pytest.mark.parametrize(("path", "start", "keep", "want"), [
+    # no usage: the keep as it is
+    (lambda: chain(u(100), a(100)), None, 300, 300),
+    # usage equal to the estimate of what it measured: ratio 1, unchanged
+    (lambda: chain(u(100), a(100, {"input": 200, "totalTokens": 200})), None, 300, 300),
+    # the usage covers the system prompt too: ratio 400 / 200 = 2
+    (lambda: chain(u(100), a(100, {"input": 400, "totalTokens": 400})), None, 300, 150),
+    # entries after the reply that carried the usage are not in its ratio
+    (lambda: chain(u(100), a(100, {"input": 400, "totalTokens": 400}), u(600)), None, 300, 150),
+    # after a compaction: its summary (40 chars + wrapper) and kept tail count, as the agent
+    # sent them; the summarised head before the kept tail does not
+    (lambda: chain(u(500), u(100), comp("e1", chars(160)), u(100),
+                   a(100, {"input": 800, "totalTokens": 800})), None, 300, None),
+    # a ratio below 1 never grows the keep
+    (lambda: chain(u(100), a(100, {"input": 50, "totalTokens": 50})), None, 300, 300),
+])
+def test_adjusted_keep_counts_the_context_the_usage_measured(path, start, keep, want) -> None:
+    from worker.compaction.prepare import _adjusted_keep, measured_messages
+
+    entries = path()
+    got = _adjusted_keep(entries, start, keep, EST)
+    if want is None:  # the compaction case: summary + e1 (kept) + e3 + e4, not e0
+        measured = measured_messages(entries)
+        assert [m.get("role") for m in measured] == [
+            "compactionSummary", "user", "user", "assistant"]
+        want = keep * sum(EST.count(m) for m in measured) // 800
+    assert got == want
+
+
+@pytest.mark.parametrize("version", ["pi-1.6", "pi-0.73"])
+def test_an_agent_cut_is_never_scaled(version: str) -> None:
+    usage = {"input": 8000, "totalTokens": 8000}
+    path = chain(u(100), a(100), u(100), a(100, usage))
+    prep = prepare_compaction(path, CompactionSettings(keep_recent_tokens=150), EST,
+                              version=version)
+    assert prep is not None and prep.keep_recent_tokens == 150
+    assert prep.first_kept_entry_id == "e2" and not prep.is_split_turn
+
+
+def model_change() -> dict:
+    return {"type": "model_change", "provider": "p", "modelId": "m2"}
+
+
+def note(tokens: int) -> dict:
+    return {"type": "custom_message", "customType": "n", "content": chars(tokens * 4),
+            "display": True}
+
+
+# Where pi 1.6, pi 0.73 and Compactor's own rules part (worker/compaction/agent_cut.py):
+# (path, keep, {version: (first kept id, split, summarised ids, prefix ids)}).
+_PARTING = [
+    # metadata before the user message the budget reaches is pulled into the kept part: pi
+    # then looks for a turn start before it (a split turn of the previous turn), 1.6 too since
+    # a model change starts no turn; Compactor's own rules skip the metadata (Q2).
+    (lambda: chain(u(100), a(100), model_change(), u(100), a(100)), 150, {
+        "pi-1.6": ("e2", True, (), ("e0", "e1")),
+        "pi-0.73": ("e2", True, (), ("e0", "e1")),
+        None: ("e2", False, ("e0", "e1"), ())}),
+    # a custom message counts in 1.6 (its message is in the context; it starts a turn), not
+    # in 0.73 nor in Compactor's own rules (Q1), which walk on to the assistant
+    (lambda: chain(u(100), a(100), u(100), note(200)), 150, {
+        "pi-1.6": ("e3", False, ("e0", "e1", "e2"), ()),
+        "pi-0.73": ("e1", True, (), ("e0",)),
+        None: ("e1", True, (), ("e0",))}),
+    # after a compaction both pi versions search its kept tail too
+    (lambda: chain(u(100), a(100), comp("e0"), u(20), a(20)), 100, {
+        "pi-1.6": ("e1", True, (), ("e0",)),
+        "pi-0.73": ("e1", True, (), ("e0",)),
+        None: ("e3", False, ("e0", "e1"), ())}),
+]
+
+
+@pytest.mark.parametrize("case", range(len(_PARTING)))
+@pytest.mark.parametrize("version", ["pi-1.6", "pi-0.73", None])
+def test_where_the_agents_cuts_part(case: int, version: str | None) -> None:
+    build, keep, want = _PARTING[case]
+    prep = prepare_compaction(build(), CompactionSettings(keep_recent_tokens=keep), EST,
+                              version=version)
+    assert prep is not None
+    assert (prep.first_kept_entry_id, prep.is_split_turn, prep.summarize_entry_ids,
+            prep.turn_prefix_entry_ids) == want[version]
 
 
 def test_split_turn_lists() -> None:

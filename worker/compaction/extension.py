@@ -69,12 +69,13 @@ def draft_base(path: Sequence[Entry], draft: Mapping[str, Any] | None) -> DraftB
 
 
 def prepare_extension(path: Sequence[Entry], draft: Mapping[str, Any] | None,
-                      settings: CompactionSettings,
-                      tokenizer: Tokenizer) -> tuple[Preparation, DraftBase] | None:
+                      settings: CompactionSettings, tokenizer: Tokenizer,
+                      version: str | None = None) -> tuple[Preparation, DraftBase] | None:
     """The plan of ``path`` built on ``draft`` (see the module doc), or None: no base, or the
     growth since the draft offers no cut point after it (plan the path alone then)."""
     base = draft_base(path, draft)
     if base is None:
         return None
-    prep = prepare_compaction(base.path, settings, tokenizer, usage_start=base.usage_start)
+    prep = prepare_compaction(base.path, settings, tokenizer, usage_start=base.usage_start,
+                              version=version)
     return None if prep is None else (prep, base)

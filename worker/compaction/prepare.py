@@ -9,7 +9,12 @@ from typing import Any, Literal
 
 from api_client.contract.session import CompactionEntry, Entry, Message, MessageEntry
 from api_client.contract.session.context import last_compaction_index
-from api_client.contract.session.convert import convert_to_llm, for_compaction
+from api_client.contract.session.convert import (
+    compaction_summary_message,
+    convert_to_llm,
+    for_compaction,
+)
+from worker.compaction.agent_cut import PI_VERSIONS, AgentCut, agent_cut
 from worker.compaction.caches import PlanCaches
 from worker.compaction.cutpoint import CutPoint, classify_cut, find_cut_point
 from worker.compaction.facts import parse_fact_block, strip_fact_block
@@ -129,12 +134,50 @@ def prime_counts(tokenizer: JobTokenizer, path: Sequence[Entry], *, prune: bool,
     return tokenizer.prime([*older, *fresh], parts, counted)
 
 
-def _adjusted_keep(path: Sequence[Entry], start: int, keep: int, tokenizer: Tokenizer) -> int:
+def _usage_index(path: Sequence[Entry]) -> int | None:
+    """Where the usage :func:`last_assistant_usage` reads sits on the path."""
+    for i in range(len(path) - 1, -1, -1):
+        entry = path[i]
+        if isinstance(entry, MessageEntry) and entry.role == "assistant":
+            usage = entry.message.get("usage")
+            if (usage and isinstance(usage, dict)
+                    and entry.message.get("stopReason") not in ("aborted", "error")):
+                return i
+    return None
+
+
+def measured_messages(path: Sequence[Entry], start: int | None = None) -> list[Message]:
+    """The context the last assistant usage measured, as the agent sent it: the previous
+    compaction's summary, its kept tail, and the messages after it up to that reply (from
+    ``start`` instead, when the caller knows where that context begins)."""
+    end = _usage_index(path)
+    if end is None:
+        return []
+    prev_idx = last_compaction_index(path)
+    if start is not None and start != prev_idx + 1:
+        return [m for _, m in _mapped(path, start, end + 1)]
+    head: list[Message] = []
+    if prev_idx >= 0:
+        previous = path[prev_idx]
+        assert isinstance(previous, CompactionEntry)
+        head.append(compaction_summary_message(previous))
+        kept_from = _previous_kept_from(path, prev_idx)
+        if kept_from is not None:
+            head += [m for _, m in _mapped(path, kept_from, prev_idx)]
+    return head + [m for _, m in _mapped(path, prev_idx + 1, end + 1)]
+
+
+def _adjusted_keep(path: Sequence[Entry], start: int | None, keep: int,
+                   tokenizer: Tokenizer) -> int:
+    """Compactor's own keep (SPEC §9.4 step 4): scaled down by how much more the provider
+    counted (the last usage) than the tokenizer counts of the same context, the whole context
+    that usage measured (:func:`measured_messages`; docs/compaction.md), never only the
+    entries after the last compaction. An agent's own cut is never scaled (pi has no such
+    step)."""
     usage = last_assistant_usage(path)
     if usage is None:
         return keep
-    messages = [m for _, m in _mapped(path, start, len(path))]
-    estimated = total_tokens(tokenizer, messages)
+    estimated = total_tokens(tokenizer, measured_messages(path, start))
     ratio = prompt_tokens(usage) / estimated if estimated > 0 else 0.0
     if math.isfinite(ratio) and ratio > 1:
         return max(1, math.floor(keep / ratio))
@@ -151,13 +194,14 @@ def _previous_kept_from(path: Sequence[Entry], prev_idx: int) -> int | None:
                 None)
 
 
-def _summarize_range(path: Sequence[Entry], prev_idx: int,
-                     history_end: int) -> list[tuple[str, Message]]:
-    items: list[tuple[str, Message]] = []
+def _summarize_range(path: Sequence[Entry], prev_idx: int, history_end: int) -> list[int]:
+    """Path indices of the entries summarised (those with a message)."""
+    span: list[int] = []
     kept_from = _previous_kept_from(path, prev_idx)
     if kept_from is not None:  # Q5: the previous compaction's kept range is summarised now
-        items += _mapped(path, kept_from, min(prev_idx, history_end))  # Q22: up to a moved cut
-    return items + _mapped(path, prev_idx + 1, history_end)
+        span += range(kept_from, min(prev_idx, history_end))  # Q22: up to a moved cut
+    span += range(prev_idx + 1, history_end)
+    return [i for i in span if for_compaction(path[i]) is not None]
 
 
 def _tool_pair_cut(path: Sequence[Entry], cut: CutPoint, prev_idx: int,
@@ -191,20 +235,10 @@ def _carried_facts(previous: Entry | None) -> tuple[tuple[str, str], ...]:
     return tuple(facts)
 
 
-def prepare_compaction(
-    path: Sequence[Entry], settings: CompactionSettings, tokenizer: Tokenizer, *,
-    usage_start: int | None = None,
-) -> Preparation | None:
-    """The compaction plan for a root→leaf path, or None (see :func:`no_plan_reason`).
-    ``usage_start``: where the context the last assistant usage measured begins, when not
-    after the path's last compaction (a draft laid on the path: ``extension``)."""
-    if not path or isinstance(path[-1], CompactionEntry):
-        return None
+def _own_cut(path: Sequence[Entry], keep: int, tokenizer: Tokenizer) -> AgentCut | None:
+    """Compactor's own cut (SPEC §9 with Q1-Q5 and Q22), as path indices."""
     prev_idx = last_compaction_index(path)
     start, end = prev_idx + 1, len(path)
-    usage = last_assistant_usage(path)
-    keep = _adjusted_keep(path, start if usage_start is None else usage_start,
-                          settings.keep_recent_tokens, tokenizer)
     cut = _tool_pair_cut(path, find_cut_point(path, start, end, keep, tokenizer), prev_idx, end)
     if cut is None:
         return None
@@ -212,8 +246,37 @@ def prepare_compaction(
     if first >= len(path) or not path[first].id:
         return None
     history_end = cut.turn_start_index if cut.is_split_turn else first
-    summarize = _summarize_range(path, prev_idx, history_end)
-    prefix = _mapped(path, cut.turn_start_index, first) if cut.is_split_turn else []
+    prefix = range(cut.turn_start_index, first) if cut.is_split_turn else range(0)
+    return AgentCut(first, cut.turn_start_index, cut.is_split_turn,
+                    tuple(_summarize_range(path, prev_idx, history_end)),
+                    tuple(i for i in prefix if for_compaction(path[i]) is not None))
+
+
+def prepare_compaction(
+    path: Sequence[Entry], settings: CompactionSettings, tokenizer: Tokenizer, *,
+    usage_start: int | None = None, version: str | None = None,
+) -> Preparation | None:
+    """The compaction plan for a root→leaf path, or None (see :func:`no_plan_reason`).
+    ``usage_start``: where the context the last assistant usage measured begins, when not
+    after the path's last compaction (a draft laid on the path: ``extension``). ``version``:
+    the agent whose cut to make (``pi-1.6``, ``pi-0.73``: :mod:`worker.compaction.agent_cut`);
+    None: Compactor's own."""
+    if not path or isinstance(path[-1], CompactionEntry):
+        return None
+    prev_idx = last_compaction_index(path)
+    end = len(path)
+    usage = last_assistant_usage(path)
+    if version in PI_VERSIONS:
+        keep = settings.keep_recent_tokens
+        cut = agent_cut(path, keep, tokenizer, str(version))
+    else:
+        keep = _adjusted_keep(path, usage_start, settings.keep_recent_tokens, tokenizer)
+        cut = _own_cut(path, keep, tokenizer)
+    if cut is None:
+        return None
+    first = cut.first_kept_entry_index
+    summarize = [(path[i].id, m) for i in cut.summarize if (m := for_compaction(path[i]))]
+    prefix = [(path[i].id, m) for i in cut.prefix if (m := for_compaction(path[i]))]
     recent = _mapped(path, first, end)
     read, modified = _file_lists(path, prev_idx, [m for _, m in summarize + prefix])
     previous = path[prev_idx] if prev_idx >= 0 else None

@@ -57,6 +57,12 @@ class JobContext:
         return agent_compaction_settings(self.rt.compaction_settings, self.record.agent)
 
     @property
+    def cut_version(self) -> str | None:
+        """The agent whose cut the plan makes (its summary format's version: pi 1.6 or 0.73,
+        ``worker.compaction.agent_cut``); None: Compactor's own cut."""
+        return None if self.record.agent is None else self.record.agent.summary_format
+
+    @property
     def branch_reserve_tokens(self) -> int:
         return branch_reserve_tokens(self.rt.settings.branch_reserve_tokens, self.record.agent)
 
