@@ -85,13 +85,22 @@ def test_no_page_cites_texts_outside_the_repository(page: Path) -> None:
 BEING_WRITTEN = {"docs/pi.md", "docs/oh-my-pi.md", "docs/compaction.md"}
 
 
+def _anchors(page: Path) -> set[str]:
+    """The anchors of a page's headings, as GitHub makes them (code blocks left out)."""
+    text = re.sub(r"^```.*?^```$", "", page.read_text(encoding="utf-8"), flags=re.S | re.M)
+    return {re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+            for title in re.findall(r"^#+ (.*)$", text, re.M)}
+
+
 def test_every_relative_link_of_the_docs_resolves() -> None:
     for page in [README, *sorted(DOCS.glob("*.md"))]:
         text = page.read_text(encoding="utf-8")
-        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text):
-            path = (page.parent / target).resolve()
-            if path.relative_to(REPO).as_posix() not in BEING_WRITTEN:
-                assert path.exists(), f"{page.name} links {target}"
+        for target, anchor in re.findall(r"\]\(([^)#:]*)(?:#([^)]*))?\)", text):
+            path = (page.parent / target).resolve() if target else page
+            if path.relative_to(REPO).as_posix() in BEING_WRITTEN and not path.exists():
+                continue
+            assert path.exists(), f"{page.name} links {target}"
+            assert not anchor or anchor in _anchors(path), f"{page.name} links {target}#{anchor}"
 
 
 @pytest.mark.integration  # readme_env starts a Redis and a worker
@@ -102,3 +111,21 @@ def test_block_runs(readme_env: dict[str, dict[str, Any]], page: str, line: int,
                     code: str) -> None:
     namespace = readme_env.setdefault(page, {"__name__": page.replace("/", ".")})
     exec(compile(code, f"{page}:{line}", "exec"), namespace)
+
+
+def test_the_readme_names_every_package_of_the_fast_extra() -> None:
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    names = [re.split(r"[<>=!~\[; ]", req, maxsplit=1)[0]
+             for req in project["optional-dependencies"]["fast"]]
+    text = README.read_text(encoding="utf-8")
+    assert names and all(f"`{name}`" in text for name in names), names
+
+
+def test_the_acl_lines_are_each_written_once() -> None:
+    """The recovery tests run Redis with these lines (tests/helpers/doc_facts.py reads them)."""
+    from helpers.doc_facts import acl_rules
+
+    assert acl_rules("compactor").startswith("~compactor:* resetchannels ")
+    assert acl_rules("acme").startswith("~compactor:tenant:acme:* ")
