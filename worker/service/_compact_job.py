@@ -29,6 +29,7 @@ from worker.compaction.ledger import hook_compaction_with_facts
 from worker.compaction.reach import compaction_reach
 from worker.compaction.toolpairs import safe_first_kept_id
 from worker.llm import SummaryResult
+from worker.service._draft_join import join_running_draft, joined_entry
 from worker.service._job_context import JobContext, JobSuccess, calls_summary, compaction_entry
 from worker.service._job_stops import JobCancelled
 from worker.service._loop_guard import (
@@ -55,12 +56,14 @@ class Draft:
     from_extension: bool
     path: Sequence[Entry]
     calls: tuple[SummaryResult, ...] = ()
-    base: DraftBase | None = None  # the stale draft it extends
+    base: DraftBase | None = None  # the stale draft it extends (or, ``joined``, commits as is)
+    joined: bool = False  # the draft of a speculative job this one waited for (_draft_join)
 
 
 @dataclass
 class Progress:
     pruned: PruneStep = field(default_factory=PruneStep)
+    joined: str | None = None  # the speculative job whose draft this one waited for
 
 
 def _reason(ctx: JobContext) -> CompactReason:
@@ -188,7 +191,8 @@ def _result(ctx: JobContext, progress: Progress, draft: Draft) -> dict[str, Any]
         "tokensBefore": draft.entry.get("tokensBefore"),
         "facts": details.get("facts") if isinstance(details, dict) else None,
         "durationMs": ctx.control.elapsed_ms(),
-        **({"extendedDraft": draft.base.job_id} if draft.base else {}),
+        **({("joinedDraft" if draft.joined else "extendedDraft"): draft.base.job_id}
+           if draft.base else {}),
     }
 
 
@@ -224,6 +228,9 @@ def _round(ctx: JobContext, progress: Progress,
     snap = ctx.rt.sessions.load_path(ctx.session_id, _reach(ctx, prune))
     _prime(ctx, snap)
     path: Sequence[Entry] = snap.path
+    joined = _joined(ctx, progress, path)
+    if joined is not None:  # the joined draft fits: committed as it is (no prune pass)
+        return _commit(ctx, progress, snap.leaf_id, joined, round_no)
     if prune:
         step = prune_pass(ctx, snap, round_no, own_effect=False)
         if step.stale:
@@ -235,17 +242,37 @@ def _round(ctx: JobContext, progress: Progress,
     if prep is None:
         return (None, None)
     draft = replace(_draft(ctx, prep, path), base=base)
+    return _commit(ctx, progress, snap.leaf_id, draft, round_no)
+
+
+def _commit(ctx: JobContext, progress: Progress, leaf_id: str | None, draft: Draft,
+            round_no: int) -> tuple[Draft | None, CommitOutcome | None] | None:
     ctx.control.check()
     result = _result(ctx, progress, draft)
     outcome = ride_out(ctx.control, "commit", lambda: ctx.rt.commits.append_entry(
-        ctx.job_id, snap.leaf_id, draft.entry, result))
+        ctx.job_id, leaf_id, draft.entry, result))
     return (draft, outcome) if settle(ctx, outcome, "compaction", round_no) else None
+
+
+def _joined(ctx: JobContext, progress: Progress, path: Sequence[Entry]) -> Draft | None:
+    """The draft of the speculative job this one joined, as it is, when it fits the path."""
+    if progress.joined is None:
+        return None
+    found = joined_entry(ctx, path, progress.joined)
+    if found is None:
+        return None
+    entry, stored = found
+    usage, cost = stored.get("usage"), stored.get("costUsd")
+    base = DraftBase(job_id=progress.joined, usage=usage if isinstance(usage, dict) else {},
+                     path=tuple(path), usage_start=0,
+                     cost_usd=float(cost) if isinstance(cost, int | float) else 0.0)
+    return Draft(entry, bool(entry.get("fromExtension")), path, base=base, joined=True)
 
 
 def run_compact(ctx: JobContext) -> JobSuccess:
     ctx.publish(EventType.COMPACTION_START)
     check_loop(ctx)  # before any model call
-    progress = Progress()
+    progress = Progress(joined=join_running_draft(ctx))  # a draft in flight: wait for it
     draft, outcome = with_replans(ctx, "compaction", lambda n: _round(ctx, progress, n))
     if draft is None or outcome is None:
         # Nothing to compact: the reference ends with no result and no retry (§12.4 step 2).
@@ -269,18 +296,20 @@ def run_compact(ctx: JobContext) -> JobSuccess:
     return JobSuccess(entry=entry, result=result, model=model, usage=usage, event={
         "tokens_before": entry.get("tokensBefore"), "tokens_after": tokens_after,
         "from_extension": draft.from_extension, "ineffective": ineffective, "result": result,
-    }, draft_usage=_drafts_used(ctx, draft.base),
+    }, draft_usage=_drafts_used(ctx, draft.base, joined=draft.joined),
         draft_cost_usd=draft.base.cost_usd if draft.base else None)
 
 
-def _drafts_used(ctx: JobContext, base: DraftBase | None) -> TokenUsage | None:
-    """A committed compaction built on a stale draft used that draft's tokens (counted apart);
-    a stale draft it could not build on was thrown away after all."""
+def _drafts_used(ctx: JobContext, base: DraftBase | None, *,
+                 joined: bool = False) -> TokenUsage | None:
+    """A committed compaction built on a stale draft (or committing a joined one as it is) used
+    that draft's tokens (counted apart); a stale draft it could not build on was thrown away
+    after all."""
     if base is None:
         if ctx.record.draft_discarded == "grown":
             metrics.observe_draft("discarded", "grown")
         return None
     used = draft_tokens(base.usage)
-    metrics.observe_draft("extended")
+    metrics.observe_draft("applied" if joined else "extended")
     metrics.observe_draft_tokens("used", used)
     return used
