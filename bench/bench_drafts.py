@@ -10,7 +10,7 @@ same messages appended at once, without observe (at this pace a draft is due onl
 band, from ~161k; the agent's pace is measured from the turns after it).
 
 * **plain**: ``should_compact`` → ``compact(reason="threshold")`` → ``wait()``;
-* **drafts**: ``observe(...)`` after every turn (README "Instant compaction"), ``wait()`` on
+* **drafts**: ``observe(...)`` after every turn (docs/instant-compaction.md), ``wait()`` on
   the compaction it starts above the threshold.
 
 The sessions run one after the other (``--parallel N``: N at once, shorter, the worker then

@@ -5,8 +5,8 @@ Each session's last ``--slice`` tokens (starting at a user message, re-rooted; 0
 session, keeping the default 20 000 tokens) are imported into Redis, a worker subprocess
 (threads, one slot) compacts them with ``keep_recent_tokens`` a quarter of the slice, and the
 stored entry's ``details.facts`` is printed per kind: found in summary + kept messages without
-the ledger's block → with it. Not run by ``make bench``: it needs a model server (README "Fact
-ledger"; the notes give the llama.cpp set-up), e.g.
+the ledger's block → with it. Not run by ``make bench``: it needs a model server
+(docs/fact-ledger.md; the notes give the llama.cpp set-up), e.g.
 
     COMPACTOR_MODELS='[{"provider":"openai","model":"gemma","base_url":"http://127.0.0.1:8080/v1",
       "context_window":8192,"max_output_tokens":512,"timeout_s":900}]' \\

@@ -20,7 +20,7 @@ error, and the worker exited ("Unrecoverable error") with the popped message gon
   channel takes no other message while it holds one, and every :data:`REQUEUE_S` the transport
   puts held messages back at the head of their list (RPUSH: the next BRPOP takes them), which
   succeeds as soon as memory is back. A worker that dies while holding one loses the message;
-  the job's record is in the sweep's index, which sends it again (README "Recovery");
+  the job's record is in the sweep's index, which sends it again (docs/recovery.md);
 * acking and rejecting: ZREM + HDEL without MULTI (they need no memory, so Redis takes them);
 * the restore sweep (a mutex SET) and the shutdown restore skip a round instead of raising;
 * starting (or reconnecting): queue sizes and existence are read, and mingle's reply queue

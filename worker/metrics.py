@@ -1,4 +1,4 @@
-"""Prometheus metrics of a worker (``COMPACTOR_METRICS_PORT`` turns them on; README "Metrics").
+"""Prometheus metrics of a worker (``COMPACTOR_METRICS_PORT`` turns them on; docs/operations.md).
 
 :func:`start` defines the metrics and serves them at ``http://<address>:<port>/metrics`` next to
 the probes ``/livez`` and ``/readyz`` (:mod:`worker.health`). Until it runs, every ``observe_*``

@@ -102,7 +102,7 @@ class WorkerSettings(LlmSettings, ClientSettings):
     max_job_tokens: int = Field(default=8_000_000, ge=1)
 
     # -- observability --------------------------------------------------------------------------
-    # /metrics, /livez and /readyz on this port; unset or 0: not served (README "Metrics").
+    # /metrics, /livez and /readyz on this port; unset or 0: not served (docs/operations.md).
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     # Loopback by default: the metrics name models and queues. Containers set 0.0.0.0 (or ::).
     metrics_address: IPvAnyAddress = IPv4Address("127.0.0.1")

@@ -1,5 +1,5 @@
 """A tenant's admission of a new job: its quotas and its place in the fair order across
-tenants (``lua/_admit.lua`` does both in one step; README "Tenants").
+tenants (``lua/_admit.lua`` does both in one step; docs/tenants.md).
 
 When the broker is the sessions' Redis the enqueue script admits the job and places its task
 message in the fair order itself (one round trip). Otherwise ``admit.lua`` runs on the tenant's

@@ -37,7 +37,7 @@ under: window - reserve of the window it was computed for), ``usage`` (the model
 its extensions summed), ``leadMs`` (enqueue → stored), ``baseJobId`` (the draft it extended),
 ``agentKey`` (the agent settings it was planned with, :func:`plan_key`; absent = none).
 
-The same call is the client's loop guard (README "Instant compaction", loop guard): with
+The same call is the client's loop guard (docs/instant-compaction.md, loop guard): with
 ``loop_guard_max`` automatic compactions already counted for the session within the window, it
 writes nothing and the client records the refusal (:func:`refuse`) instead of applying or
 enqueuing; an applied draft is counted like a worker's commit and judged ``ineffective`` by the

@@ -56,7 +56,7 @@ __all__ = ["GUARDED", "JobRef", "ObservePlan", "Orchestration", "Request"]
 
 log = logging.getLogger("api_client.client")
 
-# Counted and refused by the loop guard (README "Instant compaction"; manual never is).
+# Counted and refused by the loop guard (docs/instant-compaction.md; manual never is).
 GUARDED = (CompactReason.THRESHOLD, CompactReason.OVERFLOW)
 
 

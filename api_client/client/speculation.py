@@ -1,4 +1,4 @@
-"""When ``observe`` starts a draft (README "Instant compaction": drafts that land).
+"""When ``observe`` starts a draft (docs/instant-compaction.md: drafts that land).
 
 A draft is worth its tokens only if it is applied, so it must be ready before the threshold is
 crossed and still fit then. ``observe`` therefore, in order:

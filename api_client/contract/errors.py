@@ -238,7 +238,7 @@ class StorageFullError(CompactorError):
 
 
 class LimitExceededError(CompactorError, ValueError):
-    """An input over one of the configured bounds (README "Configuration", Limits). Nothing was
+    """An input over one of the configured bounds (docs/configuration.md, Limits). Nothing was
     stored. ``setting`` names the setting (``max_append_bytes``), ``limit`` its value and
     ``value`` what the input measured, in the setting's unit."""
 
@@ -315,7 +315,7 @@ class JobConflictError(ClientError):
 
 
 class QuotaExceededError(ClientError):
-    """The tenant is over one of its quotas (README "Tenants"): ``quota`` names it
+    """The tenant is over one of its quotas (docs/tenants.md): ``quota`` names it
     (``queued_jobs``, ``stored_bytes``, ``tokens_per_day``, ``usd_per_day``), ``limit`` and
     ``value`` are in its unit, ``resets_at`` (ISO 8601, UTC) is when a per-day quota starts
     afresh (None: when the tenant's queued jobs or stored sessions shrink). Nothing was stored
@@ -345,7 +345,7 @@ class JobFailedError(JobError):
 
 class CompactionLoopError(JobFailedError):
     """A session needed more automatic compactions within the loop-guard window than allowed;
-    the job failed before calling a model (README "Instant compaction", loop guard). A worker
+    the job failed before calling a model (docs/instant-compaction.md, loop guard). A worker
     raises it with the counts; the client raises it from a record whose result has
     ``loopGuard``."""
 

@@ -4,12 +4,12 @@ All keys of one session share the hash tag ``{<session_id>}``, so every Lua scri
 transaction on a session (including its jobs) touches a single Cluster slot. The default
 tenant's sessions live under ``<p>:session:``; another tenant's under ``<p>:tenant:<t>:session:``
 (same suffixes, same tag) and its event stream is ``<p>:tenant:<t>:events``,
-so one Redis ACL pattern ``~<p>:tenant:<t>:*`` holds them (README "Tenants"). Only the global
+so one Redis ACL pattern ``~<p>:tenant:<t>:*`` holds them (docs/tenants.md). Only the global
 event stream and the jobs-due index live elsewhere: each is one key in a slot of its own, only
 ever touched by single-key commands or scripts, never together with a session's keys. ``<p>``
 is the configurable prefix (``COMPACTOR_KEY_PREFIX``, default ``compactor``).
 
-The table of every key, its type and what it holds is README "Redis layout" (one place to keep
+The table of every key, its type and what it holds is docs/storage.md (one place to keep
 in step with the names below).
 
 A job id is ``<sid>:<token>`` (token = 16 hex digits), so the job's keys can be derived from the
@@ -20,7 +20,7 @@ id alone and stay in the session's slot; another tenant's ``<sid>`` is qualified
 pattern (``*``).
 
 Every key starts with ``<p>:``, the broker's too: one ACL key pattern ``~<p>:*`` covers all that
-Compactor, Celery and kombu use (README "Redis ACL and TLS" names the channels too).
+Compactor, Celery and kombu use (docs/deploying.md "Redis ACL and TLS" names the channels too).
 
 Every key of a session but its job records (and a large import's staging keys, an hour at most)
 expires once the session has been idle for ``session_ttl_s``: each write refreshes them all

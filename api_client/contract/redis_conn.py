@@ -128,8 +128,8 @@ def refusal(err: BaseException) -> CompactorError | None:
     if isinstance(err, redis.exceptions.NoPermissionError) or "NOPERM" in text:
         return ConfigurationError(
             f"Redis refused the command for the URL's user ({redact_userinfo(text)}): its ACL "
-            "does not cover these keys (a tenant's user covers its own tenant only: README "
-            "\"Tenants\")")
+            "does not cover these keys (a tenant's user covers its own tenant only: "
+            "docs/tenants.md)")
     if "DB index is out of range" in text:
         return ConfigurationError(f"Redis has no such database ({text}): check the URL's /<db>")
     if isinstance(err, redis.InvalidResponse):

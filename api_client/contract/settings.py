@@ -144,7 +144,7 @@ class ClientSettings(BaseSettings):
     reserve_tokens: int = Field(default=16_384, ge=0)
     keep_recent_tokens: int = Field(default=20_000, ge=0)
 
-    # Instant compaction (README "Instant compaction"): a speculative draft lives this long.
+    # Instant compaction (docs/instant-compaction.md): a speculative draft lives this long.
     draft_ttl_s: int = Field(default=900, gt=0)
     # should_precompute: the band below the threshold = clamp(share × threshold, min, max).
     precompute_enabled: bool = True
@@ -163,7 +163,7 @@ class ClientSettings(BaseSettings):
     loop_guard_max: int = Field(default=3, ge=1)
     loop_guard_window_s: float = Field(default=600.0, gt=0)
 
-    # Bounds on what one call may send (README "Configuration"); an input over one raises a
+    # Bounds on what one call may send (docs/configuration.md); an input over one raises a
     # LimitExceededError naming the setting, its value and the input's, before anything is sent.
     # One entry's stored JSON line (UTF-8 bytes; pi keeps tool outputs far below this).
     max_entry_bytes: int = Field(default=8 * 2**20, gt=0)
@@ -184,7 +184,7 @@ class ClientSettings(BaseSettings):
     # workers must agree: each write applies the setting of the process that makes it.
     session_ttl_s: int = Field(default=DEFAULT_SESSION_TTL_S, ge=0)
 
-    # Quotas per tenant (README "Tenants"): these are every tenant's defaults, `compactor tenant
+    # Quotas per tenant (docs/tenants.md): these are every tenant's defaults, `compactor tenant
     # quota` overrides them for one tenant in Redis. 0 = no limit. Over a quota a request raises
     # QuotaExceededError (HTTP 429) and nothing is stored.
     queued_jobs_max: int = Field(default=0, ge=0)

@@ -1,5 +1,5 @@
 """The ``stored_bytes`` quota: how many bytes of entry lines each tenant's sessions hold
-(README "Tenants").
+(docs/tenants.md).
 
 ``KeyLayout.tenant_bytes(tenant)`` is a hash: session id → bytes of its stored entry lines
 (UTF-8, exactly as stored; the header aside), and :data:`BYTES_TOTAL` → their sum
@@ -76,7 +76,7 @@ class StoredBytes:
         """ARGV a session script that checks the quota takes: the session's field, the quota
         hash and the default limit. The quota hash is an argument, not a declared key: Redis
         checks a script's declared keys for reading and writing both, and a tenant's ACL user
-        may only read its quota (README "Tenants"); the HGET itself is checked."""
+        may only read its quota (docs/tenants.md); the HGET itself is checked."""
         return [self.field, self.quota if self.in_script else "", str(self.limit)]
 
     def refusal(self, reply: str) -> QuotaExceededError | None:

@@ -1,4 +1,4 @@
-"""A tenant's model spend per UTC day (README "Tenants").
+"""A tenant's model spend per UTC day (docs/tenants.md).
 
 The worker adds what a job's model calls cost when the job ends (:func:`add_spend`); the client,
 ``compactor usage`` and ``GET /v1/usage`` read the days back (:func:`read_usage`); before a

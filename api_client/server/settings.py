@@ -18,7 +18,7 @@ class ServerSettings(BaseSettings):
         env_ignore_empty=True,
     )
 
-    # A JSON object, bearer token -> tenant name (README "Tenants"). Unset: the
+    # A JSON object, bearer token -> tenant name (docs/tenants.md). Unset: the
     # server refuses to start, unless told --insecure-no-auth on a loopback address.
     api_tokens: SecretStr | None = None
     api_host: str = "127.0.0.1"

@@ -112,7 +112,7 @@ def test_one_round_trip_for_a_new_job(client: CompactionClient, raw: redis.Redis
     monitor = Monitor(client.settings.redis_url)
     handle = client.compact("s1", "threshold")
     # A threshold compaction tries the session's draft and, with none, enqueues in the same
-    # script (compact_auto.lua, README "Instant compaction"): one round trip too.
+    # script (compact_auto.lua, docs/instant-compaction.md): one round trip too.
     assert monitor.until_marker() == ["EVALSHA"]
     assert client.transport.broker.name == "inline"
     (message,) = [json.loads(m) for m in raw.lrange(BROKER + "compactor.compact:3", 0, -1)]

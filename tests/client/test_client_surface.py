@@ -22,9 +22,9 @@ PUBLIC = {
     "AsyncEventReader", "AsyncSessionStore", "EventReader", "SessionStore", "Snapshot",
     "SessionPage",  # sessions.list() (issue 30)
     "LlmContext", "ClientSettings", "is_context_overflow", "should_compact",
-    # instant compaction (README "Instant compaction")
+    # instant compaction (docs/instant-compaction.md)
     "ObserveResult", "should_precompute",
-    "DayUsage",  # client.usage(): a tenant's model spend per UTC day (README "Tenants")
+    "DayUsage",  # client.usage(): a tenant's model spend per UTC day (docs/tenants.md)
     "AgentSettings",  # compact(agent=...): the agent's compaction settings (issue 38)
     # the errors
     "AlreadyCompactedError", "BrokerUnavailableError", "ClientError", "CompactorError",
@@ -32,8 +32,8 @@ PUBLIC = {
     "HookError", "InvalidIdError", "InvalidRequestError", "JobCancelledError",
     "JobConflictError", "JobError", "JobFailedError", "JobNotFoundError", "JobTimeoutError",
     "ModelError", "NothingToCompactError", "PlanError", "SessionCycleError", "SessionError",
-    "QuotaExceededError",  # a tenant over a quota (README "Tenants")
-    "CompactionLoopError",  # the loop guard (README "Instant compaction")
+    "QuotaExceededError",  # a tenant over a quota (docs/tenants.md)
+    "CompactionLoopError",  # the loop guard (docs/instant-compaction.md)
     "SessionExistsError", "SessionFormatError", "SessionNotFoundError", "StaleSnapshotError",
     "InvalidEntryError", "InvalidTextError", "MessageSchemaError", "NestingTooDeepError",
     "NonFiniteNumberError", "UnsafeEntryIdError", "UnserializableValueError",

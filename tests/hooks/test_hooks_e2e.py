@@ -164,7 +164,7 @@ def test_before_compact_custom_compaction(stack: CompactionClient, sid: str, plu
         "summary": "Summary written by the platform.", "preserveData": {"artifacts": ["a.md"]}}})
     entry = stack.compact(sid, instructions="keep it short").wait(timeout=20)
     # The platform's text is kept; the fact ledger appends the request it lost and, since the
-    # hook wrote no file lists, the plan's tags (README "Fact ledger").
+    # hook wrote no file lists, the plan's tags (docs/fact-ledger.md).
     summary, _, block = entry["summary"].partition("\n\n<session-facts>\n")
     assert summary == "Summary written by the platform."
     block, _, tags = block.partition("\n</session-facts>")

@@ -1,4 +1,4 @@
-"""A Redis ACL user restricted to one tenant's keys, as the README "Tenants" writes it: the
+"""A Redis ACL user restricted to one tenant's keys, as the docs/tenants.md writes it: the
 tenant's client does its own work through it (sessions, compactions, events, a real worker
 doing the jobs) and nothing else: another tenant's and the default tenant's sessions, the
 broker's queued messages, the all-tenants event stream and its own quota are refused."""

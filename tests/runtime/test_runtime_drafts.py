@@ -1,5 +1,5 @@
 """Instant compaction end to end: speculative jobs on a real worker store drafts, the client
-applies them in one Lua call (README "Instant compaction")."""
+applies them in one Lua call (docs/instant-compaction.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Drafts that land (README "Instant compaction"): the validity rule — fits / does not fit /
+"""Drafts that land (docs/instant-compaction.md): the validity rule — fits / does not fit /
 prefix changed / compaction since —, a stale draft extended rather than redone, observe's
 timing, and draft tokens counted apart. A real worker and a loopback model that keeps the
 prompts it was sent."""

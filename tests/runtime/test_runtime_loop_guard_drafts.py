@@ -1,4 +1,4 @@
-"""The loop guard and instant compaction together (README "Instant compaction"): drafts applied
+"""The loop guard and instant compaction together (docs/instant-compaction.md): drafts applied
 by the client are counted and checked in the same round trip, the client refuses at the limit
 without a task or model call (a failed record, as a worker's refusal), speculative jobs of a
 looping session are refused by the worker, the guard resets as the window slides, and

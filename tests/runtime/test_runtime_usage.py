@@ -1,4 +1,4 @@
-"""Cost per tenant through a real Redis and worker (README "Tenants"): a job's tokens and USD go
+"""Cost per tenant through a real Redis and worker (docs/tenants.md): a job's tokens and USD go
 to its own tenant's day, drafts apart, on the record, the completion event, ``client.usage``,
 ``compactor usage`` and the metrics; over its model budget an automatic compaction summarises
 without the model and a draft stops."""

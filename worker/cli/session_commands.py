@@ -1,5 +1,5 @@
 """``session list`` and ``session delete``: the stored sessions an operator sees and removes
-(README "Command line"; retention is ``COMPACTOR_SESSION_TTL_S``). Through the public client,
+(docs/cli.md; retention is ``COMPACTOR_SESSION_TTL_S``). Through the public client,
 as a platform would: ``client.sessions.iter_ids()`` (SCAN pages) and ``client.sessions.delete()``.
 """
 

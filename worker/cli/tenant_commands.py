@@ -1,5 +1,5 @@
 """``tenant quota`` and ``tenant show``: a tenant's quotas as an operator sets and reads them
-(README "Tenants").
+(docs/tenants.md).
 
 A tenant's quota hash (``KeyLayout.tenant_quota``, fields ``QUOTA_FIELDS``) overrides, for that
 tenant, the settings of the same names (``COMPACTOR_STORED_BYTES_MAX``, ...); a field it lacks

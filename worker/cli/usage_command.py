@@ -1,4 +1,4 @@
-"""``usage``: the tenants' model spend per UTC day, drafts apart (README "Tenants"), as each
+"""``usage``: the tenants' model spend per UTC day, drafts apart (docs/tenants.md), as each
 tenant's client reads it (``client.usage(days)``). Without the global ``--tenant``: every tenant
 that has spent model tokens (the workers name them in ``<p>:tenant-names``)."""
 

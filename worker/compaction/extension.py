@@ -1,4 +1,4 @@
-"""A stale draft is extended, not redone (README "Instant compaction").
+"""A stale draft is extended, not redone (docs/instant-compaction.md).
 
 A stored draft that no longer fits the window still summarises a prefix of the path: everything
 before its cut point, as of its snapshot. Laid on the path right after its snapshot leaf, as if

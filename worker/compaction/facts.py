@@ -4,7 +4,7 @@ From the messages a compaction (or branch summary) summarises, facts are read of
 deterministically: file paths, commands run, tool errors, the user's requests and the identifiers
 the user named. After the summary is written, each fact is looked up verbatim (whitespace runs
 count as one space) in the summary and the kept messages; the lost ones are appended as one
-``<session-facts>`` block (README "Fact ledger"), within a token budget. The block is stripped
+``<session-facts>`` block (docs/fact-ledger.md), within a token budget. The block is stripped
 from a previous summary before reuse, like the file-operation tags (Q20), and its facts are
 carried into the next ledger as the oldest candidates.
 """

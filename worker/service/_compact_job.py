@@ -90,7 +90,7 @@ def _on_draft(ctx: JobContext,
               path: Sequence[Entry]) -> tuple[Preparation, DraftBase] | None:
     """A job that may take a draft (speculative or automatic, without instructions) builds on
     the stored one that no longer fits: the update summarises the new span only, where a plan
-    of the path alone would summarise the draft's span again (README "Instant compaction")."""
+    of the path alone would summarise the draft's span again (docs/instant-compaction.md)."""
     drafts = ctx.rt.drafts
     if drafts is None or ctx.record.instructions or _reason(ctx) is CompactReason.MANUAL:
         return None

@@ -1,4 +1,4 @@
-"""A tenant's model budget and spend, on the worker's side (README "Tenants").
+"""A tenant's model budget and spend, on the worker's side (docs/tenants.md).
 
 Before a job calls the model (:func:`check_budget`), the spend of the job's tenant today (UTC)
 is read against its ``tokens_per_day`` and ``usd_per_day`` (a field of the tenant's quota hash

@@ -1,4 +1,4 @@
-"""Speculative compaction (README "Instant compaction"): plan and summarize exactly as a
+"""Speculative compaction (docs/instant-compaction.md): plan and summarize exactly as a
 threshold compaction (hooks, models, chunking, fallback: :mod:`worker.service._compact_job`) on a
 snapshot, then store a draft beside the session instead of committing. The session is never
 written. The prune pass does not run: the draft is planned on the path as stored, and the

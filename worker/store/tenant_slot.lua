@@ -1,4 +1,4 @@
--- Take a running slot of the job's tenant, when a max_running cap applies (README "Tenants").
+-- Take a running slot of the job's tenant, when a max_running cap applies (docs/tenants.md).
 -- KEYS: 1 the tenant's running jobs (zset: job id → until when, Unix ms), 2 its quota hash
 -- ARGV: 1 job id, 2 now (Unix ms), 3 until when the slot is held (ms: the job's deadline; a
 --       worker that dies frees it then), 4 the setting's max_running (the quota's field wins)

@@ -1,4 +1,4 @@
--- A tenant's admission of a new job and its place in the fair order (README "Tenants").
+-- A tenant's admission of a new job and its place in the fair order (docs/tenants.md).
 -- Included by _enqueue.lua (the broker is this Redis: one round trip) and admit.lua (run on its
 -- own before the enqueue otherwise). Every key it takes is the tenant's: one Cluster slot.
 --

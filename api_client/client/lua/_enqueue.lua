@@ -17,7 +17,7 @@
 --       today's usage (with ARGV[15]), 20.. record field pairs
 -- The keys of ARGV 16-19 are not declared: Redis checks a script's declared keys for reading
 -- and writing both, and a tenant's ACL user may only write the broker's lists and the jobs-due
--- index and only read its quota and usage (README "Tenants"); each command is checked.
+-- index and only read its quota and usage (docs/tenants.md); each command is checked.
 -- Errors: COMPACTOR_NOSESSION (no header), COMPACTOR_NOENTRY <id> (target not in the session),
 --         COMPACTOR_QUOTA <quota> <limit> <value> (the tenant is over a quota: see _admit.lua)
 -- Returns {outcome, job id, state, last event id of the session stream ('0-0' when empty),

@@ -1,4 +1,4 @@
--- The fair order's placement of a task message in its queue list (README "Fair scheduling").
+-- The fair order's placement of a task message in its queue list (docs/tenants.md "Fair scheduling").
 -- Included by _enqueue.lua (the broker is the sessions' Redis: in the enqueue script) and
 -- place.lua (a broker Redis of its own: run there after the admission gave the tag).
 --
