@@ -50,7 +50,9 @@ const model = {
   contextWindow: input.modelContextWindow, maxTokens: input.modelMaxTokens,
   compat: { maxTokensField: "max_tokens" },
 };
-const fileOps = { read: new Set(["src/parse.py"]), written: new Set(), edited: new Set(["src/parse.py"]) };
+const fileOps = {
+  read: new Set(["src/parse.py"]), written: new Set(), edited: new Set(["src/parse.py"]),
+};
 const settings = { enabled: true, reserveTokens: input.reserveTokens, keepRecentTokens: 1 };
 
 // One call at a time, so the order of the recorded requests is the order of the calls.
