@@ -8,7 +8,7 @@ SAMPLES 0`` (exact: every element counted) over every key of the session (``SCAN
 <p>:session:{<sid>}:*``); then a worker (the no-LLM summarizer, so the figure does not
 depend on a model) runs a prune and a manual compaction on each and the sum is taken again (job
 records, events, effect markers and token counts included). Figures are bytes, against the
-JSONL's bytes: the README's "Sizing".
+JSONL's bytes: docs/storage.md, "Sizing".
 Writes ``bench/results/session_bytes.json``.
 """
 

@@ -151,7 +151,8 @@ def check_startup(settings: WorkerSettings, environ: Mapping[str, str] | None = 
     if settings.require_models and not settings.models:
         raise ConfigurationError(
             "COMPACTOR_REQUIRE_MODELS is set and COMPACTOR_MODELS names no model: set your model "
-            "chain (README \"Models\"), or COMPACTOR_MODELS='[{\"provider\": \"extractive\"}]' "
+            "chain (docs/configuration.md, \"Models\"), or "
+            "COMPACTOR_MODELS='[{\"provider\": \"extractive\"}]' "
             "for the deterministic no-LLM summarizer")
     check_model_chain(settings, os.environ if environ is None else environ)
     if settings.metrics_enabled and check_port:

@@ -117,8 +117,8 @@ class ClientSettings(BaseSettings):
     broker_url: str | None = None
     result_backend: str | None = None
     key_prefix: str = "compactor"
-    # The tenant this client acts for (its sessions, jobs, drafts and events; README
-    # "Tenants"). Unset: "default", whose keys are those from before tenants existed.
+    # The tenant this client acts for (its sessions, jobs, drafts and events;
+    # docs/tenants.md). Unset: "default", whose keys are those from before tenants existed.
     tenant: str = "default"
 
     # Finished job records live this long, then expire.
