@@ -185,9 +185,12 @@ def test_run_it_yourself_then_the_http_api_in_one_shell(tmp_path: Path) -> None:
                                   start_new_session=True)
         try:
             script.wait(timeout=240)
+        except subprocess.TimeoutExpired:
+            pass  # reported below, with what the blocks printed and the logs
         finally:
             _stop_group(script.pid)
     logs = "\n".join(f"{log.name}: {log.read_text()[-2000:]}" for log in tmp_path.glob("*.log"))
+    assert script.returncode is not None, f"the blocks did not end: {out.read_text()}\n{logs}"
     _check(blocks, subprocess.CompletedProcess(script.args, script.returncode, out.read_text(),
                                                err.read_text() + logs))
 
