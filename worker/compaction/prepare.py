@@ -156,6 +156,8 @@ def measured_messages(path: Sequence[Entry], start: int | None = None) -> list[M
     prev_idx = last_compaction_index(path)
     if start is not None and start != prev_idx + 1:
         return [m for _, m in _mapped(path, start, end + 1)]
+    if end < prev_idx:  # a reply from before the last compaction: not this context's measure
+        return []
     head: list[Message] = []
     if prev_idx >= 0:
         previous = path[prev_idx]
