@@ -55,6 +55,13 @@ class Flower:
         with urllib.request.urlopen(request, timeout=5) as response:
             return json.loads(response.read())
 
+    def answers(self) -> bool:
+        """Flower's API answers (a Flower that exited fails here, with its stderr)."""
+        if self.proc.poll() is not None:
+            _, err = self.proc.communicate()
+            raise RuntimeError(f"flower exited {self.proc.returncode}: {err.decode()[-2000:]}")
+        return self.get("/api/workers") is not None
+
     def task(self, task_id: str) -> dict[str, Any] | None:
         found: dict[str, Any] | None = self.get("/api/tasks").get(task_id)
         return found
@@ -102,7 +109,7 @@ def flower(module_redis: str, app: CompactorCelery, demo_text: str,
     server = Flower(module_redis)
     client = client_for(module_redis)
     try:
-        eventually(lambda: server.get("/api/workers?refresh=1") is not None, what="Flower's API")
+        eventually(server.answers, 90, what="Flower's API")
 
         def a_job_seen() -> bool:
             handle = client.compact(new_session(client, demo_text), reason="manual")
