@@ -1,0 +1,259 @@
+"""The real oh-my-pi, headless: ``@oh-my-pi/pi-coding-agent`` 18.2 and Bun from npm, installed by
+``make omp`` into ``integrations/oh-my-pi/node_modules``, run in RPC mode (JSON lines on stdin
+and stdout, ``PI_NATIVE_VARIANT=baseline``) against a loopback model, with its remote compaction
+endpoint (``compaction.remoteEndpoint``) set; a recording proxy in front of ``compactor serve``
+keeps every byte oh-my-pi sent it.
+
+Used by the end-to-end test tests/runtime/test_runtime_ohmypi.py (docs/oh-my-pi.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from helpers.pi_model import Call, StreamingModel
+
+__all__ = ["OMP_SUMMARY_PROMPT", "OmpModel", "OmpRpc", "OmpUnavailable", "RecordingProxy",
+           "ensure_omp", "write_omp_agent_dir"]
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = REPO / "integrations" / "oh-my-pi"
+BIN = PACKAGE / "node_modules" / ".bin"
+# oh-my-pi's summarization calls open with this system prompt (pi-agent-core's
+# compaction/prompts/summarization-system.md): a local summary is told from a turn by it.
+OMP_SUMMARY_PROMPT = "Summarize user–AI coding-assistant conversations"
+Record = dict[str, Any]
+
+
+class OmpUnavailable(RuntimeError):
+    """oh-my-pi is not installed and cannot be: ``npm_reachable`` says whether npm was why."""
+
+    def __init__(self, message: str, npm_reachable: bool) -> None:
+        super().__init__(message)
+        self.npm_reachable = npm_reachable
+
+
+def _installed() -> bool:
+    return all(p.exists() for p in (BIN / "omp", BIN / "bun",
+                                    PACKAGE / "node_modules" / ".installed"))
+
+
+def _npm_reachable() -> bool:
+    npm = shutil.which("npm")
+    if npm is None:
+        return False
+    try:
+        return subprocess.run([npm, "ping"], capture_output=True, timeout=30).returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
+
+
+def ensure_omp() -> Path:
+    """The folder of ``omp`` and ``bun`` as ``make omp`` installs them (it runs now if needed)."""
+    if not _installed():
+        run = subprocess.run(["make", "-s", "omp"], cwd=REPO, capture_output=True, text=True,
+                             timeout=900)
+        if not _installed():
+            tail = (run.stderr or run.stdout).strip().splitlines()[-5:]
+            raise OmpUnavailable("make omp did not install oh-my-pi: " + " | ".join(tail),
+                                 _npm_reachable())
+    return BIN
+
+
+def write_omp_agent_dir(path: Path, *, model_url: str, provider_key: str, remote_endpoint: str,
+                        context_window: int, threshold_tokens: int, keep_recent_tokens: int,
+                        compaction_key: str | None = None) -> Path:
+    """oh-my-pi's config folder (``PI_CODING_AGENT_DIR``): one OpenAI-compatible model on
+    loopback whose key is ``provider_key``, remote compaction at ``remote_endpoint``, no
+    speculative compaction and no retries (a test's failures are meant). With
+    ``compaction_key``, a provider entry ``compactor`` of that key at the endpoint's base is the
+    model's ``compactionModel`` (the key a ``/chat/completions`` endpoint is sent first). JSON
+    is YAML: the files are written as JSON."""
+    path.mkdir(parents=True, exist_ok=True)
+    model: dict[str, Any] = {"id": "m", "contextWindow": context_window, "maxTokens": 4000}
+    models: dict[str, Any] = {"providers": {"loop": {
+        "baseUrl": model_url, "api": "openai-completions", "apiKey": provider_key,
+        "models": [model]}}}
+    if compaction_key is not None:
+        model["compactionModel"] = "compactor/summarizer"
+        models["providers"]["compactor"] = {
+            "baseUrl": remote_endpoint.removesuffix("/chat/completions"),
+            "api": "openai-completions", "apiKey": compaction_key,
+            "models": [{"id": "summarizer", "contextWindow": context_window,
+                        "maxTokens": 4000}]}
+    config = {"compaction": {"enabled": True, "thresholdTokens": threshold_tokens,
+                             "keepRecentTokens": keep_recent_tokens,
+                             "remoteEndpoint": remote_endpoint, "asyncEnabled": False},
+              "retry": {"enabled": False}}
+    (path / "models.yml").write_text(json.dumps(models), encoding="utf-8")
+    (path / "config.yml").write_text(json.dumps(config), encoding="utf-8")
+    return path
+
+
+class OmpModel(StreamingModel):
+    """:class:`StreamingModel` for oh-my-pi: its local summaries are ``omp-summary`` calls, and
+    every answer is text that does not repeat itself (oh-my-pi stops a reply that loops)."""
+
+    def _record(self, body: dict[str, Any]) -> Call:
+        call = super()._record(body)
+        if call.source == "pi" and call.text().startswith(OMP_SUMMARY_PROMPT):
+            call.source = "omp-summary"
+        return call
+
+    def _reply(self, call: Call) -> str:
+        if call.source == "compactor":
+            return super()._reply(call)
+        n = len(self.calls)
+        return " ".join(f"Step {n}.{i}: the parser reads field {i * 7 % 13} of line {i}."
+                        for i in range(self.reply_chars // 45))
+
+
+class RecordingProxy:
+    """127.0.0.1:<port> forwarded to 127.0.0.1:<target_port>, keeping every byte each way: what
+    reached the server (``sent()``) and what it answered (``answered()``)."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._listener.getsockname()[1])
+        self._lock = threading.Lock()
+        self._sent, self._answered = bytearray(), bytearray()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def sent(self) -> bytes:
+        with self._lock:
+            return bytes(self._sent)
+
+    def answered(self) -> bytes:
+        with self._lock:
+            return bytes(self._answered)
+
+    def close(self) -> None:
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.target_port))
+            threading.Thread(target=self._pipe, args=(client, server, self._sent),
+                             daemon=True).start()
+            threading.Thread(target=self._pipe, args=(server, client, self._answered),
+                             daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket, kept: bytearray) -> None:
+        try:
+            while data := source.recv(1 << 16):
+                with self._lock:
+                    kept.extend(data)
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                sock.close()
+
+
+class OmpRpc:
+    """``omp --mode rpc`` as a child process; every stdout record is kept (``records``)."""
+
+    def __init__(self, bin_dir: Path, agent_dir: Path, workdir: Path) -> None:
+        for folder in (workdir, agent_dir / "home"):
+            folder.mkdir(parents=True, exist_ok=True)
+        self.log_path = agent_dir / "omp-stderr.log"
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("COMPACTOR_", "PI_"))}
+        env.update({"PI_CODING_AGENT_DIR": str(agent_dir), "PI_NATIVE_VARIANT": "baseline",
+                    "HOME": str(agent_dir / "home"),  # nothing of the user's ~/.omp
+                    "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"})
+        args = [str(bin_dir / "omp"), "--mode", "rpc", "--model", "loop/m", "--no-tools",
+                "--no-lsp", "--no-title", "--no-extensions", "--no-skills", "--no-rules"]
+        self._stderr = self.log_path.open("wb")
+        self.proc = subprocess.Popen(args, cwd=workdir, env=env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self._stderr)
+        self.records: list[Record] = []
+        self._changed = threading.Condition()
+        self._ids = 0
+        threading.Thread(target=self._read, name="omp-rpc", daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # not a record (oh-my-pi writes its records one a line)
+            with self._changed:
+                self.records.append(record)
+                self._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
+
+    def wait_for(self, match: Callable[[Record], bool], since: int = 0,
+                 timeout: float = 60) -> Record:
+        """The first record at index >= ``since`` that ``match``es (waits for it)."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                for record in self.records[since:]:
+                    if match(record):
+                        return record
+                left = deadline - time.monotonic()
+                if left <= 0 or self.proc.poll() is not None:
+                    raise AssertionError(f"omp: no matching record within {timeout:g} s "
+                                         f"(exit {self.proc.poll()}); log:\n{self.log()[-2000:]}")
+                self._changed.wait(left)
+
+    def command(self, command: Record, timeout: float = 60) -> Record:
+        """Send ``command``; its response (``success`` checked by the caller)."""
+        self._ids += 1
+        cid = f"c{self._ids}"
+        mark = len(self.records)
+        assert self.proc.stdin is not None
+        self.proc.stdin.write((json.dumps({"id": cid, **command}) + "\n").encode())
+        self.proc.stdin.flush()
+        return self.wait_for(lambda r: r.get("type") == "response" and r.get("id") == cid,
+                             mark, timeout)
+
+    def prompt(self, message: str, timeout: float = 60) -> int:
+        """Send a prompt and wait for the end of its agent run; the index its records start at."""
+        mark = len(self.records)
+        response = self.command({"type": "prompt", "message": message}, timeout)
+        assert response["success"], response
+        self.wait_for(lambda r: r.get("type") == "agent_end", mark, timeout)
+        return mark
+
+    def compact(self, timeout: float = 60) -> Record:
+        return self.command({"type": "compact"}, timeout)
+
+    def events(self, kind: str, since: int = 0) -> list[Record]:
+        with self._changed:
+            return [r for r in self.records[since:] if r.get("type") == kind]
+
+    def log(self) -> str:
+        self._stderr.flush()
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._stderr.close()
