@@ -265,3 +265,17 @@ def test_planned_messages_for_a_prune_pass_add_the_older_tool_results() -> None:
     tool_results = {t for t in counted if "output" in t}
     assert tool_results == {"old output", "new output"}
     assert tool_results <= set(texts(planned_messages(path, prune=True)))
+
+
+def test_an_agent_cut_that_would_orphan_a_tool_result_is_compactors_own() -> None:
+    from helpers.sessions import tool_result
+    from worker.compaction.agent_cut import agent_cut
+
+    # a custom message between a call and its result: pi 1.6 may cut there
+    path = chain(u(100), assistant("", tools=[("bash", {"command": "ls"})]), note(50),
+                 tool_result(chars(400)), a(100))
+    theirs = agent_cut(path, 220, EST, "pi-1.6")
+    assert theirs is not None and path[theirs.first_kept_entry_index].id == "e2"
+    prep = prepare_compaction(path, CompactionSettings(keep_recent_tokens=220), EST,
+                              version="pi-1.6")
+    assert prep is not None and prep.first_kept_entry_id not in ("e2", "e3")

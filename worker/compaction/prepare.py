@@ -237,6 +237,11 @@ def _carried_facts(previous: Entry | None) -> tuple[tuple[str, str], ...]:
     return tuple(facts)
 
 
+def _orphans_a_result(path: Sequence[Entry], first: int) -> bool:
+    """Would a kept range from ``first`` hold a tool result without its call?"""
+    return safe_first_kept_index(path, first, first, len(path)) != first
+
+
 def _own_cut(path: Sequence[Entry], keep: int, tokenizer: Tokenizer) -> AgentCut | None:
     """Compactor's own cut (SPEC §9 with Q1-Q5 and Q22), as path indices."""
     prev_idx = last_compaction_index(path)
@@ -271,6 +276,8 @@ def prepare_compaction(
     if version in PI_VERSIONS:
         keep = settings.keep_recent_tokens
         cut = agent_cut(path, keep, tokenizer, str(version))
+        if cut is not None and _orphans_a_result(path, cut.first_kept_entry_index):
+            cut = _own_cut(path, keep, tokenizer)  # Q22 first (docs/compaction.md)
     else:
         keep = _adjusted_keep(path, usage_start, settings.keep_recent_tokens, tokenizer)
         cut = _own_cut(path, keep, tokenizer)
