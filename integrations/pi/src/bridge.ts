@@ -84,9 +84,9 @@ function origin(done: Done): Record<string, unknown> {
 
 // A job is awaited in short long-polls: between two, a lost worker (the record's `workerLost`,
 // or none alive) ends the wait, so pi's built-in starts soon after a worker dies.
-const POLL_S = 1;
+const POLL_S = 0.5;
 // How long an answer of GET /v1/workers is taken as still true.
-const WORKERS_FRESH_MS = 1000;
+const WORKERS_FRESH_MS = 500;
 // The applied draft's record (for its usage) is asked for once, briefly: it is bookkeeping.
 const RECORD_MS = 1000;
 
