@@ -337,6 +337,11 @@ def test_wheel_ships_templates_and_loader_finds_them(tmp_path: Path) -> None:
     assert module_file.startswith(str(site))
     assert Path(root) == site / "worker" / "_prompts"
     assert text == raw("system")
+    formatted = subprocess.run(  # a summary format's folder, read from the wheel
+        [sys.executable, "-c", "import worker.compaction.prompts as p, sys;"
+         "sys.stdout.write(p.system_prompt('pi-1.6'))"],
+        cwd=tmp_path, env=env, check=True, timeout=30, capture_output=True, text=True)
+    assert formatted.stdout == prompts.system_prompt("pi-1.6")
     probe = (
         "import api_client.contract.session.convert as c, sys;"
         "print(c._wrapper_root()); sys.stdout.write(c.wrap_compaction_summary('S'))"
