@@ -1,65 +1,180 @@
-"""The stall pi's user sees at a threshold compaction, pi's built-in against pi with Compactor.
+"""The stall pi's user sees at a compaction: pi alone against pi with Compactor, in one run.
 
-    .venv/bin/python bench/bench_pi.py [--model-ms 2000] [--runs 1]
+    .venv/bin/python bench/bench_pi.py [--pi 1.6,0.73] [--runs 1] [--compactions 2] [--quick]
 
-The real pi (1.6, from ``make pi``) in RPC mode talks to a loopback OpenAI-compatible model that
-answers every call, turns and summaries alike, after ``--model-ms``. A conversation of equal
-turns runs until pi's first threshold compaction; the stall is the time between pi's
-``compaction_start`` and ``compaction_end`` events, as the RPC client reads them. Once with
-pi alone (its built-in summarizes while the user waits), once with the extension
-(integrations/pi) in front of ``compactor serve`` and a worker on an embedded Redis: the
-extension asks for a draft in the band below the threshold, so the compaction applies it.
+The real pi from npm (1.6, and 0.73.1 when ``make pi`` installed it beside) runs in RPC mode
+with non-default compaction settings (window 32 000, reserveTokens 4 000, keepRecentTokens
+3 000) against a loopback OpenAI-compatible model, which tells a summary request (pi's
+summarization system prompt, or any call of a worker) from a conversation turn and delays each
+by its own latency. Compactor is ``compactor serve`` and one ``compactor worker`` with nothing
+set beyond the Redis URL and the model (no tuned setting). The cases, each a conversation of pi
+alone (no extension) and one of pi with the extension (integrations/pi), side by side:
 
-Figures: the built-in's stall (the baseline), the stall with Compactor and its ratio (goal
-<= 5 %), and the model tokens each side spent on compaction (input + output of pi's summary
-calls; of the worker's calls, drafts included). JSON to bench/results/pi.json.
+- ``threshold``: turns and summaries 2 s, threshold compactions;
+- ``slow-summary``: turns 2 s, summaries 10 s;
+- ``no-worker``: ``compactor serve`` up on a Redis no worker reads (the extension's own
+  timeout, ``COMPACTOR_PI_TIMEOUT_S``, unless ``--no-worker-timeout-s`` sets it).
+
+The stall of a compaction is the time between pi's ``compaction_start`` and ``compaction_end``
+RPC events. A probe extension (bench/pi_cut_probe.ts, loaded before Compactor's) records pi's
+own preparation of each compaction: the cut matches when the entry's ``firstKeptEntryId`` is
+the preparation's. ``--quick`` is the smoke test's mode (short latencies, one compaction, a 5 s
+no-worker timeout, pi 1.6). JSON to bench/results/pi.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
-from celery.contrib.testing.worker import start_worker
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from _loopback import wait_for_workers
 from _report import Report
-from pydantic import SecretStr
 
 from api_client import CompactionClient
-from helpers.pi_agent import EXTENSION, PiInstall, ensure_pi, read_jsonl, running_pi
+from helpers.pi_agent import EXTENSION, MODULES, PiInstall, PiRpc, ensure_pi, read_jsonl
 from helpers.pi_agent import write_agent_dir as agent_dir
-from helpers.pi_model import StreamingModel
+from helpers.pi_model import Call, StreamingModel
 from helpers.serve_process import TOKEN, ServeProcess
-from worker.app import create_app
 from worker.demo import embedded_redis
-from worker.hooks import HookSettings
-from worker.llm import ModelCandidate
-from worker.settings import WorkerSettings
 
-# pi's threshold: 32 000 - 8 000 = 24 000 tokens; its band starts 8 192 below (about four
-# turns of ~2 000 tokens). A draft stays valid while 10 000 tokens are appended after it (the
-# kept tail): the extension asks again every 5 000, so one is ready when the threshold comes.
-WINDOW, RESERVE, KEEP = 32_000, 8_000, 10_000
+REPO = Path(__file__).resolve().parents[1]
+PROBE = Path(__file__).resolve().parent / "pi_cut_probe.ts"
+WINDOW, RESERVE, KEEP = 32_000, 4_000, 3_000
+# ~1 000 tokens asked, ~1 000 answered: pi's threshold (28 000) comes after about 14 turns.
 PROMPT = "Look at the importer again and tell me what the parser does. " * 66
-MAX_TURNS = 40
+MAX_TURNS = 60
+TURN_TIMEOUT_S = 400.0
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    turn_s: float
+    summary_s: float
+    worker: bool
+    compactions: int
+
+
+@dataclass(frozen=True)
+class PiVersion:
+    label: str
+    install: PiInstall
+    settles: bool  # pi 1.6 says agent_settled after a prompt (and its compaction); 0.73 does not
 
 
 @dataclass
-class Run:
-    stall_s: float
-    turns: int
-    summary_tokens: int
-    summary_calls: list[int]  # tokens of each
+class Compaction:
+    reason: str
+    stall_ms: float
+    kept: str  # the entry's firstKeptEntryId
+    pi_cut: str | None  # pi's own preparation's (the probe's; None for pi alone)
+    split_turn: bool | None
     from_compactor: bool
     from_draft: bool
+
+
+@dataclass
+class Conversation:
+    side: str  # "alone" | "compactor"
+    turns: int
+    compactions: list[Compaction] = field(default_factory=list)
+    summary_tokens: int = 0
+
+
+class PacedModel(StreamingModel):
+    """The loopback model, answering a turn after ``turn_s`` and a summary (pi's own or a
+    worker's call) after ``summary_s``; both may change between cases."""
+
+    def __init__(self, turn_s: float, summary_s: float) -> None:
+        super().__init__(latency_s=0.0, reply_chars=4000)
+        self.turn_s, self.summary_s = turn_s, summary_s
+
+    def _respond(self, handler: BaseHTTPRequestHandler, call: Call) -> None:
+        time.sleep(self.turn_s if call.source == "pi" else self.summary_s)
+        super()._respond(handler, call)
+
+
+def versions(wanted: list[str]) -> list[PiVersion]:
+    found = []
+    for label in wanted:
+        if label == "1.6":
+            found.append(PiVersion("1.6", ensure_pi(), settles=True))
+        elif label == "0.73":
+            cli = MODULES / "pi-073" / "dist" / "cli.js"
+            if not cli.exists():
+                print("pi 0.73.1 is not installed (make pi): skipped", flush=True)
+                continue
+            found.append(PiVersion("0.73", PiInstall(ensure_pi().node, cli), settles=False))
+        else:
+            raise SystemExit(f"--pi: unknown version {label} (1.6, 0.73)")
+    return found
+
+
+def prompt_turn(pi: PiRpc, version: PiVersion) -> None:
+    """One turn, returning once pi is idle again (its compaction, if any, done)."""
+    if version.settles:
+        pi.prompt(PROMPT, timeout=TURN_TIMEOUT_S)
+        return
+    mark = len(pi.records)
+    response = pi.command({"type": "prompt", "message": PROMPT}, TURN_TIMEOUT_S)
+    assert response["success"], response
+    end = pi.wait_for(lambda r: r.get("type") == "agent_end", mark, TURN_TIMEOUT_S)
+    # pi 0.73 checks the threshold after agent_end: the last answer's usage over window - reserve
+    usage = [m for m in end["messages"] if m.get("role") == "assistant"][-1].get("usage") or {}
+    tokens = usage.get("totalTokens") or usage.get("input", 0) + usage.get("output", 0)
+    if tokens > WINDOW - RESERVE:
+        pi.wait_for(lambda r: r.get("type") == "compaction_end", mark, TURN_TIMEOUT_S)
+
+
+def converse(version: PiVersion, model: PacedModel, work: Path, want: int,
+             env: dict[str, str] | None) -> tuple[Conversation, str]:
+    """Turns until ``want`` compactions; each one's stall and cut. Returns pi's session id."""
+    home = agent_dir(work / "agent", model.base_url, context_window=WINDOW,
+                     reserve_tokens=RESERVE, keep_recent_tokens=KEEP)
+    probe_file = work / "probe.jsonl"
+    extensions = (PROBE, EXTENSION) if env is not None else ()
+    full_env = {**(env or {}), "BENCH_PI_PROBE": str(probe_file)}
+    conversation = Conversation("compactor" if env is not None else "alone", 0)
+    pi = PiRpc(version.install, home, work / "repo", extensions=extensions, env=full_env,
+               approve=version.settles)
+    try:
+        while len(pi.events("compaction_end")) < want:
+            conversation.turns += 1
+            if conversation.turns > MAX_TURNS:
+                raise RuntimeError(f"{conversation.side}: {want} compactions not in {MAX_TURNS} "
+                                   f"turns; log:\n{pi.log()[-2000:]}")
+            prompt_turn(pi, version)
+        starts, ends = pi.events("compaction_start"), pi.events("compaction_end")
+        entries = [e for e in read_jsonl(pi.session_file()) if e.get("type") == "compaction"]
+        session_id = str(pi.state()["sessionId"])
+    finally:
+        pi.close()
+    probes = read_jsonl(probe_file) if probe_file.exists() else []
+    for i, (start, end) in enumerate(zip(starts, ends, strict=True)):
+        assert end.get("result") and not end.get("aborted"), end
+        origin: dict[str, Any] = (entries[i].get("details") or {}).get("compactor") or {}
+        probe = probes[i] if i < len(probes) else {}
+        conversation.compactions.append(Compaction(
+            str(end.get("reason") or start.get("reason") or "?"),
+            (end["at"] - start["at"]) * 1000, str(entries[i]["firstKeptEntryId"]),
+            probe.get("firstKeptEntryId"), probe.get("isSplitTurn"), bool(origin),
+            bool(origin.get("fromDraft"))))
+    return conversation, session_id
 
 
 def jobs_done(redis_url: str, session_id: str, timeout: float = 120) -> None:
@@ -71,8 +186,8 @@ def jobs_done(redis_url: str, session_id: str, timeout: float = 120) -> None:
         while time.monotonic() < deadline:
             records = [k for k in client.redis.keys(base + "job:*")
                        if not _text(k).endswith(":lease")]
-            states = {_text(client.redis.hget(k, "state") or "") for k in records}
-            if not states & {"queued", "running"}:
+            if not {_text(client.redis.hget(k, "state") or "") for k in records} & {
+                    "queued", "running"}:
                 return
             time.sleep(0.1)
 
@@ -81,94 +196,184 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def conversation(install: PiInstall, model: StreamingModel, work: Path, source: str,
-                 env: dict[str, str] | None, redis_url: str = "") -> Run:
-    """Turns until pi's first threshold compaction; its stall and what it cost."""
-    home = agent_dir(work / "agent", model.base_url, context_window=WINDOW,
-                     reserve_tokens=RESERVE, keep_recent_tokens=KEEP)
-    spent, calls = model.tokens(source), len(model.of(source))
-    extensions = (EXTENSION,) if env else ()
-    with running_pi(install, home, work / "repo", extensions=extensions, env=env) as pi:
-        turns = 0
-        start: list[dict[str, Any]] = []
-        end: list[dict[str, Any]] = []
-        while not end:
-            turns += 1
-            if turns > MAX_TURNS:
-                raise RuntimeError(f"no compaction in {MAX_TURNS} turns")
-            mark = len(pi.records)
-            pi.prompt(PROMPT, timeout=120)
-            start, end = pi.events("compaction_start", mark), pi.events("compaction_end", mark)
-        assert end[0]["reason"] == "threshold" and end[0].get("result"), end
-        entry = [e for e in read_jsonl(pi.session_file()) if e.get("type") == "compaction"][-1]
-        origin: dict[str, Any] = (entry.get("details") or {}).get("compactor") or {}
-        session_id = pi.state()["sessionId"]
-    if redis_url:  # pi has quit: nothing asks for more
-        jobs_done(redis_url, session_id)
-    model.wait_idle()
-    return Run(end[0]["at"] - start[0]["at"], turns, model.tokens(source) - spent,
-               [c.prompt_tokens + c.completion_tokens for c in model.of(source)[calls:]],
-               bool(origin), bool(origin.get("fromDraft")))
+@dataclass
+class Stack:
+    """Compactor for one case: its Redis, serve, the extension's environment and the model the
+    worker (if any) calls (pi with the extension talks to the same one)."""
+
+    redis_url: str
+    model: PacedModel
+    env: dict[str, str]
+
+
+def run_case(version: PiVersion, case: Case, stack: Stack, work: Path
+             ) -> tuple[Conversation, Conversation]:
+    """pi alone and pi with Compactor, side by side, each with its own model server."""
+    stack.model.turn_s, stack.model.summary_s = case.turn_s, case.summary_s
+    alone_model = PacedModel(case.turn_s, case.summary_s)
+    spent = stack.model.tokens("compactor")
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            alone = pool.submit(converse, version, alone_model, work / "alone",
+                                case.compactions, None)
+            with_compactor = pool.submit(converse, version, stack.model, work / "compactor",
+                                         case.compactions, stack.env)
+            (built_in, _), (compactor, session_id) = alone.result(), with_compactor.result()
+        if case.worker:  # pi has quit: nothing asks for more; a late draft still counts
+            jobs_done(stack.redis_url, session_id)
+        stack.model.wait_idle()
+        compactor.summary_tokens = stack.model.tokens("compactor") - spent
+        alone_model.wait_idle()
+        built_in.summary_tokens = alone_model.tokens("pi-summary")
+    finally:
+        alone_model.close()
+    print(f"  {version.label} {case.name}: alone "
+          f"{[round(c.stall_ms) for c in built_in.compactions]} ms, compactor "
+          f"{[round(c.stall_ms) for c in compactor.compactions]} ms", flush=True)
+    return built_in, compactor
+
+
+@contextmanager
+def default_worker(redis_url: str, model_url: str, log: Path) -> Iterator[None]:
+    """``compactor worker`` with nothing set but the Redis URL and the model it calls."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COMPACTOR_")}
+    env.update({"COMPACTOR_REDIS_URL": redis_url, "COMPACTOR_MODELS": json.dumps(
+        [{"provider": "openai", "model": "loop", "base_url": model_url, "api_key": "loop"}])})
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    with log.open("ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "worker", "worker"], cwd=REPO, env=env,
+                                stdout=out, stderr=out)
+    try:
+        wait_for_workers(redis_url, 1, timeout_s=120)
+        yield
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def compactor_stack(stack: ExitStack, tmp: Path, name: str, worker: bool,
+                    pi_timeout_s: float | None) -> Stack:
+    """Redis, serve and (if ``worker``) a worker, stopped when ``stack`` closes."""
+    url = stack.enter_context(embedded_redis())
+    model = PacedModel(0.0, 0.0)
+    stack.callback(model.close)
+    if worker:
+        stack.enter_context(default_worker(url, model.base_url, tmp / f"{name}-worker.log"))
+    serve = ServeProcess(url, tmp / f"{name}-serve.log")
+    serve.start()
+    stack.callback(serve.stop)
+    env = {"COMPACTOR_URL": serve.url, "COMPACTOR_TOKEN": TOKEN}
+    if pi_timeout_s is not None:
+        env["COMPACTOR_PI_TIMEOUT_S"] = f"{pi_timeout_s:g}"
+    return Stack(url, model, env)
+
+
+Results = dict[tuple[str, str], list[tuple[Conversation, Conversation]]]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--model-ms", type=int, default=2000)
-    parser.add_argument("--runs", type=int, default=1, help="conversations each way")
-    args = parser.parse_args()
-    install = ensure_pi()
+    args = parse()
+    quick = args.quick
+    turn = 0.2 if quick else 2.0
+    want = 1 if quick else args.compactions
+    cases = [Case("threshold", turn, turn, True, want),
+             Case("slow-summary", turn, 1.0 if quick else 10.0, True, want),
+             Case("no-worker", turn, turn, False, 1)]
+    pi_versions = versions((args.pi or ("1.6" if quick else "1.6,0.73")).split(","))
+    timeout = 5.0 if quick and args.no_worker_timeout_s is None else args.no_worker_timeout_s
     report = Report("pi")
-    builtin: list[Run] = []
-    compactor: list[Run] = []
-    with embedded_redis() as url, tempfile.TemporaryDirectory() as tmp:
-        model = StreamingModel(latency_s=args.model_ms / 1000, reply_chars=4000)
-        settings = WorkerSettings(
-            redis_url=url, pool="threads", concurrency=4, job_deadline_s=120.0,
-            keep_recent_tokens=KEEP, reserve_tokens=RESERVE, context_window=WINDOW,
-            hooks=HookSettings(plugins=[]),
-            models=[ModelCandidate(provider="openai", model="bench", base_url=model.base_url,
-                                   api_key=SecretStr("bench"), context_window=WINDOW)])
-        app = create_app(settings)
-        serve = ServeProcess(url, Path(tmp) / "serve.log",
-                             COMPACTOR_KEEP_RECENT_TOKENS=str(KEEP),
-                             COMPACTOR_RESERVE_TOKENS=str(RESERVE))
-        env = {"COMPACTOR_URL": "", "COMPACTOR_TOKEN": TOKEN}
-        try:
-            with start_worker(app, pool="threads", concurrency=4, perform_ping_check=False,
-                              loglevel="WARNING", shutdown_timeout=60):
-                serve.start()
-                env["COMPACTOR_URL"] = serve.url
-                for i in range(args.runs):
-                    builtin.append(conversation(install, model, Path(tmp) / f"b{i}",
-                                                "pi-summary", None))
-                    compactor.append(conversation(install, model, Path(tmp) / f"c{i}",
-                                                  "compactor", env, url))
-        finally:
-            serve.stop()
-            app.close_runtime()
-            model.close()
-    summarize(report, builtin, compactor, args.model_ms)
+    results: Results = {}
+    with ExitStack() as stack:
+        tmp = (Path(args.logs) if args.logs
+               else Path(stack.enter_context(tempfile.TemporaryDirectory())))
+        tmp.mkdir(parents=True, exist_ok=True)
+        served = compactor_stack(stack, tmp, "worker", True, None)
+        unserved = compactor_stack(stack, tmp, "no-worker", False, timeout)
+        for version in pi_versions:
+            for run in range(args.runs):
+                work = tmp / f"{version.label}-{run}"
+                with ThreadPoolExecutor(1) as side:  # no worker: beside the others
+                    lonely = side.submit(run_case, version, cases[2], unserved,
+                                         work / cases[2].name)
+                    for case in cases[:2]:
+                        results.setdefault((version.label, case.name), []).append(
+                            run_case(version, case, served, work / case.name))
+                    results.setdefault((version.label, cases[2].name), []).append(
+                        lonely.result())
+    summarize(report, results, cases, args.runs, timeout)
 
 
-def summarize(report: Report, builtin: list[Run], compactor: list[Run], model_ms: int) -> None:
-    assert all(not r.from_compactor for r in builtin)
-    assert all(r.from_compactor for r in compactor), compactor
-    median = statistics.median
-    report.baseline("builtin_stall", median(r.stall_s for r in builtin) * 1000, "ms",
-                    f"pi's built-in compaction, model {model_ms} ms per call")
-    report.figure("compactor_stall", median(r.stall_s for r in compactor) * 1000, "ms",
-                  against="builtin_stall", goal="<= 0.05",
-                  what=f"pi with Compactor ({sum(r.from_draft for r in compactor)}/"
-                       f"{len(compactor)} from a draft)")
-    report.baseline("builtin_tokens", median(r.summary_tokens for r in builtin), "tok",
-                    f"pi's summary calls ({median(len(r.summary_calls) for r in builtin):g})")
-    report.figure("compactor_tokens", median(r.summary_tokens for r in compactor), "tok",
-                  against="builtin_tokens",
-                  what=f"the worker's calls, drafts included "
-                       f"({median(len(r.summary_calls) for r in compactor):g})")
-    report.note(model_ms=model_ms, window=WINDOW, reserve=RESERVE, keep_recent=KEEP,
-                builtin=[vars(r) for r in builtin], compactor=[vars(r) for r in compactor])
+def parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pi", default="",
+                        help="pi versions, comma-separated: 1.6,0.73 (--quick: 1.6)")
+    parser.add_argument("--runs", type=int, default=1, help="repetitions of every case")
+    parser.add_argument("--compactions", type=int, default=2,
+                        help="compactions per conversation (no-worker: 1)")
+    parser.add_argument("--no-worker-timeout-s", type=float, default=None,
+                        help="COMPACTOR_PI_TIMEOUT_S in the no-worker case (default: the "
+                             "extension's own)")
+    parser.add_argument("--logs", default="",
+                        help="keep pi's sessions and logs, the worker's and serve's, here")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke test: short latencies, one compaction, a 5 s "
+                             "no-worker timeout")
+    return parser.parse_args()
+
+
+def summarize(report: Report, results: Results, cases: list[Case], runs: int,
+              timeout: float | None) -> None:
+    table = [row(report, label, next(c for c in cases if c.name == name), pairs, runs)
+             for (label, name), pairs in results.items()]
+    for line in table:
+        print(f"  pi {line['pi']:<5} {line['case']:<13} alone {line['alone_ms']:>6} ms  "
+              f"compactor {line['compactor_ms']:>6} ms (max {line['compactor_max_ms']:>6}) "
+              f"x{line['ratio'] or 0:.2f}  by Compactor {line['by_compactor']}/"
+              f"{line['compactions']} (drafts {line['from_draft']}), cut matches "
+              f"{line['cut_matches']}/{line['by_compactor']}", flush=True)
+    report.note(window=WINDOW, reserve=RESERVE, keep_recent=KEEP, runs=runs,
+                no_worker_timeout_s=timeout, table=table,
+                conversations={f"pi{k[0]}_{k[1]}": [[vars(a) | {"compactions": [
+                    vars(c) for c in a.compactions]} for a in pair] for pair in v]
+                    for k, v in results.items()})
     report.write()
+
+
+def row(report: Report, label: str, case: Case,
+        pairs: list[tuple[Conversation, Conversation]], runs: int) -> dict[str, Any]:
+    """One case's figures: the medians' ratio, the worst stall, whose compactions and cuts
+    (a cut counts where Compactor answered: pi's built-in makes pi's cut by definition)."""
+    median = statistics.median
+    alone = [c for a, _ in pairs for c in a.compactions]
+    served = [c for _, s in pairs for c in s.compactions]
+    base = f"pi{label}_{case.name}"
+    report.baseline(f"{base}_alone", median(c.stall_ms for c in alone), "ms",
+                    f"pi {label} alone, turns {case.turn_s:g} s, summaries "
+                    f"{case.summary_s:g} s ({len(alone)} compactions)")
+    by_compactor = [c for c in served if c.from_compactor]
+    matched = sum(c.kept == c.pi_cut for c in by_compactor)
+    drafts = sum(c.from_draft for c in served)
+    goal = "<= 1.0" if case.worker else "<= alone + 2 s"
+    ratio = report.figure(
+        f"{base}_compactor", median(c.stall_ms for c in served), "ms",
+        against=f"{base}_alone", goal=goal,
+        what=f"pi {label} with Compactor ({len(by_compactor)} of {len(served)} by Compactor, "
+             f"{drafts} from a draft; cut matches {matched}/{len(by_compactor)})")
+    worst = report.figure(f"{base}_compactor_max", max(c.stall_ms for c in served), "ms",
+                          against=f"{base}_alone", goal=goal, what="the longest stall")
+    return {"pi": label, "case": case.name, "runs": runs, "compactions": len(served),
+            "alone_ms": round(median(c.stall_ms for c in alone)),
+            "compactor_ms": round(median(c.stall_ms for c in served)),
+            "compactor_max_ms": round(max(c.stall_ms for c in served)), "ratio": ratio,
+            "ratio_max": worst, "by_compactor": len(by_compactor), "from_draft": drafts,
+            "cut_matches": matched,
+            "turns": [[a.turns, s.turns] for a, s in pairs],  # alone, with Compactor
+            "alone_stalls_ms": [round(c.stall_ms) for c in alone],
+            "compactor_stalls_ms": [round(c.stall_ms) for c in served]}
 
 
 if __name__ == "__main__":
