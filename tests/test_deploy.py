@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from api_client.server.settings import ServerSettings
+from helpers.ci import missing
 from worker.settings import WorkerSettings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,7 +67,7 @@ def _compose_cli() -> list[str]:
         return ["docker", "compose"]
     if shutil.which("docker-compose"):
         return ["docker-compose"]
-    pytest.skip("no docker compose CLI on this machine")
+    missing("no docker compose CLI on this machine (docker compose or docker-compose)")
 
 
 EXAMPLE = (DEPLOY / "compactor.env.example").read_text()

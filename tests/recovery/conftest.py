@@ -13,6 +13,8 @@ import pytest
 from recovery.recovery_support import RedisClusterServers, RedisServer
 from runtime.runtime_model_server import ModelServer
 
+from helpers.ci import missing
+
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "worker" / "data" / "demo-session.jsonl"
 
@@ -56,7 +58,7 @@ def amqp_url() -> Iterator[str]:
 @pytest.fixture(scope="module")
 def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterServers]:
     if shutil.which("redis-cli") is None or shutil.which("redis-server") is None:
-        pytest.skip("redis-server / redis-cli not installed")
+        missing("redis-server / redis-cli not installed (the Redis Cluster tests)")
     cluster = RedisClusterServers(tmp_path_factory.mktemp("cluster")).start()
     yield cluster
     cluster.stop()

@@ -21,6 +21,7 @@ from runtime.runtime_model_server import ModelServer
 from runtime.runtime_support import new_session
 
 from api_client import CompactionClient, JobState
+from helpers.ci import missing
 
 REPO = Path(__file__).resolve().parents[2]
 QUEUES = ("compactor.urgent", "compactor.compact", "compactor.branch", "compactor.prune")
@@ -241,8 +242,9 @@ def _listening_addresses(port: int) -> set[str]:
     return found
 
 
-@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="needs Linux /proc/net/tcp")
 def test_the_default_address_is_loopback(own_redis: Any, tmp_path: Path) -> None:
+    if not Path("/proc/net/tcp").exists():
+        missing("needs Linux /proc/net/tcp")
     with metrics_worker(own_redis.url, tmp_path) as port:
         assert _listening_addresses(port) == {"0100007F"}  # 127.0.0.1, little-endian hex
 
@@ -252,11 +254,11 @@ def _rabbitmq_vhost() -> Iterator[str]:
     import uuid
 
     if shutil.which("rabbitmqctl") is None:
-        pytest.skip("no RabbitMQ on this machine (rabbitmqctl missing)")
+        missing("no RabbitMQ on this machine (rabbitmqctl missing)")
     vhost = f"compactor-depth-{uuid.uuid4().hex[:8]}"
     made = subprocess.run(["rabbitmqctl", "add_vhost", vhost], capture_output=True, timeout=60)
     if made.returncode != 0:
-        pytest.skip(f"RabbitMQ is not running: {made.stderr.decode(errors='replace')[:200]}")
+        missing(f"RabbitMQ is not running: {made.stderr.decode(errors='replace')[:200]}")
     subprocess.run(["rabbitmqctl", "set_permissions", "-p", vhost, "guest", ".*", ".*", ".*"],
                    check=True, capture_output=True, timeout=60)
     try:
