@@ -36,6 +36,7 @@ from helpers.pi_agent import (
     PiRpc,
     PiUnavailable,
     ensure_pi,
+    find_pi_073,
     read_jsonl,
     write_agent_dir,
 )
@@ -290,3 +291,49 @@ def test_no_worker_pi_compacts_by_itself_at_once(pi_install: PiInstall, llm: Str
     finally:
         agent.close()
         serve.stop()
+
+
+def test_pi_073_compacts_with_compactor(llm: StreamingModel, client: CompactionClient,
+                                        serve: ServeProcess, tmp_path: Path) -> None:
+    """pi 0.73.1 (beside 1.6 in node_modules): the same extension sends 0.73's summary format
+    and max_tokens, its threshold compaction and a manual one are Compactor's, cut where pi's
+    own preparation cuts (a draft's at or before it)."""
+    install = find_pi_073()
+    if install is None:
+        pytest.fail("pi 0.73.1 is not installed (make pi installs it as pi-073)")
+    agent = start_pi(install, llm, serve.url, tmp_path)
+    try:
+        mark = len(agent.records)
+        for _ in range(30):
+            agent.prompt(PROMPT)
+            last = llm.of("pi")[-1]
+            if last.prompt_tokens + last.completion_tokens > WINDOW - RESERVE:
+                # 0.73 compacts after agent_end: wait for it rather than race the next prompt
+                agent.wait_for(lambda r: r.get("type") == "compaction_end", mark)
+            if agent.events("compaction_end", mark):
+                break
+        end = agent.events("compaction_end", mark)
+        assert end and end[0]["result"], end
+        first = entries(agent, "compaction")[-1]
+        assert "Compactor summary" in first["summary"] and first["fromHook"] is True
+        if first["details"]["compactor"]["fromDraft"]:
+            assert_draft_cut(agent, first, tmp_path)
+            differences = []
+        else:
+            differences = cut_differs(first, tmp_path)
+        agent.prompt(PROMPT)  # a turn after it: pi has something to compact again
+        response = agent.compact(INSTRUCTIONS)
+        assert response["success"], response
+        manual = entries(agent, "compaction")[-1]
+        assert manual["id"] != first["id"] and "Compactor summary" in manual["summary"]
+        differences += cut_differs(manual, tmp_path)
+        record = client.job(manual["details"]["compactor"]["jobId"]).record()
+        assert record.agent is not None and record.agent.to_wire() == {
+            "reserveTokens": RESERVE, "keepRecentTokens": KEEP, "tokenizer": "estimate",
+            "summaryFormat": "pi-0.73", "summaryMaxTokens": 3200, "turnPrefixMaxTokens": 2000,
+            "branchReserveTokens": 16_384}
+        assert not llm.of("pi-summary") or all(
+            "Compactor summary" in e["summary"] for e in entries(agent, "compaction"))
+        assert not differences, differences
+    finally:
+        agent.close()
