@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import enum
+import importlib
+import inspect
 import json
+import re
 import subprocess
 import sys
+import typing
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import pydantic
 import pytest
 
 import api_client
@@ -49,9 +57,91 @@ def test_public_names_are_pinned() -> None:
     assert len(api_client.__all__) == len(PUBLIC)
 
 
+# What each public name that is not an error is: its kind and the module that defines it, stated
+# here rather than read from the package's lazy-import table.
+ORIGIN: dict[str, tuple[str, str]] = {
+    "AsyncCompactionClient": ("class", "api_client.client.async_client"),
+    "CompactionClient": ("class", "api_client.client.sync_client"),
+    "AsyncJobHandle": ("class", "api_client.client.handles"),
+    "JobHandle": ("class", "api_client.client.handles"),
+    "ObserveResult": ("class", "api_client.client.handles"),
+    "AsyncEventReader": ("class", "api_client.client.event_readers"),
+    "EventReader": ("class", "api_client.client.event_readers"),
+    "AsyncSessionStore": ("class", "api_client.client.sessions"),
+    "SessionStore": ("class", "api_client.client.sessions"),
+    "SessionPage": ("class", "api_client.client.session_listing"),
+    "Snapshot": ("class", "api_client.contract.snapshots"),
+    "LlmContext": ("class", "api_client.contract.session.context"),
+    "should_compact": ("function", "api_client.client.thresholds"),
+    "should_precompute": ("function", "api_client.client.thresholds"),
+    "is_context_overflow": ("function", "api_client.contract.overflow"),
+    "CompactReason": ("enum", "api_client.contract.wire"),
+    "EventType": ("enum", "api_client.contract.wire"),
+    "JobKind": ("enum", "api_client.contract.wire"),
+    "JobState": ("enum", "api_client.contract.wire"),
+    "JobEvent": ("model", "api_client.contract.wire"),
+    "JobRecord": ("model", "api_client.contract.wire"),
+    "PruneResult": ("model", "api_client.contract.wire"),
+    "AgentSettings": ("model", "api_client.contract.agent_settings"),
+    "ClientSettings": ("model", "api_client.contract.settings"),
+    "DayUsage": ("model", "api_client.contract.usage"),
+}
+ERRORS_MODULE = "api_client.contract.errors"
+
+
+def _documented_error_tree() -> dict[str, tuple[str, bool]]:
+    """name -> (parent, also a ValueError), read from the tree drawn in errors.py's docstring."""
+    errors = importlib.import_module(ERRORS_MODULE)
+    parents: dict[str, str] = {}
+    said: dict[str, str] = {}  # an error's description, over its continuation lines
+    path: list[str] = []
+    for line in (errors.__doc__ or "").splitlines():
+        drawn = re.match(r"^ {4}([│ ]*[├└]── )?([A-Z]\w*Error)\b(.*)$", line)
+        if drawn is None:
+            if path:
+                said[path[-1]] += " " + line.strip(" │")
+            continue
+        depth = len(drawn.group(1) or "") // 4
+        del path[depth:]
+        parents[drawn.group(2)] = path[-1] if path else "Exception"
+        said[drawn.group(2)] = drawn.group(3)
+        path.append(drawn.group(2))
+
+    def value_error(name: str) -> bool:  # said of it, or of an ancestor
+        return ((name in said and "(also ValueError)" in " ".join(said[name].split()))
+                or (name in parents and value_error(parents[name])))
+
+    return {name: (parent, value_error(name)) for name, parent in parents.items()}
+
+
+def test_the_names_are_split_between_the_two_tables() -> None:
+    errors = {name for name in PUBLIC if name.endswith("Error")}
+    assert errors <= set(_documented_error_tree())
+    assert set(ORIGIN) | errors | {"JobResult"} == PUBLIC
+
+
 @pytest.mark.parametrize("name", sorted(PUBLIC))
-def test_every_public_name_resolves(name: str) -> None:
-    assert getattr(api_client, name) is not None
+def test_every_public_name_is_what_it_claims(name: str) -> None:
+    value = getattr(api_client, name)
+    if name == "JobResult":  # what wait() returns: an entry, a prune's result, or nothing
+        assert set(typing.get_args(value)) == {dict[str, typing.Any], api_client.PruneResult,
+                                               type(None)}
+        return
+    if name.endswith("Error"):
+        parent, also_value_error = _documented_error_tree()[name]
+        kind, module = "error", ERRORS_MODULE
+        assert parent in [base.__name__ for base in value.__bases__]
+        assert issubclass(value, ValueError) == also_value_error
+        assert issubclass(value, api_client.CompactorError)
+    else:
+        kind, module = ORIGIN[name]
+    assert value.__name__ == name and value.__module__ == module
+    assert getattr(importlib.import_module(module), name) is value
+    checks: dict[str, Callable[[Any], bool]] = {
+        "class": inspect.isclass, "error": lambda v: issubclass(v, Exception),
+        "function": inspect.isfunction, "enum": lambda v: issubclass(v, enum.Enum),
+        "model": lambda v: issubclass(v, pydantic.BaseModel)}
+    assert checks[kind](value), f"{name} is not a {kind}"
 
 
 def test_unknown_attribute() -> None:
