@@ -38,6 +38,7 @@ from helpers.pi_agent import (
     ensure_pi,
     find_pi_073,
     read_jsonl,
+    running_pi,
     write_agent_dir,
 )
 from helpers.pi_model import StreamingModel
@@ -236,6 +237,8 @@ def test_pi_compacts_with_compactor(pi: PiRpc, llm: StreamingModel, client: Comp
     assert summary["parentId"] == target and summary["fromHook"] is True
     assert "Compactor summary" in summary["summary"]
     assert written_by_compactor(client, sid, summary)
+    branch_job = client.job(summary["details"]["compactor"]["jobId"]).record()
+    assert branch_job.agent is not None and branch_job.agent.branch_reserve_tokens == 16_384
     assert "Compactor summary" in next_request_text(pi, llm)
     assert not llm.of("pi-summary")
     assert not pi.notices() and "[compactor]" not in pi.log(), (pi.notices(), pi.log())
@@ -337,3 +340,26 @@ def test_pi_073_compacts_with_compactor(llm: StreamingModel, client: CompactionC
         assert not differences, differences
     finally:
         agent.close()
+
+
+def test_compaction_off_uploads_nothing(pi_install: PiInstall, llm: StreamingModel,
+                                        client: CompactionClient, serve: ServeProcess,
+                                        tmp_path: Path) -> None:
+    """pi's ``compaction.enabled`` false: the extension says so once and stays out of the way:
+    no session in Compactor, pi's own manual compaction."""
+    compactor = {"url": serve.url, "token": TOKEN}
+    home = write_agent_dir(tmp_path / "agent", llm.base_url, context_window=WINDOW,
+                           reserve_tokens=RESERVE, keep_recent_tokens=KEEP,
+                           settings={"compactor": compactor,
+                                     "compaction": {"enabled": False, "reserveTokens": RESERVE,
+                                                    "keepRecentTokens": KEEP}})
+    with running_pi(pi_install, home, tmp_path / "work", extensions=(EXTENSION,)) as agent:
+        sid = agent.state()["sessionId"]
+        for _ in range(3):
+            agent.prompt(PROMPT)
+        response = agent.compact()
+        assert response["success"], response
+        assert "pi's own summary" in entries(agent, "compaction")[-1]["summary"]
+        assert any("compaction is off" in n for n in agent.notices()), agent.notices()
+        # the decision was made at session start, before the first entry: nothing went out
+        assert not client.sessions.exists(sid)
