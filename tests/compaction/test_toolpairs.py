@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -196,11 +197,21 @@ def _size(rng: random.Random) -> int:
     return rng.choice([10, 200, 2_000, 40_000, 120_000])
 
 
-def _turn(rng: random.Random, entries: list[Entry], turn: int) -> None:
+@dataclass
+class Pairs:
+    """What the generator made: the entry that called each tool call id, and the call id each
+    tool-result entry answers (the oracle reads these, not the messages)."""
+
+    called_in: dict[str, str] = field(default_factory=dict)
+    answers: dict[str, str] = field(default_factory=dict)
+
+
+def _turn(rng: random.Random, entries: list[Entry], turn: int, pairs: Pairs) -> None:
     _append(entries, user(chars(_size(rng))))
     for step in range(rng.randint(0, 3)):
         ids = [f"t{turn}.{step}.{k}" for k in range(rng.randint(1, 3))]
         _append(entries, call(*ids))
+        pairs.called_in.update(dict.fromkeys(ids, entries[-1].id))
         for call_id in rng.sample(ids, len(ids)):  # parallel results arrive in any order
             _maybe_compact(rng, entries)
             if rng.random() < 0.1:
@@ -209,25 +220,31 @@ def _turn(rng: random.Random, entries: list[Entry], turn: int) -> None:
             if rng.random() < 0.1:
                 _append(entries, {"type": "label", "targetId": entries[-1].id, "label": "x"})
             _append(entries, result(call_id, _size(rng)))
+            pairs.answers[entries[-1].id] = call_id
         _maybe_compact(rng, entries)
     _append(entries, assistant(chars(_size(rng))))
     _maybe_compact(rng, entries)
 
 
-def _assert_no_orphans(entries: list[Entry]) -> None:
+def _assert_no_orphans(entries: list[Entry], pairs: Pairs) -> None:
+    """Each tool result in the context comes after the entry that made its call."""
     context = build_session_context(SessionTree(entries), entries[-1].id)
-    messages = [m.message for m in context.messages]
-    assert orphaned_tool_results(messages) == [], [m["role"] for m in messages]
+    order = [m.entry_id for m in context.messages]
+    for position, entry_id in enumerate(order):
+        if entry_id in pairs.answers:
+            call_entry = pairs.called_in[pairs.answers[entry_id]]
+            assert call_entry in order[:position], (entry_id, call_entry, order)
 
 
 @pytest.mark.parametrize("seed", range(300))
 def test_generated_sessions_never_orphan_a_tool_result(seed: int) -> None:
     rng = random.Random(seed)
     entries: list[Entry] = []
+    pairs = Pairs()
     for turn in range(rng.randint(2, 6)):
-        _turn(rng, entries, turn)
-        _assert_no_orphans(entries)
+        _turn(rng, entries, turn, pairs)
+        _assert_no_orphans(entries, pairs)
     # One more compaction at the very end, and every context along the way, holds too.
     _maybe_compact(random.Random(0), entries)
     for i in range(1, len(entries) + 1):
-        _assert_no_orphans(entries[:i])
+        _assert_no_orphans(entries[:i], pairs)
