@@ -17,6 +17,8 @@ Skipped only when pi is missing and npm's registry is unreachable (failing when 
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +27,7 @@ from typing import Any
 import pytest
 from conftest import RedisProcess
 from pydantic import SecretStr
+from recovery.recovery_support import WorkerProcess, model_env, worker_env
 from runtime.runtime_support import entries_of_type, runtime_settings
 
 from api_client import CompactionClient
@@ -363,3 +366,46 @@ def test_compaction_off_uploads_nothing(pi_install: PiInstall, llm: StreamingMod
         assert any("compaction is off" in n for n in agent.notices()), agent.notices()
         # the decision was made at session start, before the first entry: nothing went out
         assert not client.sessions.exists(sid)
+
+
+def test_worker_killed_mid_compaction_pi_compacts_by_itself(
+        pi_install: PiInstall, own_redis: RedisProcess, tmp_path: Path) -> None:
+    """The only worker dies while pi waits for its compaction: the extension sees the job's
+    ``workerLost`` (or no worker alive) and lets pi's built-in run, long before its timeout."""
+    model = StreamingModel(latency_s=0.5, reply_chars=4000)
+    serve = ServeProcess(own_redis.url, tmp_path / "serve.log")
+    worker = WorkerProcess(worker_env(own_redis.url, COMPACTOR_MODELS=model_env(model.base_url)),
+                           "w", tmp_path)
+    killed: list[float] = []
+
+    def kill_once_it_summarises() -> None:
+        while not model.of("compactor") and worker.alive():
+            time.sleep(0.02)
+        os.killpg(worker.pid, signal.SIGKILL)
+        killed.append(time.monotonic())
+
+    try:
+        serve.start()
+        worker.wait_ready()
+        home = write_agent_dir(tmp_path / "agent", model.base_url, context_window=WINDOW,
+                               reserve_tokens=RESERVE, keep_recent_tokens=KEEP,
+                               settings={"compactor": {"url": serve.url, "token": TOKEN,
+                                                       "timeoutS": 60, "precompute": False}})
+        killer = threading.Thread(target=kill_once_it_summarises, daemon=True)
+        killer.start()
+        with running_pi(pi_install, home, tmp_path / "work", extensions=(EXTENSION,)) as agent:
+            for _ in range(30):
+                agent.prompt(PROMPT, timeout=90)
+                if agent.events("compaction_end"):
+                    break
+            end = agent.events("compaction_end")[0]
+            assert end["reason"] == "threshold" and end["result"], end
+            assert "pi's own summary" in entries(agent, "compaction")[-1]["summary"]
+            assert any("gone" in n or "no Compactor worker" in n for n in agent.notices()), (
+                agent.notices())
+            # the heartbeat's few seconds and pi's own summary, far below the timeout (60 s)
+            assert killed and end["at"] - killed[0] < 20, end["at"] - killed[0]
+    finally:
+        worker.kill()
+        serve.stop()
+        model.close()
