@@ -46,7 +46,7 @@ from _loopback import wait_for_workers
 from _report import Report
 
 from api_client import CompactionClient
-from helpers.pi_agent import EXTENSION, MODULES, PiInstall, PiRpc, ensure_pi, read_jsonl
+from helpers.pi_agent import EXTENSION, PiInstall, PiRpc, ensure_pi, find_pi_073, read_jsonl
 from helpers.pi_agent import write_agent_dir as agent_dir
 from helpers.pi_model import Call, StreamingModel
 from helpers.serve_process import TOKEN, ServeProcess
@@ -73,8 +73,7 @@ class Case:
 @dataclass(frozen=True)
 class PiVersion:
     label: str
-    install: PiInstall
-    settles: bool  # pi 1.6 says agent_settled after a prompt (and its compaction); 0.73 does not
+    install: PiInstall  # .settles: pi 1.6 says agent_settled after a prompt; 0.73 does not
 
 
 @dataclass
@@ -83,6 +82,8 @@ class Compaction:
     stall_ms: float
     kept: str  # the entry's firstKeptEntryId
     pi_cut: str | None  # pi's own preparation's (the probe's; None for pi alone)
+    # entries from pi's cut to the entry's (negative: Compactor kept more), None without a probe
+    cut_offset: int | None
     split_turn: bool | None
     from_compactor: bool
     from_draft: bool
@@ -113,13 +114,14 @@ def versions(wanted: list[str]) -> list[PiVersion]:
     found = []
     for label in wanted:
         if label == "1.6":
-            found.append(PiVersion("1.6", ensure_pi(), settles=True))
+            found.append(PiVersion("1.6", ensure_pi()))
         elif label == "0.73":
-            cli = MODULES / "pi-073" / "dist" / "cli.js"
-            if not cli.exists():
+            ensure_pi()
+            old = find_pi_073()
+            if old is None:
                 print("pi 0.73.1 is not installed (make pi): skipped", flush=True)
                 continue
-            found.append(PiVersion("0.73", PiInstall(ensure_pi().node, cli), settles=False))
+            found.append(PiVersion("0.73", old))
         else:
             raise SystemExit(f"--pi: unknown version {label} (1.6, 0.73)")
     return found
@@ -127,7 +129,7 @@ def versions(wanted: list[str]) -> list[PiVersion]:
 
 def prompt_turn(pi: PiRpc, version: PiVersion) -> None:
     """One turn, returning once pi is idle again (its compaction, if any, done)."""
-    if version.settles:
+    if version.install.settles:
         pi.prompt(PROMPT, timeout=TURN_TIMEOUT_S)
         return
     mark = len(pi.records)
@@ -150,8 +152,7 @@ def converse(version: PiVersion, model: PacedModel, work: Path, want: int,
     extensions = (PROBE, EXTENSION) if env is not None else ()
     full_env = {**(env or {}), "BENCH_PI_PROBE": str(probe_file)}
     conversation = Conversation("compactor" if env is not None else "alone", 0)
-    pi = PiRpc(version.install, home, work / "repo", extensions=extensions, env=full_env,
-               approve=version.settles)
+    pi = PiRpc(version.install, home, work / "repo", extensions=extensions, env=full_env)
     try:
         while len(pi.events("compaction_end")) < want:
             conversation.turns += 1
@@ -160,6 +161,7 @@ def converse(version: PiVersion, model: PacedModel, work: Path, want: int,
                                    f"turns; log:\n{pi.log()[-2000:]}")
             prompt_turn(pi, version)
         starts, ends = pi.events("compaction_start"), pi.events("compaction_end")
+        ids = [str(e.get("id")) for e in read_jsonl(pi.session_file())]
         entries = [e for e in read_jsonl(pi.session_file()) if e.get("type") == "compaction"]
         session_id = str(pi.state()["sessionId"])
     finally:
@@ -169,11 +171,12 @@ def converse(version: PiVersion, model: PacedModel, work: Path, want: int,
         assert end.get("result") and not end.get("aborted"), end
         origin: dict[str, Any] = (entries[i].get("details") or {}).get("compactor") or {}
         probe = probes[i] if i < len(probes) else {}
+        kept, pi_cut = str(entries[i]["firstKeptEntryId"]), probe.get("firstKeptEntryId")
+        offset = ids.index(kept) - ids.index(pi_cut) if pi_cut in ids and kept in ids else None
         conversation.compactions.append(Compaction(
             str(end.get("reason") or start.get("reason") or "?"),
-            (end["at"] - start["at"]) * 1000, str(entries[i]["firstKeptEntryId"]),
-            probe.get("firstKeptEntryId"), probe.get("isSplitTurn"), bool(origin),
-            bool(origin.get("fromDraft"))))
+            (end["at"] - start["at"]) * 1000, kept, pi_cut, offset, probe.get("isSplitTurn"),
+            bool(origin), bool(origin.get("fromDraft"))))
     return conversation, session_id
 
 
@@ -334,7 +337,8 @@ def summarize(report: Report, results: Results, cases: list[Case], runs: int,
               f"compactor {line['compactor_ms']:>6} ms (max {line['compactor_max_ms']:>6}) "
               f"x{line['ratio'] or 0:.2f}  by Compactor {line['by_compactor']}/"
               f"{line['compactions']} (drafts {line['from_draft']}), cut matches "
-              f"{line['cut_matches']}/{line['by_compactor']}", flush=True)
+              f"{line['cut_matches']}/{line['by_compactor']} (entries from pi's cut: "
+              f"{line['cut_offsets']})", flush=True)
     report.note(window=WINDOW, reserve=RESERVE, keep_recent=KEEP, runs=runs,
                 no_worker_timeout_s=timeout, table=table,
                 conversations={f"pi{k[0]}_{k[1]}": [[vars(a) | {"compactions": [
@@ -370,7 +374,7 @@ def row(report: Report, label: str, case: Case,
             "compactor_ms": round(median(c.stall_ms for c in served)),
             "compactor_max_ms": round(max(c.stall_ms for c in served)), "ratio": ratio,
             "ratio_max": worst, "by_compactor": len(by_compactor), "from_draft": drafts,
-            "cut_matches": matched,
+            "cut_matches": matched, "cut_offsets": [c.cut_offset for c in by_compactor],
             "turns": [[a.turns, s.turns] for a, s in pairs],  # alone, with Compactor
             "alone_stalls_ms": [round(c.stall_ms) for c in alone],
             "compactor_stalls_ms": [round(c.stall_ms) for c in served]}
