@@ -52,7 +52,8 @@ class JobView(JobRecord):
 
 
 async def _read(client: AsyncCompactionClient, worker_id: str = "") -> tuple[int, bool]:
-    reply: Any = await client.redis.eval(_READ, 1, client.layout.workers, worker_id)
+    reply: Any = await client.redis.eval(  # type: ignore[no-untyped-call]
+        _READ, 1, client.layout.workers, worker_id)
     return int(reply[0]), bool(int(reply[1]))
 
 

@@ -153,6 +153,7 @@ def test_the_document_lists_every_route_the_tools_rely_on() -> None:
         ("POST", sid + "/compact"), ("POST", sid + "/prune"), ("POST", sid + "/branch-summary"),
         ("GET", "/v1/jobs/{job_id}"), ("POST", "/v1/jobs/{job_id}/cancel"),
         ("GET", sid + "/events"), ("GET", "/v1/events"), ("POST", "/v1/summarize"),
-        ("POST", "/v1/summarize/{url_secret}"), ("POST", "/v1/chat/completions"), ("GET", "/livez"), ("GET", "/readyz"),
+        ("POST", "/v1/summarize/{url_secret}"), ("POST", "/v1/chat/completions"),
+        ("GET", "/livez"), ("GET", "/readyz"),
         ("GET", "/v1/usage"), ("GET", "/v1/workers"),
     }
