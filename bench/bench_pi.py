@@ -13,7 +13,11 @@ alone (no extension) and one of pi with the extension (integrations/pi), side by
 - ``threshold``: turns and summaries 2 s, threshold compactions;
 - ``slow-summary``: turns 2 s, summaries 10 s;
 - ``no-worker``: ``compactor serve`` up on a Redis no worker reads (the extension's own
-  timeout, ``COMPACTOR_PI_TIMEOUT_S``, unless ``--no-worker-timeout-s`` sets it).
+  timeout, ``COMPACTOR_PI_TIMEOUT_S``, unless ``--no-worker-timeout-s`` sets it);
+- ``no-drafts``: as ``threshold`` with the extension's drafts off (``COMPACTOR_PI_PRECOMPUTE``
+  0): every compaction planned at pi's threshold, where the cut must be pi's.
+
+The last two run beside the first two, each on a Redis, serve and worker of its own.
 
 The stall of a compaction is the time between pi's ``compaction_start`` and ``compaction_end``
 RPC events. A probe extension (bench/pi_cut_probe.ts, loaded before Compactor's) records pi's
@@ -68,6 +72,7 @@ class Case:
     summary_s: float
     worker: bool
     compactions: int
+    extension_env: tuple[tuple[str, str], ...] = ()  # the extension's settings for this case
 
 
 @dataclass(frozen=True)
@@ -220,7 +225,8 @@ def run_case(version: PiVersion, case: Case, stack: Stack, work: Path
             alone = pool.submit(converse, version, alone_model, work / "alone",
                                 case.compactions, None)
             with_compactor = pool.submit(converse, version, stack.model, work / "compactor",
-                                         case.compactions, stack.env)
+                                         case.compactions,
+                                         stack.env | dict(case.extension_env))
             (built_in, _), (compactor, session_id) = alone.result(), with_compactor.result()
         if case.worker:  # pi has quit: nothing asks for more; a late draft still counts
             jobs_done(stack.redis_url, session_id)
@@ -234,6 +240,11 @@ def run_case(version: PiVersion, case: Case, stack: Stack, work: Path
           f"{[round(c.stall_ms) for c in built_in.compactions]} ms, compactor "
           f"{[round(c.stall_ms) for c in compactor.compactions]} ms", flush=True)
     return built_in, compactor
+
+
+def run_cases(version: PiVersion, cases: list[Case], stacks: dict[str, Stack], work: Path
+              ) -> list[tuple[Conversation, Conversation]]:
+    return [run_case(version, case, stacks[case.name], work / case.name) for case in cases]
 
 
 @contextmanager
@@ -285,7 +296,8 @@ def main() -> None:
     want = 1 if quick else args.compactions
     cases = [Case("threshold", turn, turn, True, want),
              Case("slow-summary", turn, 1.0 if quick else 10.0, True, want),
-             Case("no-worker", turn, turn, False, 1)]
+             Case("no-worker", turn, turn, False, 1),
+             Case("no-drafts", turn, turn, True, want, (("COMPACTOR_PI_PRECOMPUTE", "0"),))]
     pi_versions = versions((args.pi or ("1.6" if quick else "1.6,0.73")).split(","))
     timeout = 5.0 if quick and args.no_worker_timeout_s is None else args.no_worker_timeout_s
     report = Report("pi")
@@ -295,18 +307,18 @@ def main() -> None:
                else Path(stack.enter_context(tempfile.TemporaryDirectory())))
         tmp.mkdir(parents=True, exist_ok=True)
         served = compactor_stack(stack, tmp, "worker", True, None)
-        unserved = compactor_stack(stack, tmp, "no-worker", False, timeout)
+        beside = {"no-worker": compactor_stack(stack, tmp, "no-worker", False, timeout),
+                  "no-drafts": compactor_stack(stack, tmp, "no-drafts", True, None)}
         for version in pi_versions:
             for run in range(args.runs):
                 work = tmp / f"{version.label}-{run}"
-                with ThreadPoolExecutor(1) as side:  # no worker: beside the others
-                    lonely = side.submit(run_case, version, cases[2], unserved,
-                                         work / cases[2].name)
+                with ThreadPoolExecutor(1) as side:  # beside the others, on stacks of their own
+                    others = side.submit(run_cases, version, cases[2:], beside, work)
                     for case in cases[:2]:
                         results.setdefault((version.label, case.name), []).append(
                             run_case(version, case, served, work / case.name))
-                    results.setdefault((version.label, cases[2].name), []).append(
-                        lonely.result())
+                    for case, pair in zip(cases[2:], others.result(), strict=True):
+                        results.setdefault((version.label, case.name), []).append(pair)
     summarize(report, results, cases, args.runs, timeout)
 
 

@@ -36,7 +36,8 @@ def test_bench_pi_quick_mode_runs(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     notes = json.loads((tmp_path / "pi.json").read_text(encoding="utf-8"))["notes"]
     assert {(row["pi"], row["case"]) for row in notes["table"]} == {
-        ("1.6", "threshold"), ("1.6", "slow-summary"), ("1.6", "no-worker")}
+        ("1.6", "threshold"), ("1.6", "slow-summary"), ("1.6", "no-worker"),
+        ("1.6", "no-drafts")}
     for name, pairs in notes["conversations"].items():
         for alone, with_compactor in pairs:
             assert len(alone["compactions"]) == len(with_compactor["compactions"]) == 1, name
