@@ -25,9 +25,11 @@ def _free_port() -> int:
 
 
 class ServeProcess:
-    def __init__(self, redis_url: str, log: Path, **settings: str) -> None:
+    def __init__(self, redis_url: str, log: Path, log_level: str = "warning",
+                 **settings: str) -> None:
         self.port = _free_port()
         self.log = log
+        self.log_level = log_level  # "info": uvicorn's access log too
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("COMPACTOR_")}
         self.env.update({"COMPACTOR_REDIS_URL": redis_url,
                          "COMPACTOR_API_TOKENS": json.dumps({TOKEN: "default"}), **settings})
@@ -41,7 +43,7 @@ class ServeProcess:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "worker", "serve", "--port", str(self.port),
-                 "--log-level", "warning"], cwd=REPO, env=self.env, stdout=out, stderr=out)
+                 "--log-level", self.log_level], cwd=REPO, env=self.env, stdout=out, stderr=out)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
