@@ -80,11 +80,6 @@ def test_no_page_cites_texts_outside_the_repository(page: Path) -> None:
     assert not re.findall(r"SPEC ?§|ARCHITECTURE", text), "say the rule itself"
 
 
-# Pages being written at the time of the README's rewrite by their owners (the pi extension,
-# oh-my-pi, the compaction's settings); linked already. TODO(H6a): empty once they are in.
-BEING_WRITTEN = {"docs/pi.md", "docs/oh-my-pi.md", "docs/compaction.md"}
-
-
 def _anchors(page: Path) -> set[str]:
     """The anchors of a page's headings, as GitHub makes them (code blocks left out)."""
     text = re.sub(r"^```.*?^```$", "", page.read_text(encoding="utf-8"), flags=re.S | re.M)
@@ -97,8 +92,6 @@ def test_every_relative_link_of_the_docs_resolves() -> None:
         text = page.read_text(encoding="utf-8")
         for target, anchor in re.findall(r"\]\(([^)#:]*)(?:#([^)]*))?\)", text):
             path = (page.parent / target).resolve() if target else page
-            if path.relative_to(REPO).as_posix() in BEING_WRITTEN and not path.exists():
-                continue
             assert path.exists(), f"{page.name} links {target}"
             assert not anchor or anchor in _anchors(path), f"{page.name} links {target}#{anchor}"
 

@@ -5,7 +5,7 @@ ports and log folder swapped for free ones), generates and prints the token, and
 call ``$COMPACTOR_URL`` run the same way, one shell per page, against a ``compactor serve``, a
 Redis and a worker of this module's own. Each block's ``# <output>`` comment lines are checked
 against what the block printed (ids, which differ from run to run, aside; ``<token>`` stands for
-the generated token)."""
+whatever the run generated: a token, a secret)."""
 
 from __future__ import annotations
 
@@ -42,10 +42,11 @@ def section(text: str, title: str) -> str:
 
 
 def readme_blocks() -> tuple[str, list[str]]:
-    """"Run it yourself"'s one block, and the blocks of "The HTTP API"."""
+    """"Run it yourself"'s one block, and the blocks of "The HTTP API" and "With oh-my-pi"."""
     text = (REPO / "README.md").read_text(encoding="utf-8")
     [start] = BLOCK.findall(section(text, "Run it yourself"))
-    return start, BLOCK.findall(section(text, "The HTTP API"))
+    return start, [*BLOCK.findall(section(text, "The HTTP API")),
+                   *BLOCK.findall(section(text, "With oh-my-pi"))]
 
 
 def doc_blocks() -> dict[str, list[str]]:
@@ -69,7 +70,7 @@ def expected_lines(block: str) -> list[str]:
 def test_the_readme_and_docs_have_runnable_blocks() -> None:
     start, api_blocks = readme_blocks()
     assert "compactor worker" in start and "compactor serve" in start and "&\n" in start
-    assert len(api_blocks) >= 2 and all("$COMPACTOR_URL" in b for b in api_blocks)
+    assert len(api_blocks) >= 3 and all("$COMPACTOR_URL" in b for b in api_blocks)
     assert "http-api.md" in doc_blocks()
 
 
@@ -123,7 +124,7 @@ def _shape(text: str) -> str:
 
 
 def _matches(printed: str, shown: str) -> bool:
-    pattern = re.escape(_shape(shown)).replace(re.escape("<token>"), r"\S+")
+    pattern = re.sub(r"<[a-z]+>", r"\\S+", re.escape(_shape(shown)))
     return re.fullmatch(pattern, _shape(printed)) is not None
 
 
@@ -173,9 +174,8 @@ def test_run_it_yourself_then_the_http_api_in_one_shell(tmp_path: Path) -> None:
         pytest.skip("no .venv in the checkout (make install)")
     start, api_blocks = readme_blocks()
     redis_port, api_port = str(free_port()), str(free_port())
-    start = (start.replace(README_REDIS_PORT, redis_port).replace(README_API_PORT, api_port)
-             .replace("/tmp/", f"{tmp_path}/"))
-    blocks = [start, *api_blocks]
+    blocks = [block.replace(README_REDIS_PORT, redis_port).replace(README_API_PORT, api_port)
+              .replace("/tmp/", f"{tmp_path}/") for block in (start, *api_blocks)]
     path = f"{Path(redis_server_binary()).parent}:{os.environ.get('PATH', '')}"
     out, err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
     # Files, not pipes: the background processes keep what they inherit open after bash ends.
