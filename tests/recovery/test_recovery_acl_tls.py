@@ -1,4 +1,4 @@
-"""Redis ACL and TLS as the README documents them (issue 33, finding 6). Before: a user limited
+"""Redis ACL and TLS as the docs document them (issue 33, finding 6). Before: a user limited
 to ``~compactor:*`` stopped the worker (``NoPermissionError`` on ``unacked_mutex``) and the client
 (``compactor.compact:6``): broker keys and the model cooldown keys (``compactor:llm:``, whatever
 the prefix) lay outside the prefix; a ``rediss://`` URL without ``ssl_cert_reqs`` made the worker
@@ -28,16 +28,15 @@ from runtime.runtime_support import new_session
 
 from api_client import BrokerUnavailableError, ClientSettings, CompactionClient
 from api_client.contract.errors import ConfigurationError
+from helpers.doc_facts import acl_rules
 from worker.llm.cooldown import RedisCooldownStore
 from worker.settings import WorkerSettings
 
 PREFIX = "acme"
-# The README's ACL line for the key prefix "acme" and database 0: every key under the prefix;
-# the channels kombu PSUBSCRIBEs (Redis matches a subscribed pattern literally): remote control,
-# and Celery's events (Flower, gossip). PUBLISH to them matches as a pattern.
-ACL = (f"~{PREFIX}:* resetchannels &{PREFIX}:broker:/0.celery.pidbox "
-       f"&{PREFIX}:broker:/0.celeryev/* &{PREFIX}:broker:/0.celeryev/worker.* "
-       "+@all -@dangerous")
+# The documented ACL line of the key prefix "compactor" (docs/deploying.md, read from the page),
+# for the prefix "acme": every key under the prefix; the channels kombu PSUBSCRIBEs (Redis matches
+# a subscribed pattern literally): remote control, and Celery's events (Flower, gossip).
+ACL = acl_rules("compactor").replace("compactor:", f"{PREFIX}:")
 
 
 def test_one_acl_key_pattern_runs_a_worker_and_a_client(

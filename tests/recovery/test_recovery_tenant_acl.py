@@ -15,13 +15,11 @@ from runtime.runtime_support import new_session
 
 from api_client import ClientSettings, CompactionClient
 from api_client.contract.errors import ConfigurationError
+from helpers.doc_facts import acl_rules
 
-# The README's ACL line for tenant "acme" (key prefix "compactor", database 0).
-ACL = ("~compactor:tenant:acme:* ~compactor:tenants:{acme}:queued "
-       "~compactor:tenants:{acme}:bytes %R~compactor:tenants:{acme}:quota "
-       "%R~compactor:tenants:{acme}:usage:* ~compactor:fair:* %W~compactor:broker:* "
-       "%W~compactor:jobs:due resetchannels &compactor:broker:/0.celeryev/* "
-       "+@all -@dangerous -scan")
+# The documented ACL line of tenant "acme" (key prefix "compactor", database 0), read from the
+# page that writes it (docs/tenants.md).
+ACL = acl_rules("acme")
 
 
 def test_a_tenants_acl_user_does_its_own_work_and_nothing_else(
