@@ -12,6 +12,8 @@ from typing import Any
 import httpx
 from llm.llm_fakes import FakeLLMServer, hang
 
+from helpers.waits import wait_until
+
 REPO = Path(__file__).resolve().parents[2]
 DEMO = (REPO / "worker" / "data" / "demo-session.jsonl").read_text(encoding="utf-8")
 MODEL = "loop"
@@ -44,6 +46,23 @@ def test_compact_is_202_and_the_long_poll_returns_the_entry(http: httpx.Client) 
     assert "Keep the importer notes" in str(http.get(f"/v1/jobs/{job_id}").json()["instructions"])
     context = http.get(f"/v1/sessions/{name}/context").json()
     assert "summary" in context["messages"][0]["content"][0]["text"]
+
+
+def test_a_second_compact_while_the_first_runs_coalesces_into_it(
+        http: httpx.Client, model_server: FakeLLMServer) -> None:
+    model_server.script(MODEL, *[hang() for _ in range(8)])  # the job stays in flight
+    name = demo_session(http)
+    first = http.post(f"/v1/sessions/{name}/compact", json={"reason": "manual"})
+    assert first.status_code == 202 and first.json()["coalesced"] is False
+    job_id = first.json()["jobId"]
+    wait_until(lambda: http.get(f"/v1/jobs/{job_id}").json()["state"] == "running",
+               what="the first job running")
+    again = http.post(f"/v1/sessions/{name}/compact", json={"reason": "manual"})
+    assert again.status_code == 202, again.text
+    assert again.json() == {**first.json(), "coalesced": True}  # the same jobId
+    assert again.headers["location"] == f"/v1/jobs/{job_id}"
+    assert http.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
+    assert finished(http, job_id)["state"] == "cancelled"
 
 
 def test_a_threshold_compaction_with_a_draft_is_200_with_the_entry(http: httpx.Client) -> None:
