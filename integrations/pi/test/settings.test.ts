@@ -62,7 +62,7 @@ describe("the compactor key of pi's settings", () => {
     assert.deepEqual(fileConfig({ compactor: "http://h" }), {});
   });
 
-  test("pi 0.73's files, read by its own settings manager: the project's over the global", async () => {
+  test("pi 0.73: its settings manager reads the files, the project's over the global", async () => {
     const home = mkdtempSync(join(tmpdir(), "pi-settings-"));
     mkdirSync(join(home, "agent"));
     mkdirSync(join(home, "work", ".pi"), { recursive: true });
