@@ -52,7 +52,7 @@ from _report import Report
 from api_client import CompactionClient
 from helpers.pi_agent import EXTENSION, PiInstall, PiRpc, ensure_pi, find_pi_073, read_jsonl
 from helpers.pi_agent import write_agent_dir as agent_dir
-from helpers.pi_model import Call, StreamingModel
+from helpers.pi_model import Call, StreamingModel, message_text
 from helpers.serve_process import TOKEN, ServeProcess
 from worker.demo import embedded_redis
 
@@ -89,6 +89,8 @@ class Compaction:
     pi_cut: str | None  # pi's own preparation's (the probe's; None for pi alone)
     # entries from pi's cut to the entry's (negative: Compactor kept more), None without a probe
     cut_offset: int | None
+    kept_tokens: int  # characters / 4 of the messages kept
+    pi_kept_tokens: int | None  # the same from pi's own cut
     split_turn: bool | None
     from_compactor: bool
     from_draft: bool
@@ -166,23 +168,42 @@ def converse(version: PiVersion, model: PacedModel, work: Path, want: int,
                                    f"turns; log:\n{pi.log()[-2000:]}")
             prompt_turn(pi, version)
         starts, ends = pi.events("compaction_start"), pi.events("compaction_end")
-        ids = [str(e.get("id")) for e in read_jsonl(pi.session_file())]
-        entries = [e for e in read_jsonl(pi.session_file()) if e.get("type") == "compaction"]
+        session = read_jsonl(pi.session_file())
         session_id = str(pi.state()["sessionId"])
     finally:
         pi.close()
     probes = read_jsonl(probe_file) if probe_file.exists() else []
+    conversation.compactions = compactions(starts, ends, session, probes)
+    return conversation, session_id
+
+
+def compactions(starts: list[dict[str, Any]], ends: list[dict[str, Any]],
+                session: list[dict[str, Any]], probes: list[dict[str, Any]]) -> list[Compaction]:
+    """Each compaction's stall (pi's events), origin and cut (its entry against the probe's
+    record of pi's own preparation, in order)."""
+    ids = [str(e.get("id")) for e in session]
+    entries = [e for e in session if e.get("type") == "compaction"]
+    found = []
     for i, (start, end) in enumerate(zip(starts, ends, strict=True)):
         assert end.get("result") and not end.get("aborted"), end
         origin: dict[str, Any] = (entries[i].get("details") or {}).get("compactor") or {}
         probe = probes[i] if i < len(probes) else {}
         kept, pi_cut = str(entries[i]["firstKeptEntryId"]), probe.get("firstKeptEntryId")
-        offset = ids.index(kept) - ids.index(pi_cut) if pi_cut in ids and kept in ids else None
-        conversation.compactions.append(Compaction(
+        at = ids.index(str(entries[i]["id"]))
+        found.append(Compaction(
             str(end.get("reason") or start.get("reason") or "?"),
-            (end["at"] - start["at"]) * 1000, kept, pi_cut, offset, probe.get("isSplitTurn"),
-            bool(origin), bool(origin.get("fromDraft"))))
-    return conversation, session_id
+            (end["at"] - start["at"]) * 1000, kept, pi_cut,
+            ids.index(kept) - ids.index(pi_cut) if pi_cut in ids else None,
+            tokens_from(session, ids.index(kept), at),
+            tokens_from(session, ids.index(pi_cut), at) if pi_cut in ids else None,
+            probe.get("isSplitTurn"), bool(origin), bool(origin.get("fromDraft"))))
+    return found
+
+
+def tokens_from(session: list[dict[str, Any]], first: int, end: int) -> int:
+    """pi's estimate (characters / 4) of the messages kept: from ``first`` to ``end``."""
+    return sum(len(message_text(e.get("message") or {})) for e in session[first:end]
+               if e.get("type") == "message") // 4
 
 
 def jobs_done(redis_url: str, session_id: str, timeout: float = 120) -> None:
@@ -349,8 +370,9 @@ def summarize(report: Report, results: Results, cases: list[Case], runs: int,
               f"compactor {line['compactor_ms']:>6} ms (max {line['compactor_max_ms']:>6}) "
               f"x{line['ratio'] or 0:.2f}  by Compactor {line['by_compactor']}/"
               f"{line['compactions']} (drafts {line['from_draft']}), cut matches "
-              f"{line['cut_matches']}/{line['by_compactor']} (entries from pi's cut: "
-              f"{line['cut_offsets']})", flush=True)
+              f"{line['cut_matches']}/{line['by_compactor']}\n"
+              f"      entries from pi's cut {line['cut_offsets']}, tokens kept against pi's "
+              f"{line['kept_tokens']}", flush=True)
     report.note(window=WINDOW, reserve=RESERVE, keep_recent=KEEP, runs=runs,
                 no_worker_timeout_s=timeout, table=table,
                 conversations={f"pi{k[0]}_{k[1]}": [[vars(a) | {"compactions": [
@@ -387,6 +409,7 @@ def row(report: Report, label: str, case: Case,
             "compactor_max_ms": round(max(c.stall_ms for c in served)), "ratio": ratio,
             "ratio_max": worst, "by_compactor": len(by_compactor), "from_draft": drafts,
             "cut_matches": matched, "cut_offsets": [c.cut_offset for c in by_compactor],
+            "kept_tokens": [[c.kept_tokens, c.pi_kept_tokens] for c in by_compactor],
             "turns": [[a.turns, s.turns] for a, s in pairs],  # alone, with Compactor
             "alone_stalls_ms": [round(c.stall_ms) for c in alone],
             "compactor_stalls_ms": [round(c.stall_ms) for c in served]}
