@@ -170,6 +170,11 @@ def test_a_workers_jobs_keep_the_session_retained(client: CompactionClient,
     first = client.sessions.load(sid).session.entries[1].id
     client.branch_summary(sid, first).wait(60)  # commit_branch.lua
     _ended(client, sid)
+    # A draft that would keep everything is never stored (the branch left a short path): a
+    # session with history to summarise.
+    sid = new_session(client, demo_text)
+    for key in client.layout.session(sid).all():
+        raw.persist(key)
     client.compact(sid, reason="speculative").wait(60)  # save_draft.lua
     assert "draft" in _ended(client, sid)
     client.compact(sid, reason="threshold").wait(60)  # from the draft, or a job: counted
