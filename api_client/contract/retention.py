@@ -22,18 +22,22 @@ from api_client.contract.redis_flows import Command, cmd
 __all__ = ["capped_ttl", "retain_args", "retain_command", "retain_in"]
 
 
-def retain_args(session_key: str, retention_s: int) -> tuple[str | int, ...]:
+def retain_args(session_key: str, retention_s: int, *,
+                written: bool = False) -> tuple[str | int, ...]:
     """``EVAL`` of ``retain.lua`` for the session ``session_key`` belongs to, as arguments of a
     pipeline's ``execute_command``: ``EVAL``, not ``EVALSHA``, so that no NOSCRIPT can come
     back inside a MULTI (these writes are rare, the script's bytes do not matter), and not
     ``pipe.eval()``, which a Redis Cluster pipeline refuses (its ``execute_command`` routes an
-    ``EVAL`` by its key)."""
-    return ("EVAL", lua("retain"), 1, session_key, str(retention_s))
+    ``EVAL`` by its key). ``written``: ``session_key`` is the only key of the session the write
+    touched, so only it is checked unless the expiry instant moves (``retain_keys`` of
+    ``lua/_retention.lua``: two commands in Redis instead of twenty)."""
+    mode = ("written",) if written else ()
+    return ("EVAL", lua("retain"), 1, session_key, str(retention_s), *mode)
 
 
-def retain_in(pipe: Any, session_key: str, retention_s: int) -> None:
+def retain_in(pipe: Any, session_key: str, retention_s: int, *, written: bool = False) -> None:
     """Queue the refresh in a redis-py pipeline or MULTI (plain or Cluster)."""
-    pipe.execute_command(*retain_args(session_key, retention_s))
+    pipe.execute_command(*retain_args(session_key, retention_s, written=written))
 
 
 def retain_command(session_key: str, retention_s: int) -> Command:

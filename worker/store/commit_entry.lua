@@ -36,5 +36,5 @@ redis.call('SET', KEYS[4], id, 'KEEPTTL')  -- the session's expiry instant stays
 remember_effect(KEYS[6], KEYS[8], ARGV[1], id, ARGV[8])
 redis.call('HSET', KEYS[7], 'result', ARGV[7])
 local rev = redis.call('INCR', KEYS[5])
-retain(KEYS[1], ARGV[9])
+retain_keys(KEYS[1], ARGV[9], {KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[8]})
 return {'committed', id, tostring(rev), line, tostring(#line)}

@@ -52,7 +52,7 @@ class CompactionCounter:
                 pipe.zadd(key, {job_id: now})
                 pipe.zremrangebyscore(key, "-inf", f"({now - window_s}")
                 pipe.expire(key, max(1, math.ceil(window_s)))
-                retain_in(pipe, key, self.session_ttl_s)  # in the MULTI
+                retain_in(pipe, key, self.session_ttl_s, written=True)  # in the MULTI
                 pipe.execute()
         except REDIS_DOWN as err:
             raise unavailable(err) from err

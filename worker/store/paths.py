@@ -5,7 +5,8 @@ pass on the path back to the prune watermark, ``SessionKeys.pruned``); reading a
 20 000-entry session to plan on its last few hundred entries cost a cold job most of its time.
 :meth:`PathStore.load_path` reads the leaf, the revision, the rewrites counter and the
 watermark in one transaction, then the path in pages (``path_page.lua``: the stored lines of an
-entry and its parents, bounded in lines and bytes), newest first, each line parsed once, until
+entry and its parents, bounded in lines and bytes; a path without branches in runs of the order
+list, a few commands a page), newest first, each line parsed once, until
 ``reach`` (a pure function of :mod:`worker.compaction.reach`) says the part read is enough, or
 the root is read. No page needs a transaction: a stored entry never changes its parent, and a
 line a prune rewrites meanwhile makes that prune's own commit refuse a stale plan (the rewrites
@@ -110,8 +111,11 @@ class PathStore:
         seen: set[str] = set()
         wanted = leaf
         while wanted is not None:
-            lines = self._call(partial(self._page, keys=[k.entries],
-                                       args=[wanted, PAGE_LINES, PAGE_BYTES]))
+            # where ``wanted`` is in order if the path read so far is order's tail (the script
+            # checks it, and reads a path without branches in a few commands)
+            in_order = -1 - len(walk.entries)
+            lines = self._call(partial(self._page, keys=[k.entries, k.order],
+                                       args=[wanted, PAGE_LINES, PAGE_BYTES, in_order]))
             if not lines:
                 if not walk.entries:
                     return None

@@ -41,12 +41,21 @@ class SnapshotStore:
         return self._paths.load_path(session_id, reach)
 
     def check_size(self, session_id: str) -> int:
-        """The bytes the session's entries take in Redis; :class:`SessionTooLargeError` over
-        ``max_bytes``. One command, no data moved: loading a session costs the worker several
-        times its size in memory, so a session too large to load is refused before reading it.
-        (``SAMPLES 0``: every field counted, not an estimate from five.)"""
-        key = self.layout.session(session_id).entries
-        size = int(self._io.execute(cmd("memory_usage", key, samples=0)) or 0)
+        """The bytes of the session's stored entry lines; :class:`SessionTooLargeError` over
+        ``max_bytes``. One command, no data moved and none that walks the session: loading a
+        session costs the worker several times its size in memory, so a session too large to
+        load is refused before reading it. The count is the tenant's stored-bytes field of the
+        session (api_client/contract/stored_bytes.py, kept by every write of its lines); a
+        session without one (written by a tenant's own ACL user, which does not count) is
+        measured by ``MEMORY USAGE`` estimated from a sample of its entries (the default five
+        fields, never ``SAMPLES 0``, which reads every field)."""
+        tenant, plain = self.layout.resolve(session_id)
+        counted = self._io.execute(cmd("hget", self.layout.tenant_bytes(tenant), plain))
+        if counted is not None:
+            size = int(counted)
+        else:
+            key = self.layout.session(session_id).entries
+            size = int(self._io.execute(cmd("memory_usage", key)) or 0)
         if self.max_bytes and size > self.max_bytes:
             raise SessionTooLargeError(f"session {session_id}", setting="max_session_bytes",
                                        limit=self.max_bytes, value=size)

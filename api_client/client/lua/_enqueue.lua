@@ -86,6 +86,6 @@ local function enqueue(KEYS, ARGV)
       redis.call('PUBLISH', ARGV[11], ARGV[12])
     end
   end
-  retain(KEYS[4], ARGV[14])
+  retain_keys(KEYS[4], ARGV[14], {KEYS[1]})  -- the session's only key written: the slot
   return {'created', ARGV[1], 'queued', last_event_id()}
 end

@@ -38,5 +38,5 @@ if ARGV[6] ~= '' then
   -- A session's stream lives as long as the records of its jobs, then goes.
   redis.call('EXPIRE', KEYS[6], ARGV[4])
 end
-retain(KEYS[6], ARGV[9])
+retain_keys(KEYS[6], ARGV[9], {KEYS[6]})  -- of the session's keys, only the stream is written
 return {1, state, id}
