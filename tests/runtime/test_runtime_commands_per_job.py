@@ -1,0 +1,98 @@
+"""Redis does what a job needs (docs/benchmarks.md, "Redis commands per job"): the commands one
+manual compaction costs end to end (the client's enqueue and wait, the worker's claim, reads,
+events, commit and finish, the broker's messages), counted by ``INFO commandstats`` on the
+module's own Redis (commands inside scripts included), less what the idle worker sends in the
+same time; and no command that walks a whole session on the job path."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+import pytest
+import redis
+from runtime.runtime_model_server import ModelServer
+from runtime.runtime_support import new_session, runtime_settings
+
+from api_client import CompactionClient
+from api_client.contract.keys import KeyLayout
+from helpers.waits import wait_until
+from worker.settings import WorkerSettings
+
+JOBS = 4
+# Was ~300 (20 PTTLs in each of five retention refreshes, one HGET an entry of the path read,
+# MEMORY USAGE ... SAMPLES 0); what remains is the enqueue's admission and fair placing, the
+# broker, the claim, the events and the commit. The issue's goal is 60: not reached yet.
+MOST_COMMANDS = 150
+
+
+@pytest.fixture(scope="module")
+def worker_settings(module_redis: str, model: ModelServer) -> WorkerSettings:
+    return runtime_settings(module_redis, models=[model.candidate()])
+
+
+def turns(count: int = 40) -> str:
+    """A session of plain user/assistant turns (80 entries, no tools)."""
+    ts = "2026-01-01T00:00:00.000Z"
+    lines = [json.dumps({"type": "session", "version": 3, "id": "cmds", "timestamp": ts,
+                         "cwd": "/"})]
+    parent = None
+    for i in range(2 * count):
+        text = f"turn {i} " + "the parser splits amounts by locale " * 12
+        message = ({"role": "user", "content": text, "timestamp": 1} if i % 2 == 0 else
+                   {"role": "assistant", "provider": "p", "model": "m", "stopReason": "stop",
+                    "timestamp": 1, "content": [{"type": "text", "text": text}]})
+        lines.append(json.dumps({"type": "message", "id": f"{i:08x}", "parentId": parent,
+                                 "timestamp": ts, "message": message}))
+        parent = f"{i:08x}"
+    return "\n".join(lines) + "\n"
+
+
+def commandstats(raw: redis.Redis[str]) -> dict[str, int]:
+    return {name: int(v["calls"]) for name, v in raw.info("commandstats").items()}
+
+
+def calls(raw: redis.Redis[str]) -> int:
+    return sum(commandstats(raw).values())
+
+
+def settled(raw: redis.Redis[str], layout: KeyLayout) -> Callable[[], bool]:
+    """No task message left unacknowledged: the worker is done with every job."""
+    return lambda: raw.hlen(f"{layout.broker}unacked") == 0
+
+
+def idle_rate(raw: redis.Redis[str], seconds: float) -> float:
+    """Commands a second the idle worker (heartbeat, broker polls) and this measuring send."""
+    before, started = calls(raw), time.monotonic()
+    deadline = started + seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+    return (calls(raw) - before) / (time.monotonic() - started)
+
+
+def test_one_compaction_job_costs_at_most_its_commands(
+        client: CompactionClient, module_redis: str) -> None:
+    raw = redis.Redis.from_url(module_redis, decode_responses=True)
+    text = turns()
+    warm = new_session(client, text)
+    client.compact(warm, reason="manual").wait(60)  # scripts loaded, pools and models warm
+    sids = [new_session(client, text) for _ in range(JOBS)]
+    wait_until(settled(raw, client.layout), what="the warm-up job acknowledged")
+    idle = idle_rate(raw, 1.0)
+    before, stats, started = calls(raw), commandstats(raw), time.monotonic()
+    for sid in sids:
+        handle = client.compact(sid, reason="manual")
+        handle.wait(60)
+        assert handle.record().state.value == "succeeded"
+    wait_until(settled(raw, client.layout), what="every job acknowledged")
+    elapsed = time.monotonic() - started
+    per_job = (calls(raw) - before - idle * elapsed) / JOBS
+    after = commandstats(raw)
+    grown = {name: after[name] - stats.get(name, 0) for name in after
+             if after[name] != stats.get(name, 0)}
+    print(f"commands per compaction job: {per_job:.1f} (idle {idle:.1f}/s): {grown}")
+    assert per_job <= MOST_COMMANDS, grown
+    # nothing on the job path reads a whole session in one command
+    assert "cmdstat_memory" not in grown
+    assert grown.get("cmdstat_hget", 0) < 10 * JOBS  # not one HGET an entry of the path
