@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,69 +38,36 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from _loopback import wait_for_workers
+from _pi_report import KEEP, RESERVE, WINDOW, Case, Conversation, Results, compactions, summarize
 from _report import Report
 
 from api_client import CompactionClient
 from helpers.pi_agent import EXTENSION, PiInstall, PiRpc, ensure_pi, find_pi_073, read_jsonl
 from helpers.pi_agent import write_agent_dir as agent_dir
-from helpers.pi_model import Call, StreamingModel, message_text
+from helpers.pi_model import Call, StreamingModel
 from helpers.serve_process import TOKEN, ServeProcess
 from worker.demo import embedded_redis
 
 REPO = Path(__file__).resolve().parents[1]
 PROBE = Path(__file__).resolve().parent / "pi_cut_probe.ts"
-WINDOW, RESERVE, KEEP = 32_000, 4_000, 3_000
 # ~1 000 tokens asked, ~1 000 answered: pi's threshold (28 000) comes after about 14 turns.
 PROMPT = "Look at the importer again and tell me what the parser does. " * 66
 MAX_TURNS = 60
 TURN_TIMEOUT_S = 400.0
-
-
-@dataclass(frozen=True)
-class Case:
-    name: str
-    turn_s: float
-    summary_s: float
-    worker: bool
-    compactions: int
-    extension_env: tuple[tuple[str, str], ...] = ()  # the extension's settings for this case
+BESIDE = ("no-worker", "no-drafts")  # cases run beside the others, on stacks of their own
 
 
 @dataclass(frozen=True)
 class PiVersion:
     label: str
     install: PiInstall  # .settles: pi 1.6 says agent_settled after a prompt; 0.73 does not
-
-
-@dataclass
-class Compaction:
-    reason: str
-    stall_ms: float
-    kept: str  # the entry's firstKeptEntryId
-    pi_cut: str | None  # pi's own preparation's (the probe's; None for pi alone)
-    # entries from pi's cut to the entry's (negative: Compactor kept more), None without a probe
-    cut_offset: int | None
-    kept_tokens: int  # characters / 4 of the messages kept
-    pi_kept_tokens: int | None  # the same from pi's own cut
-    split_turn: bool | None
-    from_compactor: bool
-    from_draft: bool
-
-
-@dataclass
-class Conversation:
-    side: str  # "alone" | "compactor"
-    turns: int
-    compactions: list[Compaction] = field(default_factory=list)
-    summary_tokens: int = 0
 
 
 class PacedModel(StreamingModel):
@@ -175,35 +141,6 @@ def converse(version: PiVersion, model: PacedModel, work: Path, want: int,
     probes = read_jsonl(probe_file) if probe_file.exists() else []
     conversation.compactions = compactions(starts, ends, session, probes)
     return conversation, session_id
-
-
-def compactions(starts: list[dict[str, Any]], ends: list[dict[str, Any]],
-                session: list[dict[str, Any]], probes: list[dict[str, Any]]) -> list[Compaction]:
-    """Each compaction's stall (pi's events), origin and cut (its entry against the probe's
-    record of pi's own preparation, in order)."""
-    ids = [str(e.get("id")) for e in session]
-    entries = [e for e in session if e.get("type") == "compaction"]
-    found = []
-    for i, (start, end) in enumerate(zip(starts, ends, strict=True)):
-        assert end.get("result") and not end.get("aborted"), end
-        origin: dict[str, Any] = (entries[i].get("details") or {}).get("compactor") or {}
-        probe = probes[i] if i < len(probes) else {}
-        kept, pi_cut = str(entries[i]["firstKeptEntryId"]), probe.get("firstKeptEntryId")
-        at = ids.index(str(entries[i]["id"]))
-        found.append(Compaction(
-            str(end.get("reason") or start.get("reason") or "?"),
-            (end["at"] - start["at"]) * 1000, kept, pi_cut,
-            ids.index(kept) - ids.index(pi_cut) if pi_cut in ids else None,
-            tokens_from(session, ids.index(kept), at),
-            tokens_from(session, ids.index(pi_cut), at) if pi_cut in ids else None,
-            probe.get("isSplitTurn"), bool(origin), bool(origin.get("fromDraft"))))
-    return found
-
-
-def tokens_from(session: list[dict[str, Any]], first: int, end: int) -> int:
-    """pi's estimate (characters / 4) of the messages kept: from ``first`` to ``end``."""
-    return sum(len(message_text(e.get("message") or {})) for e in session[first:end]
-               if e.get("type") == "message") // 4
 
 
 def jobs_done(redis_url: str, session_id: str, timeout: float = 120) -> None:
@@ -307,7 +244,6 @@ def compactor_stack(stack: ExitStack, tmp: Path, name: str, worker: bool,
     return Stack(url, model, env)
 
 
-Results = dict[tuple[str, str], list[tuple[Conversation, Conversation]]]
 
 
 def main() -> None:
@@ -319,6 +255,8 @@ def main() -> None:
              Case("slow-summary", turn, 1.0 if quick else 10.0, True, want),
              Case("no-worker", turn, turn, False, 1),
              Case("no-drafts", turn, turn, True, want, (("COMPACTOR_PI_PRECOMPUTE", "0"),))]
+    if args.cases:
+        cases = [c for c in cases if c.name in args.cases.split(",")]
     pi_versions = versions((args.pi or ("1.6" if quick else "1.6,0.73")).split(","))
     timeout = 5.0 if quick and args.no_worker_timeout_s is None else args.no_worker_timeout_s
     report = Report("pi")
@@ -327,18 +265,25 @@ def main() -> None:
         tmp = (Path(args.logs) if args.logs
                else Path(stack.enter_context(tempfile.TemporaryDirectory())))
         tmp.mkdir(parents=True, exist_ok=True)
-        served = compactor_stack(stack, tmp, "worker", True, None)
-        beside = {"no-worker": compactor_stack(stack, tmp, "no-worker", False, timeout),
-                  "no-drafts": compactor_stack(stack, tmp, "no-drafts", True, None)}
+        # threshold and slow-summary share one worker, one after the other; no-worker and
+        # no-drafts run beside them, one after the other, each on a stack of its own
+        stacks = {c.name: compactor_stack(stack, tmp, c.name, c.worker,
+                                          None if c.worker else timeout)
+                  for c in cases if c.name in BESIDE}
+        if any(c.name not in BESIDE for c in cases):
+            shared = compactor_stack(stack, tmp, "worker", True, None)
+            stacks |= {c.name: shared for c in cases if c.name not in BESIDE}
         for version in pi_versions:
             for run in range(args.runs):
                 work = tmp / f"{version.label}-{run}"
-                with ThreadPoolExecutor(1) as side:  # beside the others, on stacks of their own
-                    others = side.submit(run_cases, version, cases[2:], beside, work)
-                    for case in cases[:2]:
-                        results.setdefault((version.label, case.name), []).append(
-                            run_case(version, case, served, work / case.name))
-                    for case, pair in zip(cases[2:], others.result(), strict=True):
+                with ThreadPoolExecutor(1) as side:
+                    beside = [c for c in cases if c.name in BESIDE]
+                    others = side.submit(run_cases, version, beside, stacks, work)
+                    for case in cases:
+                        if case.name not in BESIDE:
+                            results.setdefault((version.label, case.name), []).append(
+                                run_case(version, case, stacks[case.name], work / case.name))
+                    for case, pair in zip(beside, others.result(), strict=True):
                         results.setdefault((version.label, case.name), []).append(pair)
     summarize(report, results, cases, args.runs, timeout)
 
@@ -348,6 +293,8 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--pi", default="",
                         help="pi versions, comma-separated: 1.6,0.73 (--quick: 1.6)")
     parser.add_argument("--runs", type=int, default=1, help="repetitions of every case")
+    parser.add_argument("--cases", default="",
+                        help="some of threshold,slow-summary,no-worker,no-drafts (default all)")
     parser.add_argument("--compactions", type=int, default=2,
                         help="compactions per conversation (no-worker: 1)")
     parser.add_argument("--no-worker-timeout-s", type=float, default=None,
@@ -359,60 +306,6 @@ def parse() -> argparse.Namespace:
                         help="smoke test: short latencies, one compaction, a 5 s "
                              "no-worker timeout")
     return parser.parse_args()
-
-
-def summarize(report: Report, results: Results, cases: list[Case], runs: int,
-              timeout: float | None) -> None:
-    table = [row(report, label, next(c for c in cases if c.name == name), pairs, runs)
-             for (label, name), pairs in results.items()]
-    for line in table:
-        print(f"  pi {line['pi']:<5} {line['case']:<13} alone {line['alone_ms']:>6} ms  "
-              f"compactor {line['compactor_ms']:>6} ms (max {line['compactor_max_ms']:>6}) "
-              f"x{line['ratio'] or 0:.2f}  by Compactor {line['by_compactor']}/"
-              f"{line['compactions']} (drafts {line['from_draft']}), cut matches "
-              f"{line['cut_matches']}/{line['by_compactor']}\n"
-              f"      entries from pi's cut {line['cut_offsets']}, tokens kept against pi's "
-              f"{line['kept_tokens']}", flush=True)
-    report.note(window=WINDOW, reserve=RESERVE, keep_recent=KEEP, runs=runs,
-                no_worker_timeout_s=timeout, table=table,
-                conversations={f"pi{k[0]}_{k[1]}": [[vars(a) | {"compactions": [
-                    vars(c) for c in a.compactions]} for a in pair] for pair in v]
-                    for k, v in results.items()})
-    report.write()
-
-
-def row(report: Report, label: str, case: Case,
-        pairs: list[tuple[Conversation, Conversation]], runs: int) -> dict[str, Any]:
-    """One case's figures: the medians' ratio, the worst stall, whose compactions and cuts
-    (a cut counts where Compactor answered: pi's built-in makes pi's cut by definition)."""
-    median = statistics.median
-    alone = [c for a, _ in pairs for c in a.compactions]
-    served = [c for _, s in pairs for c in s.compactions]
-    base = f"pi{label}_{case.name}"
-    report.baseline(f"{base}_alone", median(c.stall_ms for c in alone), "ms",
-                    f"pi {label} alone, turns {case.turn_s:g} s, summaries "
-                    f"{case.summary_s:g} s ({len(alone)} compactions)")
-    by_compactor = [c for c in served if c.from_compactor]
-    matched = sum(c.kept == c.pi_cut for c in by_compactor)
-    drafts = sum(c.from_draft for c in served)
-    goal = "<= 1.0" if case.worker else "<= alone + 2 s"
-    ratio = report.figure(
-        f"{base}_compactor", median(c.stall_ms for c in served), "ms",
-        against=f"{base}_alone", goal=goal,
-        what=f"pi {label} with Compactor ({len(by_compactor)} of {len(served)} by Compactor, "
-             f"{drafts} from a draft; cut matches {matched}/{len(by_compactor)})")
-    worst = report.figure(f"{base}_compactor_max", max(c.stall_ms for c in served), "ms",
-                          against=f"{base}_alone", goal=goal, what="the longest stall")
-    return {"pi": label, "case": case.name, "runs": runs, "compactions": len(served),
-            "alone_ms": round(median(c.stall_ms for c in alone)),
-            "compactor_ms": round(median(c.stall_ms for c in served)),
-            "compactor_max_ms": round(max(c.stall_ms for c in served)), "ratio": ratio,
-            "ratio_max": worst, "by_compactor": len(by_compactor), "from_draft": drafts,
-            "cut_matches": matched, "cut_offsets": [c.cut_offset for c in by_compactor],
-            "kept_tokens": [[c.kept_tokens, c.pi_kept_tokens] for c in by_compactor],
-            "turns": [[a.turns, s.turns] for a, s in pairs],  # alone, with Compactor
-            "alone_stalls_ms": [round(c.stall_ms) for c in alone],
-            "compactor_stalls_ms": [round(c.stall_ms) for c in served]}
 
 
 if __name__ == "__main__":
