@@ -254,7 +254,8 @@ def apply_draft(layout: KeyLayout, settings: ClientSettings, session_id: str,
     stall_ms = None if started is None else round((time.perf_counter() - started) * 1000, 3)
     # The entry's bytes join the tenant's count (never refused, as a worker's commit) in the same
     # round trip: a client that dies before it leaves the count short by one compaction entry.
-    counted = StoredBytes.of(layout, session_id, cluster=settings.redis_cluster)
+    counted = StoredBytes.of(layout, session_id, cluster=settings.redis_cluster,
+                             counted=not settings.tenant_inbox)
     yield _global_copies(layout, settings, job_id, (
         (EventType.SESSION_COMPACT.value, ev1), (EventType.COMPACTION_END.value, ev2)),
         stall_ms, counted.as_command("add", utf8_len(line)))

@@ -143,6 +143,10 @@ def enqueue_call(layout: KeyLayout, settings: ClientSettings, session_id: str, k
     # With the broker in this (single, non-Cluster) Redis the script indexes, admits and places
     # the job itself (one round trip); otherwise the caller does, with commands of its own.
     tail = ["", "", "", "", "", ""]  # policy, queue list, jobs due, quota, usage: none
+    if push is None and settings.tenant_inbox:
+        # Into the tenant's inbox (ARGV 13 and 17), in the script: the workers admit it.
+        tenant = layout.resolve(session_id)[0]
+        tail = [str(int(time.time() * 1000)), "", "", layout.tenant_inbox(tenant), "", ""]
     if push is not None:
         admitted = admission(layout, settings, session_id, job_kind, why, route)
         queued, quota, usage = admitted.keys
@@ -221,6 +225,9 @@ class _JobCore:
         call = self.enqueue_script(session_id, kind, reason, instructions, target_id, broker_db,
                                    context_window, agent)
         job_id, indexed = str(call.script.args[0]), broker_db is not None
+        if self.settings.tenant_inbox and not indexed:
+            # The script put it in the tenant's inbox; the workers index, admit and send it.
+            return parse_enqueue((yield call.script), call.route)
         if not indexed:
             # Indexed before the record exists: a client that dies between the two leaves a job
             # the workers' sweep still finds (an entry without a record is simply dropped).

@@ -180,11 +180,14 @@ class Orchestration:
         No single flight: every request is a job of its own."""
         record = summary_record(self.layout, request)
         route, key = route_for(JobKind.SUMMARIZE), self.layout.job(record.id).record
-        # Indexed first, as enqueue does: a client that dies next leaves a job the sweep finds.
-        yield cmd("zadd", self.layout.jobs_due, {record.id: due_ms(self.settings)}, nx=True)
-        # The tenant's quotas and fair order hold for summaries too (over budget: refused).
-        tag = yield from self.jobs._admit(record.session_id, JobKind.SUMMARIZE, None, record.id,
-                                          route)
+        tag = None
+        if self.broker.name != "inbox":  # else the workers index and admit it
+            # Indexed first, as enqueue does: a client that dies next leaves a job the sweep
+            # finds.
+            yield cmd("zadd", self.layout.jobs_due, {record.id: due_ms(self.settings)}, nx=True)
+            # The tenant's quotas and fair order hold for summaries too (over budget: refused).
+            tag = yield from self.jobs._admit(record.session_id, JobKind.SUMMARIZE, None,
+                                              record.id, route)
         yield Pipeline((cmd("hset", key, mapping=record.to_redis()),
                         cmd("expire", key, self.settings.job_pending_ttl_s)))
         try:
@@ -267,6 +270,13 @@ class Orchestration:
         with the fair order's ``tag`` into its place in the list (``place.lua``)."""
         if self.broker.name == "kombu":
             yield Publish(job_id, route, resend)
+            return
+        if self.broker.name == "inbox":
+            # The tenant's inbox and its channel (docs/tenants.md): a worker admits the job
+            # (quotas, fair order) and sends it; an upgraded job is looked at again.
+            inbox = self.layout.tenant_inbox(self.settings.tenant)
+            yield Pipeline((cmd("zadd", inbox, {job_id: int(time.time() * 1000)}),
+                            cmd("publish", inbox, job_id)), transaction=False)
             return
         push = task_push(route.task, job_id, route.queue, route.priority,
                          task_id=f"{job_id}-p{route.priority}" if resend else None,

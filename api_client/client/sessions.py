@@ -113,7 +113,8 @@ class _SessionCore:
     def counted(self, session_id: str) -> StoredBytes:
         """The session's count of stored bytes and its tenant's quota."""
         return StoredBytes.of(self.layout, session_id, cluster=self.settings.redis_cluster,
-                              limit=self.settings.stored_bytes_max)
+                              limit=self.settings.stored_bytes_max,
+                              counted=not self.settings.tenant_inbox)
 
     def _script(self, name: str, session_id: str, keys: Sequence[str], args: Sequence[str],
                 counted: StoredBytes | None = None) -> Script:
@@ -196,7 +197,8 @@ class _SessionCore:
             removed, _ = yield Pipeline((unlink, counted.as_command("drop")))
         else:
             removed = yield unlink
-            yield counted.change("drop")
+            if counted.counted:
+                yield counted.change("drop")
         return bool(removed)
 
 

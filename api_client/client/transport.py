@@ -59,13 +59,16 @@ class OnBroker:
 @dataclass(frozen=True, slots=True)
 class BrokerMode:
     """How a new job's task message travels: ``inline`` (inside the enqueue script: the broker
-    is the sessions' Redis), ``redis`` (a pipeline to another Redis) or ``kombu`` (RabbitMQ)."""
+    is the sessions' Redis), ``redis`` (a pipeline to another Redis), ``kombu`` (RabbitMQ) or
+    ``inbox`` (none: the job goes to the tenant's inbox, the workers send it)."""
 
     name: str
     db: int | None  # the Redis broker's database (None: kombu)
 
     @classmethod
     def of(cls, settings: ClientSettings) -> BrokerMode:
+        if settings.tenant_inbox:  # the tenant's inbox: the workers admit and send
+            return cls("inbox", None)
         broker = settings.resolved_broker_url
         if same_redis(settings.redis_url, broker):
             return cls("inline", redis_db(broker))

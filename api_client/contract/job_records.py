@@ -179,6 +179,8 @@ def finish_job(layout: KeyLayout, settings: ClientSettings, job_id: str,
     changed = int((yield Script("finish", keys, args, job_rescue(job_id)))[0])
     if changed:
         yield global_copy(layout, settings, event)
-        # Ended (a queued job cancelled or failed to send): out of the tenant's queued jobs.
-        yield cmd("zrem", layout.queued_of_job(job_id), job_id)
+        # Ended (a queued job cancelled or failed to send): out of the tenant's queued jobs
+        # (the workers' key: a client on the tenant's own ACL user leaves it to their sweep).
+        if not settings.tenant_inbox:
+            yield cmd("zrem", layout.queued_of_job(job_id), job_id)
     return bool(changed)

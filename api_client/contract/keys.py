@@ -303,6 +303,20 @@ class KeyLayout:
         """set: every tenant that has spent model tokens (``compactor usage`` lists them)."""
         return f"{self.prefix}:tenant-names"
 
+    def tenant_inbox(self, tenant: str) -> str:
+        """zset (and channel): job id → Unix ms, the jobs a client on the tenant's own ACL user
+        made (``tenant_inbox``), for the workers to admit; untrusted (docs/tenants.md)."""
+        return self.tenant_root(tenant) + "inbox"
+
+    def inbox_match(self) -> str:
+        """``SCAN MATCH`` / ``PSUBSCRIBE`` pattern of every tenant's inbox."""
+        return f"{_glob_escaped(self.prefix)}:tenant:*:inbox"
+
+    def tenant_of_inbox(self, key: str) -> str | None:
+        """The tenant an inbox key (or channel) names; None: not an inbox."""
+        name = key.removeprefix(f"{self.prefix}:tenant:").removesuffix(":inbox")
+        return name if TENANT_NAME.fullmatch(name) and self.tenant_inbox(name) == key else None
+
     def sessions_root(self, tenant: str) -> str:
         if tenant == DEFAULT_TENANT:
             return f"{self.prefix}:session:"

@@ -120,6 +120,10 @@ class ClientSettings(BaseSettings):
     # The tenant this client acts for (its sessions, jobs, drafts and events;
     # docs/tenants.md). Unset: "default", whose keys are those from before tenants existed.
     tenant: str = "default"
+    # The client connects with its tenant's own Redis ACL user (docs/tenants.md "A Redis ACL
+    # user per tenant"): a new job goes to the tenant's inbox, and the workers admit it (quotas,
+    # fair order, broker); the client writes no key outside the tenant's own.
+    tenant_inbox: bool = False
 
     # Finished job records live this long, then expire.
     job_ttl_s: int = Field(default=86_400, gt=0)

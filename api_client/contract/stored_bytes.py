@@ -59,13 +59,16 @@ class StoredBytes:
     quota: str  # the tenant's quota overrides
     limit: int  # the settings' stored_bytes_max (0 = none), unless the quota hash says
     in_script: bool  # a single Redis: the session's script counts and checks
+    # False: a client on its tenant's own ACL user (``tenant_inbox``), which may not write the
+    # count: it neither counts nor checks (docs/tenants.md "A Redis ACL user per tenant").
+    counted: bool = True
 
     @classmethod
     def of(cls, layout: KeyLayout, session_id: str, *, cluster: bool,
-           limit: int = 0) -> StoredBytes:
+           limit: int = 0, counted: bool = True) -> StoredBytes:
         tenant, plain = layout.resolve(session_id)
         return cls(tenant, plain, layout.tenant_bytes(tenant), layout.tenant_quota(tenant),
-                   limit, not cluster)
+                   limit, not cluster and counted, counted)
 
     def script_keys(self) -> tuple[str, ...]:
         """KEYS a session script adds at its end: the tenant's bytes hash, none on a Cluster
@@ -88,7 +91,7 @@ class StoredBytes:
         """On a Cluster (or ``early``: a large import, before it writes its steps), refuse a
         write that grows the tenant's lines by ``growth`` bytes over the limit (``replaces``:
         ``growth`` is the session's new count, its old one goes). Reads, never writes."""
-        if self.in_script and not early:
+        if (self.in_script and not early) or not self.counted:
             return
         reads = (cmd("hget", self.quota, QUOTA_FIELD), cmd("hget", self.key, BYTES_TOTAL),
                  cmd("hget", self.key, self.field))
@@ -105,11 +108,13 @@ class StoredBytes:
 
     def after(self, op: str, amount: int) -> Flow[None]:
         """What a Cluster sends after the session's script (nothing on a single Redis)."""
-        if not self.in_script and (amount or op == "set"):
+        if self.counted and not self.in_script and (amount or op == "set"):
             yield self.change(op, amount)
 
     def as_command(self, op: str, amount: int | str = "") -> Command:
         """:meth:`change` as a command of a pipeline or MULTI (``EVAL``: no NOSCRIPT can come
-        back inside one; routed by its key on a Cluster)."""
+        back inside one; routed by its key on a Cluster). Not counted: a PING."""
+        if not self.counted:
+            return cmd("ping")
         return cmd("execute_command", "EVAL", lua("stored_bytes"), 1, self.key, op, self.field,
                    str(amount))

@@ -1,7 +1,8 @@
 """A Redis ACL user restricted to one tenant's keys, as the docs/tenants.md writes it: the
-tenant's client does its own work through it (sessions, compactions, events, a real worker
-doing the jobs) and nothing else: another tenant's and the default tenant's sessions, the
-broker's queued messages, the all-tenants event stream and its own quota are refused."""
+tenant's client (``tenant_inbox``) does its own work through it (sessions, compactions,
+events, a real worker doing the jobs) and nothing else: another tenant's and the default
+tenant's sessions, the broker's queued messages, the all-tenants event stream and its own quota
+are refused."""
 
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ def test_a_tenants_acl_user_does_its_own_work_and_nothing_else(
             theirs = new_session(globex, demo_text)
         with CompactionClient(server.url) as default:
             default_sid = new_session(default, demo_text)
-        with CompactionClient(ClientSettings(redis_url=url), tenant="acme") as acme:
+        with CompactionClient(ClientSettings(redis_url=url, tenant_inbox=True),
+                              tenant="acme") as acme:
             acme.warm()
             sid = new_session(acme, demo_text)
             assert acme.compact(sid).wait(60)["type"] == "compaction"

@@ -16,6 +16,11 @@ come (:class:`~worker.store.sweep.SweepStore`; one worker per entry) and looks a
 
 So no job stays queued or running longer than its lease (or ``requeue_after_s``) plus one sweep
 interval without someone acting on it; the broker's visibility timeout stays the backstop.
+
+A record is the tenant's key (a tenant's own ACL user may write it): a look at one that does
+not parse is logged and the pass goes on, so one tenant's garbage never holds back another's
+jobs; the route of a job sent again is computed from its kind and reason. The same thread's
+owner starts the admitter of the tenants' inboxes (``_admitter.py``).
 """
 
 from __future__ import annotations
@@ -29,9 +34,11 @@ import redis
 from api_client.contract.errors import CompactorError
 from api_client.contract.keys import ANY_TENANT, KeyLayout
 from api_client.contract.wire import TASK_NAMES, JobKind, JobState, Route
+from worker.service._admitter import Admitter
 from worker.service._job_stops import WAIT_FOR_REDIS
 from worker.settings import WorkerSettings
 from worker.store.fair_index import FairIndex, fair_index_redis
+from worker.store.inbox import InboxStore
 from worker.store.job_lifecycle import JobStore
 from worker.store.sweep import JobLook, SweepStore, now_ms
 
@@ -56,14 +63,18 @@ class Sweeper:
         self.store = SweepStore(client, layout, fair)
         self.jobs = JobStore(client, settings, layout, fair)
         self.send = send
+        self.admitter = Admitter(InboxStore(client, fair.redis, layout, settings), self.jobs,
+                                 send)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="compactor-sweep", daemon=True)
         self._thread.start()
+        self.admitter.start()
 
     def stop(self) -> None:
+        self.admitter.stop()
         self._stop.set()
         if self._thread is not None:
             self._thread.join(5)
@@ -90,11 +101,15 @@ class Sweeper:
                 acted += self._act(self.store.look(job_id))
             except CompactorError as err:
                 log.warning("sweep: job %s: %s", job_id, err)
+            except ValueError as err:  # a record that does not parse (a tenant's key)
+                log.warning("sweep: job %s dropped: %s", job_id, str(err)[:300])
+                self.store.forget(job_id)
         return acted
 
     def _act(self, job: JobLook) -> int:
         if job.state is None or job.state.terminal:
-            self.store.forget(job.job_id)
+            self.store.forget(job.job_id)  # and out of its tenant's queued jobs (a cancel)
+            self.store.dequeue(job.job_id)
             return 0
         if job.lease_ms > 0:
             self.store.due_at(job.job_id, now_ms() + job.lease_ms + 500)

@@ -17,7 +17,7 @@ from typing import Any
 import redis
 
 from api_client.contract.keys import KeyLayout
-from api_client.contract.wire import JobState
+from api_client.contract.wire import CompactReason, JobKind, JobState, route_for
 from worker.store.fair_index import FairIndex
 from worker.store.leases import guarded, script_text
 
@@ -64,22 +64,31 @@ class SweepStore:
     def forget(self, job_id: str) -> None:
         guarded(job_id, lambda: self.redis.zrem(self.layout.jobs_due, job_id))
 
+    def dequeue(self, job_id: str) -> None:
+        """Out of its tenant's queued jobs (an ended job a client could not take out)."""
+        key = self.layout.queued_of_job(job_id)
+        guarded(job_id, lambda: self.redis.zrem(key, job_id))
+
     def look(self, job_id: str) -> JobLook:
         jk = self.layout.job(job_id)
 
         def read() -> list[Any]:
             pipe = self.redis.pipeline(transaction=False)  # one slot: the session's
-            pipe.hmget(jk.record, ["state", "attempts", "resent", "kind", "queue", "priority"])
+            pipe.hmget(jk.record, ["state", "attempts", "resent", "kind", "reason"])
             pipe.pttl(jk.lease)
             return list(pipe.execute())
 
         fields, pttl = guarded(job_id, read)
-        state, attempts, resent, kind, queue, priority = fields
+        state, attempts, resent, kind, reason = fields
         if state is None:
             return JobLook(job_id, None)
+        # The route from the kind and reason, not the record's queue and priority fields (a
+        # tenant's own ACL user may write its records: docs/tenants.md). ValueError: not a job.
+        job_kind = JobKind(kind)
+        why = CompactReason(reason) if reason and job_kind is JobKind.COMPACT else None
+        route = route_for(job_kind, why)
         return JobLook(job_id, JobState(state), int(attempts or 0), int(resent or 0),
-                       str(kind or ""), str(queue or ""), int(priority or 0),
-                       max(0, int(pttl)))
+                       job_kind.value, route.queue, route.priority, max(0, int(pttl)))
 
     def still_queued(self, job: JobLook) -> bool:
         """Whether the job's task message still waits in its queue list: a long queue (or one

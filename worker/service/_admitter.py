@@ -1,0 +1,221 @@
+"""The admitter: the workers' side of the tenants' inboxes (docs/tenants.md "A Redis ACL user
+per tenant"; :mod:`worker.store.inbox`).
+
+A client on its tenant's own ACL user cannot touch the broker, the jobs-due index, the fair
+order's index or its quota counters: it writes its job's record and id in its inbox and
+announces it on the inbox's channel. Each worker process listens (``PSUBSCRIBE`` on every
+inbox's channel) and, for each announced tenant, pops a few ids at a time, taking the tenants in
+turn so that a flooding tenant's inbox never holds another's job back by more than one batch.
+Every :data:`POLL_S` it also looks at the inboxes it knows (an announcement sent while no worker
+listened), and every :data:`DISCOVER_S` it looks for new inboxes (``SCAN``).
+
+Each id is untrusted input: it must be a job id of the inbox's tenant whose record parses,
+names the same job and session and is ``queued``. The route is computed from the record's kind
+and reason, never taken from it; the admission (the tenant's queued jobs and its model budget,
+for every kind, as the fleet's settings and the tenant's quota say) is the fleet's. A refused
+job ends ``failed`` with the quota's error; a malformed id or record is dropped (counted: one
+warning per tenant now and then, however many). An id popped while Redis fails goes back. So a
+forged or deleted key of a tenant can only ever hurt that tenant.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import redis
+from pydantic import ValidationError
+
+from api_client.contract.errors import (
+    BrokerUnavailableError,
+    CompactorError,
+    QuotaExceededError,
+    StorageFullError,
+)
+from api_client.contract.keys import split_job_id, tenant_of_job
+from api_client.contract.wire import (
+    DRAFT_APPLIED_ROUTE,
+    JobRecord,
+    JobState,
+    Route,
+    route_for,
+)
+from worker.store.inbox import InboxStore
+from worker.store.job_lifecycle import JobStore
+
+__all__ = ["Admitter"]
+
+log = logging.getLogger("worker.admit")
+
+BATCH = 16  # ids popped from one tenant's inbox before the next tenant's turn
+POLL_S = 5.0  # every known inbox is looked at this often, announced or not
+DISCOVER_S = 60.0  # a SCAN for inboxes this often
+
+# send(job id, route, task id): publish the task (the worker's Celery app).
+Sender = Callable[[str, Route, str], None]
+
+
+class Admitter:
+    """The inboxes' admitter of one worker process (a daemon thread)."""
+
+    def __init__(self, store: InboxStore, jobs: JobStore, send: Sender) -> None:
+        self.store = store
+        self.jobs = jobs
+        self.send = send
+        self.known: set[str] = set()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pubsub: redis.client.PubSub | None = None
+        # Ids dropped per tenant since the last report (one warning per tenant and POLL_S: a
+        # flood of garbage never floods the log).
+        self.dropped: Counter[str] = Counter()
+        self._reported = 0.0
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="compactor-admit", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+
+    def _subscribe(self) -> redis.client.PubSub | None:
+        pubsub = self.store.redis.pubsub(ignore_subscribe_messages=True)
+        try:
+            pubsub.psubscribe(self.store.layout.inbox_match())
+        except redis.exceptions.NoPermissionError:
+            log.warning("the workers' Redis user may not PSUBSCRIBE %s (docs/deploying.md "
+                        "'Redis ACL and TLS'): the tenants' inboxes are polled instead",
+                        self.store.layout.inbox_match())
+            pubsub.close()
+            return None
+        return pubsub
+
+    def _loop(self) -> None:
+        polled = discovered = 0.0
+        while not self._stop.is_set():
+            try:
+                if self._pubsub is None:
+                    self._pubsub = self._subscribe()
+                now = time.monotonic()
+                if now - discovered >= DISCOVER_S:
+                    self.known |= self.store.discover()
+                    discovered = now
+                due = set(self.known) if now - polled >= POLL_S else set()
+                polled = now if due else polled
+                self.drain(due | self._announced(POLL_S if not due else 0.0))
+                self._report()
+            except (redis.RedisError, BrokerUnavailableError, StorageFullError) as err:
+                log.debug("admit: %s", err)
+                self._reset()
+                self._stop.wait(1.0)
+            except Exception:  # the admitter must outlive a bug in one look
+                log.exception("admit failed")
+                self._stop.wait(1.0)
+        self._reset()
+
+    def _report(self) -> None:
+        now = time.monotonic()
+        if not self.dropped or now - self._reported < POLL_S:
+            return
+        for tenant, count in sorted(self.dropped.items()):
+            log.warning("admit: tenant %s: %d ids of its inbox dropped (no job of its own with "
+                        "a valid record)", tenant, count)
+        self.dropped.clear()
+        self._reported = now
+
+    def _drop(self, tenant: str, job_id: str, why: str) -> None:
+        self.dropped[tenant] += 1
+        log.debug("admit: tenant %s: dropped %r: %s", tenant, job_id[:200], why[:300])
+
+    def _reset(self) -> None:
+        if self._pubsub is not None:
+            self._pubsub.close()
+            self._pubsub = None
+
+    def _announced(self, wait_s: float) -> set[str]:
+        """The tenants announced within ``wait_s`` (every pending announcement)."""
+        if self._pubsub is None:
+            self._stop.wait(wait_s)
+            return set()
+        tenants: set[str] = set()
+        message = self._pubsub.get_message(timeout=wait_s)
+        while message is not None:
+            tenant = self.store.layout.tenant_of_inbox(str(message.get("channel", "")))
+            if tenant is not None:
+                tenants.add(tenant)
+            message = self._pubsub.get_message(timeout=0)
+        self.known |= tenants
+        return tenants
+
+    def drain(self, tenants: set[str]) -> int:
+        """Admit what the tenants' inboxes hold, :data:`BATCH` ids of each in turn; returns
+        how many ids were looked at."""
+        looked, turn = 0, sorted(tenants)
+        while turn and not self._stop.is_set():
+            still: list[str] = []
+            for tenant in turn:
+                ids = self.store.pop(tenant, BATCH)
+                for job_id in ids:
+                    self.admit_one(tenant, job_id)
+                looked += len(ids)
+                if len(ids) == BATCH:
+                    still.append(tenant)
+            turn = still
+        return looked
+
+    def admit_one(self, tenant: str, job_id: str) -> None:
+        """One id of the tenant's inbox (see the module doc)."""
+        try:
+            record = self._checked(tenant, job_id)
+            if record is not None:
+                self._admit(record)
+        except (BrokerUnavailableError, StorageFullError):
+            self.store.put_back(tenant, job_id)
+            raise
+        except CompactorError as err:
+            self._drop(tenant, job_id, str(err))
+
+    def _checked(self, tenant: str, job_id: str) -> JobRecord | None:
+        try:
+            split_job_id(job_id)
+            fields = self.store.record(job_id) if tenant_of_job(job_id) == tenant else None
+            record = JobRecord.from_redis(fields) if fields else None
+        except (ValidationError, ValueError) as err:
+            self._drop(tenant, job_id, str(err))
+            return None
+        if record is None or record.id != job_id or not job_id.startswith(
+                record.session_id + ":"):
+            self._drop(tenant, job_id, "no record of that job")
+            return None
+        return record
+
+    def _admit(self, record: JobRecord) -> None:
+        if record.state is JobState.SUCCEEDED and (record.result or {}).get("fromDraft"):
+            # A draft the client applied: its session_compact hooks run on a worker.
+            self.send(record.id, DRAFT_APPLIED_ROUTE, f"{record.id}-hooks")
+            return
+        if record.state is not JobState.QUEUED:
+            return
+        route = route_for(record.kind, record.reason)
+        admitted = self.store.admitted_priority(record.id)
+        if admitted is not None:  # announced again: an upgrade to a more urgent route
+            if route.priority < admitted:
+                self.store.upgraded(record.id, route.priority)
+                self.store.index(record.id, route)
+                self.send(record.id, route, f"{record.id}-p{route.priority}")
+            return
+        try:
+            tag = self.store.admit(record, route)
+        except QuotaExceededError as err:
+            self.jobs.finish(record.id, JobState.FAILED, record=record, error=str(err))
+            log.info("admit: job %s refused: %s", record.id, err)
+            return
+        self.store.index(record.id, route)
+        if not self.store.place(record.id, route, tag):
+            self.send(record.id, route, record.id)

@@ -1,0 +1,128 @@
+"""The tenants' inboxes as the workers read them (docs/tenants.md "A Redis ACL user per tenant").
+
+A client on its tenant's own Redis ACL user (``tenant_inbox``) may write only the tenant's keys:
+it writes a job's record and puts the job's id in ``<p>:tenant:<t>:inbox`` (a zset). Everything
+shared (the tenant's queued jobs and quota counters, the jobs-due index, the fair order's index,
+the broker's lists and Celery's event channel) is the workers': :class:`InboxStore` pops the
+inbox and does, with the fleet's own Redis user, what the enqueue script does on the request
+path: the admission (``admit.lua``: queued jobs, the model budget), the due index, the task
+message in its fair place (``place.lua``) and its task-sent event. Nothing the tenant wrote is
+trusted: the admitter (``worker/service/_admitter.py``) validates each id and record first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+import redis
+
+from api_client.client.admission import admission
+from api_client.client.jobs import due_ms
+from api_client.client.task_messages import task_push
+from api_client.contract.job_records import quota_exceeded
+from api_client.contract.keys import KeyLayout, split_tenant
+from api_client.contract.lua_scripts import CLIENT_SCRIPTS, lua
+from api_client.contract.redis_conn import redis_db
+from api_client.contract.wire import JobRecord, Route
+from worker.settings import WorkerSettings
+from worker.store.leases import guarded
+
+__all__ = ["PRIORITY_SCALE", "InboxStore"]
+
+PRIORITY_SCALE = 10**13  # the queued zset's score: route priority x this + Unix ms (_admit.lua)
+SCAN_COUNT = 1_000
+
+
+class InboxStore:
+    """The inboxes' reads and the fleet-side admission of one worker process."""
+
+    def __init__(self, client: redis.Redis[str], broker: redis.Redis[str] | None,
+                 layout: KeyLayout, settings: WorkerSettings) -> None:
+        self.redis = client
+        self.broker = broker  # the broker's Redis (None: RabbitMQ, the sender publishes)
+        self.layout = layout
+        self.settings = settings
+        self._admit = client.register_script(lua("admit", CLIENT_SCRIPTS))
+        self._place = None if broker is None else broker.register_script(
+            lua("place", CLIENT_SCRIPTS))
+
+    def discover(self) -> set[str]:
+        """Every tenant that has an inbox now (one ``SCAN`` walk)."""
+        found: set[str] = set()
+        for key in self.redis.scan_iter(match=self.layout.inbox_match(), count=SCAN_COUNT,
+                                        _type="zset"):
+            tenant = self.layout.tenant_of_inbox(str(key))
+            if tenant is not None:
+                found.add(tenant)
+        return found
+
+    def pop(self, tenant: str, limit: int) -> list[str]:
+        """Up to ``limit`` job ids of the tenant's inbox, oldest first (each to one worker)."""
+        popped = guarded("", lambda: self.redis.zpopmin(self.layout.tenant_inbox(tenant), limit))
+        return [str(member) for member, _ in popped]
+
+    def put_back(self, tenant: str, job_id: str) -> None:
+        """An id popped but not admitted (Redis failed meanwhile): back in front, if Redis
+        takes it now (else the record's pending TTL ends the job's wait)."""
+        inbox = self.layout.tenant_inbox(tenant)
+        with contextlib.suppress(redis.RedisError):
+            self.redis.zadd(inbox, {job_id: 0})
+
+    def record(self, job_id: str) -> dict[str, str]:
+        key = self.layout.job(job_id).record
+        return dict(guarded(job_id, lambda: self.redis.hgetall(key)))
+
+    def admitted_priority(self, job_id: str) -> int | None:
+        """The route priority the fleet admitted the job at (None: not admitted, or gone)."""
+        key = self.layout.queued_of_job(job_id)
+        score = guarded(job_id, lambda: self.redis.zscore(key, job_id))
+        return None if score is None else int(score // PRIORITY_SCALE)
+
+    def admit(self, record: JobRecord, route: Route) -> int:
+        """The tenant's quotas for the job as the fleet's settings say (the queued jobs and the
+        model budget, for every kind: ``admission``): its fair tag, or QuotaExceededError."""
+        admitted = admission(self.layout, self.settings, record.session_id, record.kind,
+                             record.reason, route)
+        queued, quota, usage = admitted.keys
+        args = [admitted.policy, record.id, quota, usage]
+        try:
+            tag = guarded(record.id, lambda: self._admit(keys=[queued], args=args))
+        except redis.ResponseError as err:
+            code, _, arg = str(err).partition(" ")
+            if code == "COMPACTOR_QUOTA":
+                raise quota_exceeded(split_tenant(record.session_id)[0], arg) from err
+            raise
+        return int(tag)
+
+    def upgraded(self, job_id: str, priority: int) -> None:
+        """The fleet's queued entry of a job re-sent at a more urgent ``priority``."""
+        key = self.layout.queued_of_job(job_id)
+        score = priority * PRIORITY_SCALE + int(time.time() * 1000)
+        guarded(job_id, lambda: self.redis.zadd(key, {job_id: score}, xx=True))
+
+    def index(self, job_id: str, route: Route) -> None:
+        """The jobs-due entry (the sweep's) and the record's route as the fleet computed it
+        (the sweep and the fair index read them; whatever the tenant wrote there goes)."""
+        record = self.layout.job(job_id).record
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zadd(self.layout.jobs_due, {job_id: due_ms(self.settings)}, nx=True)
+        pipe.hset(record, mapping={"priority": str(route.priority), "queue": route.queue})
+        guarded(job_id, pipe.execute)
+
+    def place(self, job_id: str, route: Route, tag: int) -> bool:
+        """The task message at its fair place in its queue list, with its task-sent event;
+        False: the broker is no Redis (the caller sends it)."""
+        if self._place is None:
+            return False
+        push = task_push(route.task, job_id, route.queue, route.priority,
+                         db=redis_db(self.settings.resolved_broker_url),
+                         sent_event=self.settings.send_sent_event, prefix=self.layout.broker)
+        tags, messages = self.layout.fair_index(route.queue, route.priority)
+        args: list[Any] = [str(tag), job_id, push.message, str(self.settings.job_pending_ttl_s),
+                           push.channel, push.event]
+        place = self._place
+        guarded(job_id, lambda: place(keys=[push.queue_key, tags, messages], args=args))
+        return True
+
