@@ -15,7 +15,7 @@ from recovery.recovery_support import (
     worker_env,
 )
 from runtime.runtime_model_server import ModelServer
-from runtime.runtime_support import completions, entries_of_type, new_session
+from runtime.runtime_support import CALLS_AT_ONCE, completions, entries_of_type, new_session
 
 from api_client import ClientSettings, CompactionClient, JobFailedError, JobHandle
 
@@ -64,9 +64,10 @@ def test_redis_restart_with_queued_and_running_jobs_loses_nothing(
         worker = WorkerProcess(env, "restart", tmp_path)
         try:
             worker.wait_ready()
+            held = model.held
             model.stall_next(100)
             handles = [client.compact(sid, reason="threshold") for sid in sids]
-            wait_until(lambda: model.held >= 2 and sum(
+            wait_until(lambda: model.held - held == 2 * CALLS_AT_ONCE and sum(
                 h.record().state.value == "running" for h in handles) == 2, 30,
                 "two jobs calling the model")
             waiters = [threading.Thread(target=_wait_into, args=(h, results)) for h in handles]

@@ -18,6 +18,11 @@ from worker.app import CompactorCelery, create_app
 from worker.hooks import HookSettings
 from worker.settings import WorkerSettings
 
+# Model calls a job of the demo session makes at once: it ends in a split turn, so the history's
+# and the turn prefix's summaries are asked together (a third call follows them). A test that
+# holds N jobs' calls waits for N * CALLS_AT_ONCE held calls.
+CALLS_AT_ONCE = 2
+
 
 def runtime_settings(url: str, **overrides: Any) -> WorkerSettings:
     """Test settings: only the hooks a test names (never the environment's entry points)."""

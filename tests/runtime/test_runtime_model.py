@@ -10,6 +10,7 @@ import pytest
 from runtime import runtime_hooks
 from runtime.runtime_model_server import ModelServer
 from runtime.runtime_support import (
+    CALLS_AT_ONCE,
     completions,
     entries_of_type,
     new_session,
@@ -18,6 +19,7 @@ from runtime.runtime_support import (
 )
 
 from api_client import CompactionClient, JobCancelledError, JobFailedError
+from helpers.waits import wait_until
 from worker.hooks import HookSettings
 from worker.settings import WorkerSettings
 
@@ -73,11 +75,10 @@ def test_a_queued_job_is_upgraded_by_an_overflow_request(client: CompactionClien
                                                          model: ModelServer,
                                                          demo_text: str) -> None:
     busy = [new_session(client, demo_text) for _ in range(2)]
-    model.stall_next(2)  # both worker threads wait on the model
+    held = model.held
+    model.stall_next(2 * CALLS_AT_ONCE)  # both worker threads wait on the model
     blockers = [client.compact(s, reason="manual") for s in busy]
-    deadline = time.monotonic() + 10
-    while model.held < 2 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: model.held - held == 2 * CALLS_AT_ONCE, what="both worker threads held")
     sid = new_session(client, demo_text)
     queued = client.compact(sid, reason="manual")
     urgent = client.compact(sid, reason="overflow")

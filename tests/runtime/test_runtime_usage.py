@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from runtime.runtime_model_server import ModelServer
-from runtime.runtime_support import completions, new_session, runtime_settings
+from runtime.runtime_support import CALLS_AT_ONCE, completions, new_session, runtime_settings
 from runtime.test_runtime_metrics import metrics_worker, scrape, value, wait_for
 
 from api_client import CompactionClient, JobFailedError, JobState
@@ -153,9 +153,10 @@ def test_a_draft_stops_at_its_share_of_the_budget(tenant: Tenants, model: ModelS
     busy, client = tenant(), tenant()
     blocking = [new_session(busy, demo_text) for _ in range(2)]
     sid = new_session(client, demo_text)
-    model.stall_next(2)  # both worker threads wait on the model
+    held = model.held
+    model.stall_next(2 * CALLS_AT_ONCE)  # both worker threads wait on the model
     blockers = [busy.compact(s, reason="manual") for s in blocking]
-    wait_for(lambda: model.held >= 2, 10)
+    wait_for(lambda: model.held - held == 2 * CALLS_AT_ONCE, 60)
     draft = client.compact(sid, reason="speculative")  # admitted: nothing spent yet
     # Meanwhile the tenant spent 8 of its 10 tokens: drafts stop at 80 %.
     client.redis.hset(client.layout.tenant_quota(client.settings.tenant), "tokens_per_day", 10)
