@@ -277,6 +277,11 @@ class KeyLayout:
         base = f"{self.prefix}:fair:{queue}:{priority}:"
         return base + "tags", base + "messages"
 
+    def tenant_admitted(self, tenant: str) -> str:
+        """hash: job id → ``<kind> <reason>`` as the workers admitted it from the tenant's inbox
+        (a worker runs the job as admitted, whatever its record says later)."""
+        return self._tenant_key(tenant, "admitted")
+
     def tenant_running(self, tenant: str) -> str:
         """zset: job id → until when (Unix ms) it may run, for each job of the tenant a worker
         runs while a ``max_running`` cap applies (``worker/store/tenant_slots``)."""
@@ -307,15 +312,6 @@ class KeyLayout:
         """zset (and channel): job id → Unix ms, the jobs a client on the tenant's own ACL user
         made (``tenant_inbox``), for the workers to admit; untrusted (docs/tenants.md)."""
         return self.tenant_root(tenant) + "inbox"
-
-    def inbox_match(self) -> str:
-        """``SCAN MATCH`` / ``PSUBSCRIBE`` pattern of every tenant's inbox."""
-        return f"{_glob_escaped(self.prefix)}:tenant:*:inbox"
-
-    def tenant_of_inbox(self, key: str) -> str | None:
-        """The tenant an inbox key (or channel) names; None: not an inbox."""
-        name = key.removeprefix(f"{self.prefix}:tenant:").removesuffix(":inbox")
-        return name if TENANT_NAME.fullmatch(name) and self.tenant_inbox(name) == key else None
 
     def sessions_root(self, tenant: str) -> str:
         if tenant == DEFAULT_TENANT:

@@ -32,7 +32,15 @@ from api_client.contract.errors import (
     QuotaExceededError,
 )
 from api_client.contract.keys import KeyLayout
-from api_client.contract.wire import CompactReason, JobKind, JobRecord, JobState, now_iso, route_for
+from api_client.contract.wire import (
+    CompactReason,
+    JobKind,
+    JobRecord,
+    JobState,
+    Route,
+    now_iso,
+    route_for,
+)
 from helpers.doc_facts import acl_rules
 
 # The tenant's line docs/tenants.md gave before issue 39 (``{t}``: the tenant).
@@ -327,3 +335,58 @@ def test_another_tenant_is_never_held_back(fleet: Fleet, demo_text: str) -> None
     assert tried == []
     assert fleet.worker.alive(), fleet.worker.log()[-3000:]
 
+
+
+def test_a_record_changed_after_its_admission_runs_as_admitted(fleet: Fleet,
+                                                                demo_text: str) -> None:
+    """Over its budget, the tenant's prune is admitted (it calls no model); its record then says
+    manual compaction: the worker runs the prune it admitted, no model call for it."""
+    fleet.admin.hset("compactor:tenants:{mallory}:quota", "tokens_per_day", "10")
+    fleet.admin.hset(LAYOUT.tenant_usage("mallory", time.strftime("%Y-%m-%d", time.gmtime())),
+                     "input_tokens", "30")
+    held = fleet.model.held
+    fleet.model.stall_next(2)  # both of the worker's slots hold: the prune stays queued
+    try:
+        with fleet.client("acme", "acme", inbox=True) as acme:
+            busy = [acme.compact(_session(acme, demo_text)) for _ in range(2)]
+            wait_until(lambda: fleet.model.held == held + 2, 60, "both slots to be busy")
+        with fleet.client("mallory", "mallory", inbox=True) as mallory:
+            prune = mallory.prune(_session(mallory, demo_text))
+            admitted = LAYOUT.tenant_admitted("mallory")
+            wait_until(lambda: fleet.admin.hexists(admitted, prune.id), 60, "the admission")
+            fleet.raw("mallory").hset(LAYOUT.job(prune.id).record,
+                                      mapping={"kind": "compact", "reason": "manual"})
+            fleet.model.release()
+            for job in busy:
+                job.wait(60)
+            prune.wait(60)
+        record = fleet.record(prune.id)
+        assert record.state is JobState.SUCCEEDED and record.model is None
+        assert record.entry is None or record.entry.get("type") != "compaction"
+        usage = LAYOUT.tenant_usage("mallory", time.strftime("%Y-%m-%d", time.gmtime()))
+        assert fleet.admin.hget(usage, "input_tokens") == "30"  # it spent nothing more
+    finally:
+        fleet.model.release()
+        fleet.admin.delete("compactor:tenants:{mallory}:quota")
+
+
+def test_the_sweep_goes_on_past_a_record_that_does_not_parse(fleet: Fleet) -> None:
+    """A tenant's record the sweep cannot read is dropped from the index; the pass goes on to
+    another tenant's job, sent again at the route of its kind and reason (not its record's)."""
+    from worker.service import Sweeper
+    from worker.settings import WorkerSettings
+
+    layout = KeyLayout("swept", None)
+    bad, good = f"mallory~s1:{'0' * 16}", f"globex~s2:{'1' * 16}"
+    fleet.admin.hset(layout.job(bad).record, mapping={"id": bad, "state": "weird", "kind": "?"})
+    fleet.admin.hset(layout.job(good).record, mapping={
+        "id": good, "kind": "compact", "sessionId": "globex~s2", "state": "queued",
+        "reason": "manual", "priority": "0", "queue": "compactor.overflow"})
+    fleet.admin.zadd(layout.jobs_due, {bad: 1, good: 2})
+    sent: list[tuple[str, Route]] = []
+    settings = WorkerSettings(redis_url=fleet.server.url, key_prefix="swept")
+    sweeper = Sweeper(settings, redis.Redis.from_url(fleet.server.url, decode_responses=True),
+                      lambda job_id, route, _task_id: sent.append((job_id, route)))
+    assert sweeper.sweep() == 1
+    assert sent == [(good, MANUAL)]
+    assert fleet.admin.zscore(layout.jobs_due, bad) is None

@@ -38,6 +38,8 @@ from api_client.contract.errors import (
 from api_client.contract.keys import split_job_id, tenant_of_job
 from api_client.contract.wire import (
     DRAFT_APPLIED_ROUTE,
+    CompactReason,
+    JobKind,
     JobRecord,
     JobState,
     Route,
@@ -53,6 +55,9 @@ log = logging.getLogger("worker.admit")
 BATCH = 16  # ids popped from one tenant's inbox before the next tenant's turn
 POLL_S = 5.0  # every known inbox is looked at this often, announced or not
 DISCOVER_S = 60.0  # a SCAN for inboxes this often
+
+# The reasons a queued compaction may be upgraded to (the worker checks their model budget).
+UPGRADES = (CompactReason.THRESHOLD, CompactReason.OVERFLOW)
 
 # send(job id, route, task id): publish the task (the worker's Celery app).
 Sender = Callable[[str, Route, str], None]
@@ -87,11 +92,11 @@ class Admitter:
     def _subscribe(self) -> redis.client.PubSub | None:
         pubsub = self.store.redis.pubsub(ignore_subscribe_messages=True)
         try:
-            pubsub.psubscribe(self.store.layout.inbox_match())
+            pubsub.psubscribe(self.store.inbox_match())
         except redis.exceptions.NoPermissionError:
             log.warning("the workers' Redis user may not PSUBSCRIBE %s (docs/deploying.md "
                         "'Redis ACL and TLS'): the tenants' inboxes are polled instead",
-                        self.store.layout.inbox_match())
+                        self.store.inbox_match())
             pubsub.close()
             return None
         return pubsub
@@ -146,7 +151,7 @@ class Admitter:
         tenants: set[str] = set()
         message = self._pubsub.get_message(timeout=wait_s)
         while message is not None:
-            tenant = self.store.layout.tenant_of_inbox(str(message.get("channel", "")))
+            tenant = self.store.tenant_of(str(message.get("channel", "")))
             if tenant is not None:
                 tenants.add(tenant)
             message = self._pubsub.get_message(timeout=0)
@@ -205,10 +210,7 @@ class Admitter:
         route = route_for(record.kind, record.reason)
         admitted = self.store.admitted_priority(record.id)
         if admitted is not None:  # announced again: an upgrade to a more urgent route
-            if route.priority < admitted:
-                self.store.upgraded(record.id, route.priority)
-                self.store.index(record.id, route)
-                self.send(record.id, route, f"{record.id}-p{route.priority}")
+            self._upgrade(record, route, admitted)
             return
         try:
             tag = self.store.admit(record, route)
@@ -216,6 +218,19 @@ class Admitter:
             self.jobs.finish(record.id, JobState.FAILED, record=record, error=str(err))
             log.info("admit: job %s refused: %s", record.id, err)
             return
-        self.store.index(record.id, route)
+        self.store.index(record, route)
         if not self.store.place(record.id, route, tag):
             self.send(record.id, route, record.id)
+
+    def _upgrade(self, record: JobRecord, route: Route, admitted: int) -> None:
+        """A compaction made more urgent (manual → threshold → overflow, as ``enqueue.lua``
+        upgrades it: toward reasons whose model budget the worker checks): sent again at the
+        new route. Any other change of a record after its admission is ignored; the worker
+        runs the job as admitted."""
+        was = (self.store.admitted_as(record.id) or "").split(" ")[0]
+        if record.kind is not JobKind.COMPACT or was != JobKind.COMPACT.value:
+            return
+        if route.priority < admitted and record.reason in UPGRADES:
+            self.store.upgraded(record.id, route.priority)
+            self.store.index(record, route)
+            self.send(record.id, route, f"{record.id}-p{route.priority}")

@@ -13,6 +13,7 @@ trusted: the admitter (``worker/service/_admitter.py``) validates each id and re
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from typing import Any
 
@@ -22,17 +23,22 @@ from api_client.client.admission import admission
 from api_client.client.jobs import due_ms
 from api_client.client.task_messages import task_push
 from api_client.contract.job_records import quota_exceeded
-from api_client.contract.keys import KeyLayout, split_tenant
+from api_client.contract.keys import TENANT_NAME, KeyLayout, split_tenant, tenant_of_job
 from api_client.contract.lua_scripts import CLIENT_SCRIPTS, lua
 from api_client.contract.redis_conn import redis_db
 from api_client.contract.wire import JobRecord, Route
 from worker.settings import WorkerSettings
 from worker.store.leases import guarded
 
-__all__ = ["PRIORITY_SCALE", "InboxStore"]
+__all__ = ["PRIORITY_SCALE", "InboxStore", "admitted_as"]
 
 PRIORITY_SCALE = 10**13  # the queued zset's score: route priority x this + Unix ms (_admit.lua)
 SCAN_COUNT = 1_000
+
+
+def glob_escaped(text: str) -> str:
+    """``text`` matched literally by ``SCAN MATCH`` and ``PSUBSCRIBE``."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
 
 
 class InboxStore:
@@ -48,12 +54,24 @@ class InboxStore:
         self._place = None if broker is None else broker.register_script(
             lua("place", CLIENT_SCRIPTS))
 
+    def inbox_match(self) -> str:
+        """``SCAN MATCH`` / ``PSUBSCRIBE`` pattern of every tenant's inbox."""
+        return self.layout.tenant_inbox("*").replace(self.layout.prefix,
+                                                     glob_escaped(self.layout.prefix), 1)
+
+    def tenant_of(self, key: str) -> str | None:
+        """The tenant an inbox key (or channel) names; None: not an inbox."""
+        head, _, tail = self.layout.tenant_inbox("\0").partition("\0")
+        name = key.removeprefix(head).removesuffix(tail)
+        return name if TENANT_NAME.fullmatch(name) and self.layout.tenant_inbox(name) == key \
+            else None
+
     def discover(self) -> set[str]:
         """Every tenant that has an inbox now (one ``SCAN`` walk)."""
         found: set[str] = set()
-        for key in self.redis.scan_iter(match=self.layout.inbox_match(), count=SCAN_COUNT,
+        for key in self.redis.scan_iter(match=self.inbox_match(), count=SCAN_COUNT,
                                         _type="zset"):
-            tenant = self.layout.tenant_of_inbox(str(key))
+            tenant = self.tenant_of(str(key))
             if tenant is not None:
                 found.add(tenant)
         return found
@@ -96,19 +114,28 @@ class InboxStore:
             raise
         return int(tag)
 
+    def admitted_as(self, job_id: str) -> str | None:
+        """``<kind> <reason>`` of the job as the fleet admitted it (None: not from an inbox)."""
+        key = self.layout.tenant_admitted(tenant_of_job(job_id))
+        return guarded(job_id, lambda: self.redis.hget(key, job_id))
+
     def upgraded(self, job_id: str, priority: int) -> None:
         """The fleet's queued entry of a job re-sent at a more urgent ``priority``."""
         key = self.layout.queued_of_job(job_id)
         score = priority * PRIORITY_SCALE + int(time.time() * 1000)
         guarded(job_id, lambda: self.redis.zadd(key, {job_id: score}, xx=True))
 
-    def index(self, job_id: str, route: Route) -> None:
-        """The jobs-due entry (the sweep's) and the record's route as the fleet computed it
+    def index(self, record: JobRecord, route: Route) -> None:
+        """The jobs-due entry (the sweep's), the kind and reason the job was admitted as (the
+        worker runs it so: ``JobStore.get``) and the record's route as the fleet computed it
         (the sweep and the fair index read them; whatever the tenant wrote there goes)."""
-        record = self.layout.job(job_id).record
+        job_id, key = record.id, self.layout.job(record.id).record
+        admitted = self.layout.tenant_admitted(tenant_of_job(job_id))
         pipe = self.redis.pipeline(transaction=False)
         pipe.zadd(self.layout.jobs_due, {job_id: due_ms(self.settings)}, nx=True)
-        pipe.hset(record, mapping={"priority": str(route.priority), "queue": route.queue})
+        pipe.hset(admitted, job_id, admitted_as(record))
+        pipe.expire(admitted, self.settings.job_ttl_s)
+        pipe.hset(key, mapping={"priority": str(route.priority), "queue": route.queue})
         guarded(job_id, pipe.execute)
 
     def place(self, job_id: str, route: Route, tag: int) -> bool:
@@ -126,3 +153,7 @@ class InboxStore:
         guarded(job_id, lambda: place(keys=[push.queue_key, tags, messages], args=args))
         return True
 
+
+def admitted_as(record: JobRecord) -> str:
+    """What the admitted hash holds for a job: ``<kind> <reason>`` (reason '' for none)."""
+    return f"{record.kind.value} {record.reason.value if record.reason else ''}"

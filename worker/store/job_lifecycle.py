@@ -18,12 +18,19 @@ from typing import Any
 
 import redis
 
-from api_client.contract.errors import StorageFullError
+from api_client.contract.errors import JobNotFoundError, StorageFullError
 from api_client.contract.job_records import finish_job, get_record
-from api_client.contract.keys import ANY_TENANT, KeyLayout
+from api_client.contract.keys import ANY_TENANT, DEFAULT_TENANT, KeyLayout, tenant_of_job
 from api_client.contract.redis_flows import SyncShell
 from api_client.contract.settings import ClientSettings
-from api_client.contract.wire import JobEvent, JobRecord, JobState, now_iso
+from api_client.contract.wire import (
+    CompactReason,
+    JobEvent,
+    JobKind,
+    JobRecord,
+    JobState,
+    now_iso,
+)
 from worker.store.compaction_counter import CompactionCounter
 from worker.store.event_publisher import EventPublisher
 from worker.store.fair_index import FairIndex
@@ -52,7 +59,23 @@ class JobStore:
         self.compactions = CompactionCounter(client, self.layout, self.settings.session_ttl_s)
 
     def get(self, job_id: str) -> JobRecord:
-        return self._io.run(get_record(self.layout, job_id))
+        """The job's record; one admitted from its tenant's inbox (``worker/store/inbox.py``)
+        with the kind and reason it was admitted as, whatever the tenant wrote there since."""
+        tenant = tenant_of_job(job_id)
+        if tenant == DEFAULT_TENANT:
+            return self._io.run(get_record(self.layout, job_id))
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(self.layout.job(job_id).record)
+        pipe.hget(self.layout.tenant_admitted(tenant), job_id)
+        fields, admitted = guarded(job_id, pipe.execute)
+        if not fields:
+            raise JobNotFoundError(job_id)
+        record = JobRecord.from_redis(fields)
+        if admitted is None:
+            return record
+        kind, _, reason = str(admitted).partition(" ")
+        return record.model_copy(update={"kind": JobKind(kind),
+                                         "reason": CompactReason(reason) if reason else None})
 
     def finish(self, job_id: str, state: JobState | str, *, event: JobEvent | None = None,
                record: JobRecord | None = None, **result: Any) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 
 import redis
 
-from api_client.contract.keys import KeyLayout
+from api_client.contract.keys import KeyLayout, tenant_of_job
 from api_client.contract.wire import CompactReason, JobKind, JobState, route_for
 from worker.store.fair_index import FairIndex
 from worker.store.leases import guarded, script_text
@@ -65,9 +65,14 @@ class SweepStore:
         guarded(job_id, lambda: self.redis.zrem(self.layout.jobs_due, job_id))
 
     def dequeue(self, job_id: str) -> None:
-        """Out of its tenant's queued jobs (an ended job a client could not take out)."""
+        """Out of its tenant's queued jobs (an ended job a client could not take out) and its
+        admitted ones (``worker/store/inbox.py``)."""
         key = self.layout.queued_of_job(job_id)
-        guarded(job_id, lambda: self.redis.zrem(key, job_id))
+        admitted = self.layout.tenant_admitted(tenant_of_job(job_id))
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zrem(key, job_id)
+        pipe.hdel(admitted, job_id)
+        guarded(job_id, pipe.execute)
 
     def look(self, job_id: str) -> JobLook:
         jk = self.layout.job(job_id)
