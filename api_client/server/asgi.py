@@ -9,6 +9,7 @@ holds one :class:`AsyncCompactionClient` and nothing else: any number of replica
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -29,6 +30,8 @@ from api_client.server import (
 )
 from api_client.server.auth import DEFAULT_TENANT, TokenTable
 from api_client.server.body_limit import BodyLimit
+from api_client.server.fanout import WAITERS_CODE, Fanout
+from api_client.server.guards import GUARD_CODES, TenantGuards
 from api_client.server.problems import MEDIA_TYPE, PROBLEMS, error_body, problem_body
 from api_client.server.schemas import ProblemBody
 from api_client.server.server_state import BearerAuth, ServerState, server_state
@@ -45,11 +48,16 @@ _HTTP_CODES = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed",
                413: "body_too_large"}
 # Codes only the HTTP layer answers (the others are the error tree's: problems.PROBLEMS).
 _OWN_CODES = ("invalid_json", "validation_error", "internal_error")
+# A host and port, an IPv4 or an [IPv6] address in an error's text (a Redis client error names
+# the server it could not reach): no body names one (docs/security.md).
+_ADDRESS = re.compile(r"\[[0-9A-Fa-f:.]+\](?::\d+)?|\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?"
+                      r"|\b[A-Za-z][\w.-]*:\d{2,5}\b")
 
 
 def problem_codes() -> set[str]:
     """Every ``code`` a problem body may carry."""
-    return ({p.code for p in PROBLEMS.values()} | set(_HTTP_CODES.values()) | set(_OWN_CODES))
+    return ({p.code for p in PROBLEMS.values()} | set(_HTTP_CODES.values()) | set(_OWN_CODES)
+            | set(GUARD_CODES) | {WAITERS_CODE})
 
 
 def _problem(status: int, body: dict[str, Any], headers: dict[str, str] | None = None
@@ -59,6 +67,9 @@ def _problem(status: int, body: dict[str, Any], headers: dict[str, str] | None =
 
 async def _on_compactor_error(_: Request, err: Exception) -> JSONResponse:
     status, body = error_body(err)
+    if status >= 500 and _ADDRESS.search(body["detail"]):  # the log keeps the address
+        log.warning("%s", err)
+        body["detail"] = _ADDRESS.sub("<host>", body["detail"])
     return _problem(status, body)
 
 
@@ -134,11 +145,16 @@ def create_app(settings: ServerSettings | None = None,
             await clients[DEFAULT_TENANT].warm()
         except CompactorError as err:  # /readyz says so until Redis answers
             log.warning("Redis not reachable at start: %s", err)
-        app.state.compactor = {tenant: ServerState(client, server, tokens)
+        # One reader of the process for every long poll and event stream (server.fanout).
+        fanout = Fanout(base, [client.layout for client in clients.values()],
+                        server.api_waiters_max)
+        fanout.start()
+        app.state.compactor = {tenant: ServerState(client, server, tokens, fanout)
                                for tenant, client in clients.items()}
         try:
             yield
         finally:
+            await fanout.aclose()
             for client in clients.values():
                 await client.aclose()
 
@@ -159,5 +175,6 @@ def create_app(settings: ServerSettings | None = None,
     app.add_exception_handler(HTTPException, _on_http)
     app.add_exception_handler(Exception, _on_crash)
     app.add_middleware(BodyLimit, max_bytes=server.api_max_body_bytes)
+    app.add_middleware(TenantGuards, settings=server, local_only=not tokens.entries)
     app.add_middleware(BearerAuth, tokens=tokens)  # outermost: no body is read before it
     return app

@@ -13,6 +13,7 @@ from api_client.contract.errors import ConfigurationError
 from api_client.contract.settings import ClientSettings, load_settings
 from api_client.server.auth import TokenTable, check_start
 from api_client.server.settings import ServerSettings
+from api_client.server.slow_clients import uvicorn_options
 from api_client.server.summarize_url import access_log_config
 
 __all__ = ["SERVER_EXTRA", "add_options", "main", "run", "serve"]
@@ -50,7 +51,8 @@ def serve(settings: ServerSettings, *, insecure_no_auth: bool = False,
     # The access log shows no summarize URL's secret (summarize_url.access_log_config).
     uvicorn.run(create_app(settings, client), host=settings.api_host, port=settings.api_port,
                 log_level=log_level, proxy_headers=False, server_header=False,
-                timeout_graceful_shutdown=10, log_config=access_log_config())
+                timeout_graceful_shutdown=10, log_config=access_log_config(),
+                **uvicorn_options(settings))  # slow clients: docs/security.md
 
 
 def main(argv: Sequence[str] | None = None, *, redis_url: str | None = None) -> int:

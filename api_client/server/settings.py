@@ -30,6 +30,30 @@ class ServerSettings(BaseSettings):
     api_max_wait_s: float = Field(default=60.0, gt=0)
     # An SSE stream with nothing to say sends a comment this often (proxies close idle ones).
     api_sse_keepalive_s: float = Field(default=15.0, gt=0)
+    # Long polls and following event streams one process holds at most (each is an open
+    # socket and a few hundred bytes: no Redis connection, docs/http-api.md "Many waiters");
+    # past it a new one is 429 too_many_waiters with Retry-After. 0 = no limit.
+    api_waiters_max: int = Field(default=10_000, ge=0)
     # /v1/summarize and /v1/chat/completions wait this long for their job, then cancel it and
     # answer 504; above the workers' job deadline (300 s) so the job's own end comes first.
     api_summarize_timeout_s: float = Field(default=330.0, gt=0)
+    # What one tenant may take of a replica (docs/security.md): requests per second (a token
+    # bucket refilled at this rate, holding at most api_rate_burst; 0 = no limit) and open
+    # event streams (0 = no limit). Over either: 429 with Retry-After, before any header out.
+    api_rate_per_s: float = Field(default=100.0, ge=0)
+    api_rate_burst: int = Field(default=200, gt=0)
+    # An open stream holds one of its tenant's Redis connections (redis-py's pool: 100): the
+    # rest stay for the tenant's other requests.
+    api_sse_streams_max: int = Field(default=32, ge=0)
+    # Slow clients (slowloris): a connection whose request head is not in after
+    # api_header_timeout_s, or whose body is not in after api_body_timeout_s, is closed; an
+    # idle keep-alive connection after api_keepalive_timeout_s; a head over api_max_header_bytes
+    # is refused (400).
+    api_header_timeout_s: float = Field(default=10.0, gt=0)
+    api_body_timeout_s: float = Field(default=60.0, gt=0)
+    api_keepalive_timeout_s: int = Field(default=5, gt=0)
+    api_max_header_bytes: int = Field(default=16 * 1024, ge=1024)
+    # GET /v1/sessions/{id} and /context build the whole session as JSON: a session whose
+    # stored lines are over this is refused (413 session_too_large_to_read) on those two
+    # routes; GET /v1/sessions/{id}/jsonl streams a session of any size in pages.
+    api_max_read_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
