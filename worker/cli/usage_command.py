@@ -12,6 +12,7 @@ from worker.cli.runtime_settings import load_settings
 
 if TYPE_CHECKING:
     from api_client import DayUsage
+    from worker.settings import WorkerSettings
 
 __all__ = ["register"]
 
@@ -40,13 +41,31 @@ def _print_table(days: list[DayUsage], span: int) -> None:
                         for i, (cell, w) in enumerate(zip(row, widths, strict=True))))
 
 
+def _tenant_names(settings: WorkerSettings) -> list[str]:
+    """Every tenant that spent model tokens; Redis down or refusing: the typed error (the CLI
+    prints one line)."""
+    import redis
+
+    from api_client import CompactionClient
+    from api_client.contract.redis_conn import REDIS_DOWN, refusal, unavailable
+
+    with CompactionClient(settings) as operator:
+        try:
+            return sorted(operator.redis.smembers(operator.layout.tenants))
+        except REDIS_DOWN as err:
+            raise unavailable(err) from err
+        except redis.RedisError as err:
+            typed = refusal(err)
+            if typed is None:
+                raise
+            raise typed from err
+
+
 def _usage(args: argparse.Namespace) -> int:
     from api_client import CompactionClient
 
     settings = load_settings(args)
-    with CompactionClient(settings) as operator:
-        tenants = [args.tenant] if args.tenant else sorted(
-            operator.redis.smembers(operator.layout.tenants))
+    tenants = [args.tenant] if args.tenant else _tenant_names(settings)
     days: list[DayUsage] = []
     for tenant in tenants:
         with CompactionClient(settings, tenant=tenant) as client:
