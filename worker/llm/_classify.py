@@ -30,7 +30,7 @@ from worker.llm.errors import (
     TransientHTTPError,
 )
 
-__all__ = ["classify_http_error", "error_text", "retry_after_from_headers"]
+__all__ = ["caused_by_request", "classify_http_error", "error_text", "retry_after_from_headers"]
 
 # Quota and spend limits are not rate limits: waiting does not help (OpenAI answers 429 here).
 _QUOTA = re.compile(
@@ -38,6 +38,19 @@ _QUOTA = re.compile(
     r"|spend(ing)? limit|out of credits|payment required",
     re.IGNORECASE,
 )
+
+
+# Statuses that refuse one request's parameters (a max_tokens over the model's limit, a prompt
+# over its window, a field it does not know): the same candidate serves the next request.
+_REQUEST_STATUSES = frozenset({400, 413, 422})
+
+
+def caused_by_request(err: ModelCallError) -> bool:
+    """Did this request's own parameters cause ``err``? Such an error says nothing of the
+    candidate's health: it never counts toward the circuit breaker every tenant shares (one
+    tenant's absurd ``maxTokens`` must not switch the model off for the others). A quota or
+    billing refusal is the candidate's, whatever its status."""
+    return err.status in _REQUEST_STATUSES and not isinstance(err, QuotaExhausted)
 
 
 def error_text(status: int, body: bytes) -> str:

@@ -22,6 +22,7 @@ from typing import TypeAlias
 
 from worker import metrics
 from worker.llm._answer_bounds import complete_bounded
+from worker.llm._classify import caused_by_request
 from worker.llm.chunking import (
     DEFAULT_COUNTER,
     SAFETY,
@@ -42,6 +43,7 @@ from worker.llm.errors import (
 )
 from worker.llm.providers.base import Provider
 from worker.llm.retry_policy import Failure, RetryPolicy, decide
+from worker.llm.settings import DEFAULT_MAX_OUTPUT_TOKENS
 from worker.summary_requests import CancelToken, Spend, SummaryRequest, SummaryResult, Usage
 
 __all__ = ["MAX_SHRINKS", "MIN_CHUNK_OUTPUT", "AttemptBudget", "JobSummarizer", "Router"]
@@ -210,7 +212,9 @@ class Router:
     # --- one candidate ------------------------------------------------------------------------
     def _max_tokens(self, provider: Provider, request: SummaryRequest, window: int | None) -> int:
         candidate = provider.candidate
-        out = min(request.max_tokens, candidate.max_output_tokens or request.max_tokens)
+        # Clamped to what the candidate can write (docs/security.md): a caller's maxTokens
+        # over it would only draw the model's 400.
+        out = min(request.max_tokens, candidate.max_output_tokens or DEFAULT_MAX_OUTPUT_TOKENS)
         # A small window cannot give a 13k-token answer room; a summary rarely needs a quarter.
         return max(1, min(out, window // 4)) if window else out
 
@@ -284,6 +288,7 @@ class Router:
             except ModelCallError as err:
                 metrics.observe_model_call(label, type(err).__name__, time.monotonic() - started)
                 tripped = (provider.uses_http and err.kind in _COUNTED
+                           and not caused_by_request(err)  # one request's, not the model's
                            and self.cooldown.record_failure(key))
                 decision = decide(self.policy, Failure(err.kind, attempt, call.budget.spent,
                                                        err.retry_after_ms, last, self._rng()))

@@ -19,14 +19,18 @@ from api_client.contract.redaction import mask_url
 from worker.llm.retry_policy import RetryPolicy
 from worker.summary_requests import Usage
 
-__all__ = ["DEFAULT_BASE_URLS", "DEFAULT_MAX_RESPONSE_BYTES", "LlmSettings", "ModelCandidate",
-           "ProviderName"]
+__all__ = ["DEFAULT_BASE_URLS", "DEFAULT_MAX_OUTPUT_TOKENS", "DEFAULT_MAX_RESPONSE_BYTES",
+           "LlmSettings", "ModelCandidate", "ProviderName"]
 
 ProviderName = Literal["openai", "anthropic", "remote", "extractive"]
 
 # A summary of 13k tokens is ~60 kB of JSON: 4 MiB leaves room for reasoning fields and stays
 # small beside a worker's memory with 8 jobs in flight.
 DEFAULT_MAX_RESPONSE_BYTES = 4 * 1024 * 1024
+
+# The output limit of a candidate without max_output_tokens: a call's max_tokens is cut to it
+# (a summary's default budget is 0.8 x reserve_tokens, 13 107 by default; docs/security.md).
+DEFAULT_MAX_OUTPUT_TOKENS = 32_768
 
 DEFAULT_BASE_URLS: dict[str, str] = {
     "openai": "https://api.openai.com/v1",
