@@ -271,8 +271,11 @@ def test_session_list_and_delete(cli: Any, local: CompactionClient, demo_text: s
     demo.write_text(demo_text, encoding="utf-8")
     assert cli("session", "import", str(demo), "--session-id", "cli-c1")[0] == 0
     _check(local, "cli-c1")  # the CLI's writes take COMPACTOR_SESSION_TTL_S
-    code, out, _ = cli("session", "list")
-    assert code == 0 and sorted(out.split()) == ["cli-a1", "cli-a2", "cli-b1", "cli-c1"]
+    for sid in ("cli-0", "cli-z", "cli-m"):  # the text lines are sorted, as --json
+        local.sessions.create(sid)
+    code, out, _ = cli("session", "list", "--prefix", "cli-")
+    assert code == 0 and out.split("\n") == [
+        "cli-0", "cli-a1", "cli-a2", "cli-b1", "cli-c1", "cli-m", "cli-z", ""]
     code, out, _ = cli("session", "list", "--prefix", "cli-a", "--json")
     assert code == 0 and json.loads(out) == {"sessionIds": ["cli-a1", "cli-a2"], "count": 2}
     assert cli("session", "delete", "cli-a1") == (0, "deleted cli-a1\n", "")
@@ -283,4 +286,4 @@ def test_session_list_and_delete(cli: Any, local: CompactionClient, demo_text: s
     assert (code, out) == (2, "") and err == "compactor: error: Session cli-a1 not found\n"
     code, _, err = cli("session", "list", "--prefix", "a*")
     assert code == 2 and err.startswith("compactor: error: invalid session id prefix")
-    assert sorted(cli("session", "list")[1].split()) == ["cli-a2", "cli-b1"]
+    assert cli("session", "list", "--prefix", "cli-a")[1] == "cli-a2\n"

@@ -19,12 +19,11 @@ def _session_list(args: argparse.Namespace) -> int:
     from api_client import CompactionClient
 
     with CompactionClient(load_settings(args)) as client:
-        ids = client.sessions.iter_ids(prefix=args.prefix)
+        found = sorted(set(client.sessions.iter_ids(prefix=args.prefix)))  # SCAN may repeat
         if args.json:
-            found = sorted(set(ids))  # one object: the walk may name an id twice
             print(json.dumps({"sessionIds": found, "count": len(found)}))
         else:
-            for sid in ids:  # as found, so that `| head` answers at once
+            for sid in found:  # sorted, as --json
                 print(sid)
     return 0
 
@@ -45,8 +44,8 @@ def _session_delete(args: argparse.Namespace) -> int:
 def register(commands: Any) -> None:
     sessions = session_subparsers(commands)
     listing = sessions.add_parser(
-        "list", help="print the ids of the stored sessions, one a line (SCAN: Redis is never "
-                     "blocked, whatever it holds)")
+        "list", help="print the ids of the stored sessions, sorted, one a line (SCAN: Redis is "
+                     "never blocked, whatever it holds)")
     listing.add_argument("--prefix", default="", metavar="P",
                          help="only sessions whose id starts with P")
     listing.add_argument("--json", action="store_true",
