@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import secrets
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any, NoReturn
 
 import redis
@@ -39,6 +39,7 @@ from api_client.contract.errors import (
     EntryExistsError,
     EntryNotFoundError,
     SessionExistsError,
+    SessionFormatError,
     SessionNotFoundError,
 )
 from api_client.contract.keys import (
@@ -60,7 +61,13 @@ from api_client.contract.redis_flows import (
 )
 from api_client.contract.session import IdFactory, dump_record, random_entry_id
 from api_client.contract.settings import ClientSettings
-from api_client.contract.snapshots import Snapshot, load_snapshot, read_stored
+from api_client.contract.snapshots import (
+    LINE_BYTES,
+    Snapshot,
+    load_snapshot,
+    read_lines,
+    read_stored,
+)
 from api_client.contract.stored_bytes import StoredBytes
 
 __all__ = ["AsyncSessionStore", "SessionStore", "Snapshot", "new_session_header"]
@@ -187,8 +194,31 @@ class _SessionCore:
         stored = yield from read_stored(self.layout, session_id)  # bounded commands
         return export_text(session_id, [stored.header, stored.order, stored.lines])
 
+    def _export_start(self, session_id: str) -> Flow[tuple[str, int]]:
+        k = self.keys(session_id)
+        header, length = yield Pipeline((cmd("get", k.header), cmd("llen", k.order)),
+                                        transaction=False)
+        if header is None:
+            raise SessionNotFoundError(f"Session {session_id} not found")
+        return header, int(length)
+
+    def _export_page(self, session_id: str, header: str, at: int, count: int) -> Flow[str]:
+        """Lines ``at`` .. ``at + count - 1`` of the order, each ending in a newline."""
+        k = self.keys(session_id)
+        now, ids = yield Pipeline((cmd("get", k.header), cmd("lrange", k.order, at,
+                                                             at + count - 1)), transaction=False)
+        if now != header:
+            raise SessionFormatError("the session was replaced or deleted while it was sent",
+                                     source=f"redis:{session_id}")
+        lines = yield from read_lines(k.entries, ids)
+        return "".join(f"{line}\n" for line in lines if line is not None)
+
     def _exists(self, session_id: str) -> Flow[bool]:
         return bool((yield cmd("exists", self.keys(session_id).header)))
+
+    def _stored_size(self, session_id: str) -> Flow[int]:
+        counted = self.counted(session_id)
+        return int((yield cmd("hget", counted.key, counted.field)) or 0)
 
     def _delete(self, session_id: str) -> Flow[bool]:
         # UNLINK: a large session's values are freed by a background thread of Redis.
@@ -305,6 +335,30 @@ class AsyncSessionStore(_SessionCore, AsyncSessionListing):
 
     async def export_jsonl(self, session_id: str) -> str:
         return await self._io.run(self._export(session_id))
+
+    async def export_stream(self, session_id: str) -> AsyncIterator[str]:
+        """:meth:`export_jsonl` in pieces of about half a MB, read as they are sent: memory
+        stays flat in the session's size. :class:`SessionNotFoundError` here, before any piece;
+        a session replaced while it is sent ends the pieces with :class:`SessionFormatError`
+        (what went out is a part)."""
+        header, length = await self._io.run(self._export_start(session_id))
+        return self._export_pieces(session_id, header, length)
+
+    async def _export_pieces(self, session_id: str, header: str,
+                             length: int) -> AsyncIterator[str]:
+        yield header + "\n"
+        at, count = 0, 64
+        while at < length:
+            count = min(count, length - at)
+            piece = await self._io.run(self._export_page(session_id, header, at, count))
+            yield piece
+            at += count
+            count = max(16, min(4_096, LINE_BYTES * count // max(1, len(piece))))
+
+    async def stored_size(self, session_id: str) -> int:
+        """Bytes of the session's stored lines, as its tenant's ``stored_bytes`` count has it
+        (0 for a session not counted)."""
+        return await self._io.run(self._stored_size(session_id))
 
     async def exists(self, session_id: str) -> bool:
         return await self._io.run(self._exists(session_id))

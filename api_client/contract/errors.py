@@ -35,7 +35,9 @@
     │   ├── EntryTooLargeError        one entry's JSON over ``max_entry_bytes``
     │   ├── AppendTooLargeError       one append over ``max_append_bytes`` / ``max_append_entries``
     │   ├── InstructionsTooLongError  compaction instructions over ``max_instructions_chars``
-    │   └── SessionTooLargeError      a session over ``max_session_bytes``: no job loads it
+    │   ├── SessionTooLargeError      a session over ``max_session_bytes``: no job loads it
+    │   ├── HeaderTooLargeError       a session header over ``max_header_bytes``
+    │   └── ReadTooLargeError         a session over ``api_max_read_bytes`` read as JSON
     ├── InvalidIdError                a session or job id that cannot name Redis keys (also
     │                                 ValueError)
     └── ClientError                   the request path could not do its work
@@ -70,6 +72,7 @@ __all__ = [
     "EntryExistsError",
     "EntryNotFoundError",
     "EntryTooLargeError",
+    "HeaderTooLargeError",
     "HookError",
     "InstructionsTooLongError",
     "InvalidEntryError",
@@ -91,6 +94,7 @@ __all__ = [
     "NothingToCompactError",
     "PlanError",
     "QuotaExceededError",
+    "ReadTooLargeError",
     "SessionCycleError",
     "SessionError",
     "SessionExistsError",
@@ -272,6 +276,18 @@ class InstructionsTooLongError(LimitExceededError):
 
 class SessionTooLargeError(LimitExceededError):
     outcome = "the job does not load it"
+
+
+class HeaderTooLargeError(LimitExceededError):
+    """A session header (``cwd``, ``title`` and the rest of its line) over
+    ``max_header_bytes``, created or imported."""
+
+
+class ReadTooLargeError(LimitExceededError):
+    """A session too large to be sent as one JSON document (``api_max_read_bytes``): its JSONL
+    export streams it."""
+
+    outcome = "read it as JSONL (GET /v1/sessions/{id}/jsonl streams any size)"
 
 
 class InvalidIdError(CompactorError, ValueError):

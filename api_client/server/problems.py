@@ -61,6 +61,8 @@ PROBLEMS: dict[type[BaseException], Problem] = {
     e.AppendTooLargeError: _P(413, "append_too_large"),
     e.InstructionsTooLongError: _P(413, "instructions_too_long"),
     e.SessionTooLargeError: _P(413, "session_too_large"),
+    e.HeaderTooLargeError: _P(413, "header_too_large"),
+    e.ReadTooLargeError: _P(413, "read_too_large"),
     e.InvalidIdError: _P(400, "invalid_id"),
     e.ClientError: _P(500, "client_error"),
     e.BrokerUnavailableError: _P(503, "broker_unavailable"),

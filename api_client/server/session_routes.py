@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from api_client import SessionNotFoundError
+from api_client.contract.errors import ReadTooLargeError
 from api_client.server.schemas import (
     Appended,
     AppendEntries,
@@ -37,8 +38,19 @@ async def create_session(body: CreateSession, state: State, response: Response) 
     return SessionCreated(session_id=sid)
 
 
+async def _bounded(state: ServerState, session_id: str) -> None:
+    """A session this route would build as one JSON document over ``api_max_read_bytes`` is
+    413 before it is read (its JSONL export streams any size: docs/security.md)."""
+    limit = state.settings.api_max_read_bytes
+    size = await state.client.sessions.stored_size(session_id)
+    if size > limit:
+        raise ReadTooLargeError(f"session {session_id}", setting="api_max_read_bytes",
+                                limit=limit, value=size)
+
+
 @router.get("/{session_id}", response_model=SessionView)
 async def get_session(session_id: str, state: State) -> SessionView:
+    await _bounded(state, session_id)
     snapshot = await state.client.sessions.load(session_id)
     return SessionView(session_id=session_id, revision=snapshot.revision,
                        leaf_id=snapshot.leaf_id,
@@ -49,8 +61,10 @@ async def get_session(session_id: str, state: State) -> SessionView:
             responses={200: {"content": {JSONL_MEDIA_TYPE: {"schema": {"type": "string"}}},
                              "description": "the session as pi v3 JSONL, as stored"}})
 async def export_session(session_id: str, state: State) -> Response:
-    text = await state.client.sessions.export_jsonl(session_id)
-    return Response(text, media_type=JSONL_MEDIA_TYPE)
+    """Streamed in pieces as they are read (the server holds one at a time); a session replaced
+    while it is sent is cut short (the body ends without its last chunk)."""
+    pieces = await state.client.sessions.export_stream(session_id)  # 404 before any header
+    return StreamingResponse(pieces, media_type=JSONL_MEDIA_TYPE)
 
 
 @router.put("/{session_id}/jsonl", status_code=201, response_model=SessionCreated,
@@ -80,6 +94,7 @@ async def delete_session(session_id: str, state: State) -> Response:
 
 @router.get("/{session_id}/context", response_model=ContextView)
 async def get_context(session_id: str, state: State) -> ContextView:
+    await _bounded(state, session_id)
     context = await state.client.context(session_id)
     return ContextView(session_id=session_id, revision=context.revision,
                        leaf_id=context.leaf_id, messages=context.messages)
