@@ -102,7 +102,15 @@ def make_async_redis(settings: ClientSettings, *, blocking: bool = False,
         options.pop("health_check_interval")
         cluster: Any = RedisCluster.from_url(settings.redis_url, **options)
         return cast("redis.asyncio.Redis[str]", cluster)
-    return redis.asyncio.Redis.from_url(url or settings.redis_url, **options)
+    if blocking:  # one connection per blocking reader, as many as there are readers
+        return redis.asyncio.Redis.from_url(url or settings.redis_url, **options)
+    # A pool that waits for a free connection (up to the request budget) instead of failing.
+    pool: Any = redis.asyncio.BlockingConnectionPool.from_url(
+        url or settings.redis_url, max_connections=settings.redis_pool_size,
+        timeout=settings.redis_pool_timeout_s, **options)
+    client = cast("redis.asyncio.Redis[str]", redis.asyncio.Redis(connection_pool=pool))
+    client.auto_close_connection_pool = True  # aclose() closes the pool it made
+    return client
 
 
 def check_decoding(client: redis.Redis[Any] | redis.asyncio.Redis[Any]) -> None:

@@ -140,6 +140,15 @@ class ClientSettings(BaseSettings):
 
     # The request path's budget: with Redis down, enqueue fails within about this long.
     enqueue_timeout_s: float = Field(default=2.0, gt=0)
+    # Connections of one asyncio client (``compactor serve``: per tenant and process). A call
+    # waits for a free one (at most redis_pool_timeout_s) instead of failing: an event loop runs
+    # one request's Python at a time and holds a connection for a round trip, so a few dozen
+    # cover any load one process can serve; waits and event streams hold none (they share one
+    # reader, docs/http-api.md "Many waiters").
+    redis_pool_size: int = Field(default=32, ge=1)
+    # How long a call waits for one of them (a burst of requests queues here, not in errors);
+    # an unreachable Redis still fails within enqueue_timeout_s (the connect fails, not this).
+    redis_pool_timeout_s: float = Field(default=10.0, gt=0)
     # Emit Celery's task-sent event so Flower sees jobs from "sent" on (one more publish).
     send_sent_event: bool = True
 

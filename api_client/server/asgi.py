@@ -30,6 +30,7 @@ from api_client.server import (
 )
 from api_client.server.auth import DEFAULT_TENANT, TokenTable
 from api_client.server.body_limit import BodyLimit
+from api_client.server.fanout import WAITERS_CODE, Fanout
 from api_client.server.guards import GUARD_CODES, TenantGuards
 from api_client.server.problems import MEDIA_TYPE, PROBLEMS, error_body, problem_body
 from api_client.server.schemas import ProblemBody
@@ -56,7 +57,7 @@ _ADDRESS = re.compile(r"\[[0-9A-Fa-f:.]+\](?::\d+)?|\b\d{1,3}(?:\.\d{1,3}){3}(?:
 def problem_codes() -> set[str]:
     """Every ``code`` a problem body may carry."""
     return ({p.code for p in PROBLEMS.values()} | set(_HTTP_CODES.values()) | set(_OWN_CODES)
-            | set(GUARD_CODES))
+            | set(GUARD_CODES) | {WAITERS_CODE})
 
 
 def _problem(status: int, body: dict[str, Any], headers: dict[str, str] | None = None
@@ -144,11 +145,16 @@ def create_app(settings: ServerSettings | None = None,
             await clients[DEFAULT_TENANT].warm()
         except CompactorError as err:  # /readyz says so until Redis answers
             log.warning("Redis not reachable at start: %s", err)
-        app.state.compactor = {tenant: ServerState(client, server, tokens)
+        # One reader of the process for every long poll and event stream (server.fanout).
+        fanout = Fanout(base, [client.layout for client in clients.values()],
+                        server.api_waiters_max)
+        fanout.start()
+        app.state.compactor = {tenant: ServerState(client, server, tokens, fanout)
                                for tenant, client in clients.items()}
         try:
             yield
         finally:
+            await fanout.aclose()
             for client in clients.values():
                 await client.aclose()
 

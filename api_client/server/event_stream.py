@@ -5,6 +5,8 @@ reconnects with ``Last-Event-ID`` (browsers do it by themselves) gets what came 
 event; without it ``since`` says where to begin (``now``: only new events, the default;
 ``start``: everything the stream retains; a stream id). ``follow=false`` sends what is there
 (by default from the start) and ends.
+A following stream is a follower of the process's one reader (api_client.server.fanout): it
+holds no Redis connection of its own.
 While nothing happens a comment line goes out every ``COMPACTOR_API_SSE_KEEPALIVE_S``.
 """
 
@@ -16,9 +18,10 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
 from api_client import AsyncEventReader, JobEvent
+from api_client.server.fanout import Fanout, Follower, TooManyWaiters, waiters_refused
 from api_client.server.server_state import ServerState, authorize, state_of
 
 __all__ = ["router", "sse_frame"]
@@ -70,23 +73,50 @@ async def _frames(reader: AsyncEventReader, keepalive_s: float) -> AsyncIterator
             await reader.aclose()
 
 
-def _stream(state: ServerState, session_id: str | None, since: str | None, follow: bool,
-            last_event_id: str | None) -> StreamingResponse:
+async def _follow(fanout: Fanout, follower: Follower,
+                  keepalive_s: float) -> AsyncIterator[bytes]:
+    """The follower's events as frames, a keepalive comment after each quiet
+    ``keepalive_s``."""
+    try:
+        yield b": connected\n\n"  # headers and a first byte out at once
+        while True:
+            try:
+                event = await asyncio.wait_for(follower.queue.get(), keepalive_s)
+            except TimeoutError:
+                yield b": keepalive\n\n"
+                continue
+            yield sse_frame(event)
+    finally:
+        fanout.unfollow(follower)
+
+
+async def _stream(state: ServerState, session_id: str | None, since: str | None, follow: bool,
+                  last_event_id: str | None) -> Response:
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    if follow:
+        layout = state.client.layout
+        key = layout.session(session_id).events if session_id else layout.global_events
+        try:
+            follower = await state.fanout.follow(key, last_event_id or since)
+        except TooManyWaiters as err:
+            return waiters_refused(err)
+        return StreamingResponse(_follow(state.fanout, follower,
+                                         state.settings.api_sse_keepalive_s),
+                                 media_type="text/event-stream", headers=headers)
     reader = state.client.events(session_id, since=last_event_id or since, follow=follow,
                                  block_ms=int(state.settings.api_sse_keepalive_s * 1000))
     return StreamingResponse(_frames(reader, state.settings.api_sse_keepalive_s),
-                             media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+                             media_type="text/event-stream", headers=headers)
 
 
 @router.get("/sessions/{session_id}/events", response_class=StreamingResponse, responses=_SSE)
 async def session_events(session_id: str, state: State, since: Since = None,
                          follow: Follow = True,
-                         last_event_id: LastEventId = None) -> StreamingResponse:
-    return _stream(state, session_id, since, follow, last_event_id)
+                         last_event_id: LastEventId = None) -> Response:
+    return await _stream(state, session_id, since, follow, last_event_id)
 
 
 @router.get("/events", response_class=StreamingResponse, responses=_SSE)
 async def all_events(state: State, since: Since = None, follow: Follow = True,
-                     last_event_id: LastEventId = None) -> StreamingResponse:
-    return _stream(state, None, since, follow, last_event_id)
+                     last_event_id: LastEventId = None) -> Response:
+    return await _stream(state, None, since, follow, last_event_id)

@@ -3,13 +3,14 @@ when a draft applied on the spot), the record with a long poll, cancel."""
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse
 
-from api_client import AsyncJobHandle, JobError
+from api_client import AsyncJobHandle
+from api_client.server.fanout import TooManyWaiters, waiters_refused
 from api_client.server.schemas import (
     BranchSummaryRequest,
     CancelResult,
@@ -72,10 +73,17 @@ async def get_job(job_id: str, state: State,
     """The job record (state, kind, reason, times, attempts, model, usage; the entry or result
     once it succeeded, the error once it failed)."""
     handle = await state.client.job(job_id)
-    if wait > 0:
-        with contextlib.suppress(JobError):  # how it ended is in the record
-            await handle.wait(timeout=min(wait, state.settings.api_max_wait_s))
-    record = await handle.record()
+    if wait <= 0:
+        record = await handle.record()
+    else:  # the process's one reader wakes it (api_client.server.fanout)
+        try:
+            async with state.fanout.job_end(job_id) as ended:
+                record = await handle.record()
+                if not record.state.terminal:
+                    await asyncio.wait({ended}, timeout=min(wait, state.settings.api_max_wait_s))
+                    record = await handle.record()
+        except TooManyWaiters as err:
+            return waiters_refused(err)
     body = record.to_wire()
     if await worker_lost(state.client, record):
         body["workerLost"] = True

@@ -18,6 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api_client import AsyncCompactionClient
 from api_client.server.auth import DEFAULT_TENANT, TokenTable
+from api_client.server.fanout import Fanout
 from api_client.server.problems import MEDIA_TYPE, problem_body
 from api_client.server.settings import ServerSettings
 from api_client.server.summarize_url import PATH_PREFIX, SummarizeSecrets
@@ -36,6 +37,7 @@ class ServerState:
     client: AsyncCompactionClient
     settings: ServerSettings
     tokens: TokenTable  # empty: --insecure-no-auth on loopback (checked at start)
+    fanout: Fanout  # the process's one reader for long polls and event streams
 
 
 def server_state(request: Request) -> ServerState:
