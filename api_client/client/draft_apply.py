@@ -20,12 +20,19 @@ It is applied when all hold:
    else the window the draft was computed for: its ``threshold``; the reserve is the request's
    agent settings' when they name one);
 4. it was planned with the request's agent settings (its ``agentKey`` is :func:`plan_key` of
-   them: '' = the worker's own; docs/compaction.md).
+   them: '' = the worker's own; docs/compaction.md);
+5. it was planned with the agent's own cut (settings naming a ``summaryFormat``, ``pi-*``):
+   only on the current state, its snapshot leaf *is* the current leaf (same state, same
+   settings: the agent's cut by construction). What was appended since may move the agent's
+   cut, so such a draft is never applied by this script once the session moved on.
 
 A draft failing 1, 2 or 4 (or unreadable) is deleted (``offpath``, ``compacted``, ``settings``,
-``corrupt``, ``nosession``). One failing only 3 (``grown``) is kept: it is *stale*, not wrong,
-and the job that runs instead, or the next speculative job, extends it (its summary as the
-``<previous-summary>`` of an update over the new span only: ``worker.compaction.extension``).
+``corrupt``, ``nosession``). One failing only 3 (``grown``) or 5 (``moved``) is kept: it is
+*stale*, not wrong, and the job that runs instead, or the next speculative job, commits it as
+it is when the agent's cut of the current state is the draft's (``moved`` only), else extends
+it (its summary as the ``<previous-summary>`` of an update over the new span only:
+``worker.compaction.extension``). A request without agent settings (or without a summary
+format) keeps rules 1-4: the draft's cut, planned a little earlier, is Compactor's.
 
 Draft JSON fields (camelCase): ``jobId``, ``snapshotLeafId``, ``snapshotRevision``,
 ``firstKeptEntryId``, ``tokensBefore``, ``tokensAfter`` (of the snapshot's compacted context),
@@ -85,6 +92,7 @@ __all__ = [
 DISCARD_CAUSES: tuple[str, ...] = (
     "nodraft", "nosession", "corrupt", "offpath", "compacted", "grown", "noid",
     "settings",  # planned with other agent settings than the request's (docs/compaction.md)
+    "moved",  # an agent-cut draft of an earlier state: kept, the job extends it (rule 5)
 )
 _WALK_LIMIT = 10_000
 _CANDIDATES = 4

@@ -29,7 +29,7 @@ from worker.compaction.ledger import hook_compaction_with_facts
 from worker.compaction.reach import compaction_reach
 from worker.compaction.toolpairs import safe_first_kept_id
 from worker.llm import SummaryResult
-from worker.service._draft_join import join_running_draft, joined_entry
+from worker.service._draft_join import join_running_draft, joined_entry, stored_entry
 from worker.service._job_context import JobContext, JobSuccess, calls_summary, compaction_entry
 from worker.service._job_stops import JobCancelled
 from worker.service._loop_guard import (
@@ -57,7 +57,7 @@ class Draft:
     path: Sequence[Entry]
     calls: tuple[SummaryResult, ...] = ()
     base: DraftBase | None = None  # the stale draft it extends (or, ``joined``, commits as is)
-    joined: bool = False  # the draft of a speculative job this one waited for (_draft_join)
+    joined: bool = False  # a draft committed as it is: joined (_draft_join) or exact (stored)
 
 
 @dataclass
@@ -191,9 +191,16 @@ def _result(ctx: JobContext, progress: Progress, draft: Draft) -> dict[str, Any]
         "tokensBefore": draft.entry.get("tokensBefore"),
         "facts": details.get("facts") if isinstance(details, dict) else None,
         "durationMs": ctx.control.elapsed_ms(),
-        **({("joinedDraft" if draft.joined else "extendedDraft"): draft.base.job_id}
-           if draft.base else {}),
+        **({_draft_key(progress, draft): draft.base.job_id} if draft.base else {}),
     }
+
+
+def _draft_key(progress: Progress, draft: Draft) -> str:
+    """How the job used a draft: waited for and committed (``joinedDraft``), a stored one whose
+    cut is the agent's cut of the path committed as it is (``exactDraft``), or extended."""
+    if not draft.joined:
+        return "extendedDraft"
+    return "joinedDraft" if progress.joined else "exactDraft"
 
 
 def _prime(ctx: JobContext, snap: PathSnapshot) -> None:
@@ -255,15 +262,19 @@ def _commit(ctx: JobContext, progress: Progress, leaf_id: str | None, draft: Dra
 
 
 def _joined(ctx: JobContext, progress: Progress, path: Sequence[Entry]) -> Draft | None:
-    """The draft of the speculative job this one joined, as it is, when it fits the path."""
+    """The draft of the speculative job this one joined, as it is, when it fits the path (with
+    the agent's cut: when its cut is the agent's cut of the path); or, with the agent's cut, the
+    stored draft the client left (``moved``) when its cut still is."""
     if progress.joined is None:
-        return None
-    found = joined_entry(ctx, path, progress.joined)
+        found = stored_entry(ctx, path)
+    else:
+        found = joined_entry(ctx, path, progress.joined)
     if found is None:
         return None
     entry, stored = found
     usage, cost = stored.get("usage"), stored.get("costUsd")
-    base = DraftBase(job_id=progress.joined, usage=usage if isinstance(usage, dict) else {},
+    base = DraftBase(job_id=str(stored.get("jobId") or ""),
+                     usage=usage if isinstance(usage, dict) else {},
                      path=tuple(path), usage_start=0,
                      cost_usd=float(cost) if isinstance(cost, int | float) else 0.0)
     return Draft(entry, bool(entry.get("fromExtension")), path, base=base, joined=True)
@@ -306,8 +317,8 @@ def _drafts_used(ctx: JobContext, base: DraftBase | None, *,
     that draft's tokens (counted apart); a stale draft it could not build on was thrown away
     after all."""
     if base is None:
-        if ctx.record.draft_discarded == "grown":
-            metrics.observe_draft("discarded", "grown")
+        if ctx.record.draft_discarded in ("grown", "moved"):
+            metrics.observe_draft("discarded", ctx.record.draft_discarded)
         return None
     used = draft_tokens(base.usage)
     metrics.observe_draft("applied" if joined else "extended")

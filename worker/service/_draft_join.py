@@ -6,6 +6,11 @@ still computes one for the session (its speculative job is ``running``): its job
 job to end (bounded by its own deadline and cancel), then commits the draft as it is when it fits
 the request's line (no model call, no prune pass: as the client's apply), else builds on it (the
 stale draft is extended over the span since its snapshot: ``worker.compaction.extension``).
+A request with the agent's own cut (summaryFormat ``pi-*``) commits it as it is only when its
+cut is the agent's cut of the current path (``draft_is_exact``: the same state, or a state whose
+plan keeps from the same entry and splits the same turn), whether it fits or not (the agent's
+own compaction would keep as much), else extends it; such a stored draft the client's apply
+left (``moved``) is committed as it is by the job on the same condition (:func:`stored_entry`).
 
 A draft whose plan summarised nothing (the cut at the first message: pi 0.73's "No prior
 history.") would keep the whole context: none is stored (:func:`keeps_everything`), so none is
@@ -24,10 +29,12 @@ from api_client.contract.session import CompactionEntry, Entry, JsonObject, pars
 from api_client.contract.session.context import context_messages, last_compaction_index
 from api_client.contract.wire import CompactReason, now_iso
 from worker.compaction import Preparation
+from worker.compaction.agent_cut import PI_VERSIONS
+from worker.compaction.extension import draft_is_exact
 from worker.service._job_context import JobContext
 from worker.service._loop_guard import fit_threshold
 
-__all__ = ["join_running_draft", "joined_entry", "keeps_everything"]
+__all__ = ["join_running_draft", "joined_entry", "keeps_everything", "stored_entry"]
 
 log = logging.getLogger("worker.service")
 
@@ -68,7 +75,25 @@ def joined_entry(ctx: JobContext, path: Sequence[Entry],
     on it)."""
     drafts = ctx.rt.drafts
     draft = drafts.get(ctx.session_id) if drafts is not None else None
-    if not draft or draft.get("jobId") != joined or not isinstance(draft.get("entry"), dict):
+    if not draft or draft.get("jobId") != joined:
+        return None
+    return _as_is(ctx, path, draft)
+
+
+def stored_entry(ctx: JobContext,
+                 path: Sequence[Entry]) -> tuple[JsonObject, Mapping[str, Any]] | None:
+    """With the agent's own cut: the session's stored draft as it is, when its cut is the agent's
+    cut of ``path`` (the client's apply took it for ``moved``), else None."""
+    drafts = ctx.rt.drafts
+    if drafts is None or not _may_join(ctx) or ctx.cut_version not in PI_VERSIONS:
+        return None
+    draft = drafts.get(ctx.session_id)
+    return None if not draft else _as_is(ctx, path, draft)
+
+
+def _as_is(ctx: JobContext, path: Sequence[Entry],
+           draft: Mapping[str, Any]) -> tuple[JsonObject, Mapping[str, Any]] | None:
+    if not isinstance(draft.get("entry"), dict):
         return None
     if draft.get("agentKey", "") != plan_key(ctx.record.agent):
         return None  # planned with other agent settings than this request's
@@ -80,6 +105,10 @@ def joined_entry(ctx: JobContext, path: Sequence[Entry],
         return None  # compacted since the snapshot
     body = {k: v for k, v in draft["entry"].items() if k not in ("type", "timestamp")}
     entry: JsonObject = {"type": "compaction", "timestamp": now_iso(), **body}
+    version = ctx.cut_version
+    if version in PI_VERSIONS:  # the agent's cut of this path, or not at all
+        exact = draft_is_exact(path, draft, ctx.compaction_settings, ctx.tokenizer, str(version))
+        return (entry, draft) if exact else None
     return (entry, draft) if _tokens_after(ctx, path, entry) <= _line(ctx, draft) else None
 
 

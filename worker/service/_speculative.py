@@ -11,13 +11,17 @@ Also the notify task of an applied draft: the client committed the entry, a work
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from api_client.contract.agent_settings import plan_key
 from api_client.contract.errors import ConfigurationError
+from api_client.contract.session import Entry
 from api_client.contract.wire import EventType, JobRecord, TokenUsage
 from worker import metrics
+from worker.compaction.agent_cut import PI_VERSIONS
+from worker.compaction.extension import draft_is_exact
 from worker.service._compact_job import _draft, _plan, _tokens_after, draft_tokens
 from worker.service._draft_join import keeps_everything
 from worker.service._job_context import JobContext, JobSuccess, calls_summary
@@ -39,11 +43,16 @@ def _drafts(rt: Runtime) -> Drafts:
 
 def run_speculative(ctx: JobContext) -> JobSuccess:
     """Compute and store a draft; the job's result says what was stored (no entry). A stale
-    draft of the session (stored, no longer fitting) is extended, not redone."""
+    draft of the session (stored, no longer fitting) is extended, not redone; with the agent's
+    own cut, one whose cut the turns since did not move is stored again for the current state
+    (``carriedDraft``, no model call) and one whose cut moved is extended over the gap."""
     ctx.publish(EventType.COMPACTION_START)
     check_loop(ctx)  # a session in a compaction loop gets no more drafts: before any model call
     snap = ctx.rt.sessions.load(ctx.session_id)
     path = snap.session.tree().path_to(snap.leaf_id)
+    kept = _still_exact(ctx, path, snap.leaf_id)
+    if kept is not None and snap.leaf_id is not None:
+        return _carry(ctx, snap.leaf_id, snap.revision, path, kept)
     prep, base = _plan(ctx, path)
     if prep is None or snap.leaf_id is None or keeps_everything(prep):
         # Nothing to summarise: a draft would keep the whole context (pi 0.73's "No prior
@@ -88,6 +97,48 @@ def run_speculative(ctx: JobContext) -> JobSuccess:
         "result": result, "will_retry": False, "tokens_before": result["tokensBefore"]})
 
 
+def _still_exact(ctx: JobContext, path: Sequence[Entry],
+                 leaf: str | None) -> Mapping[str, Any] | None:
+    """With the agent's own cut: the stored draft of an earlier state whose cut is still the
+    agent's cut of ``path`` (the turns since did not move it), else None."""
+    drafts, version = ctx.rt.drafts, ctx.cut_version
+    if drafts is None or version not in PI_VERSIONS or ctx.record.instructions:
+        return None
+    draft = drafts.get(ctx.session_id)
+    if not draft or draft.get("agentKey", "") != plan_key(ctx.record.agent):
+        return None
+    if draft.get("snapshotLeafId") == leaf:
+        return None
+    exact = draft_is_exact(path, draft, ctx.compaction_settings, ctx.tokenizer, str(version))
+    return draft if exact else None
+
+
+def _carry(ctx: JobContext, leaf: str, revision: int, path: Sequence[Entry],
+           kept: Mapping[str, Any]) -> JobSuccess:
+    """The stored draft, its cut unmoved, stored again for the current state: no model call."""
+    body = dict(kept["entry"])
+    tokens_after = _tokens_after(ctx, path, {**body, "id": "draft", "parentId": leaf})
+    usage, cost = kept.get("usage"), kept.get("costUsd")
+    text = draft_json(ctx.job_id, leaf, revision, body,
+                      from_extension=bool(kept.get("fromExtension")), tokens_after=tokens_after,
+                      snapshot_entries=len(path),
+                      snapshot_tokens=int(body.get("tokensBefore") or 0),
+                      threshold=fit_threshold(ctx), usage=usage if isinstance(usage, dict) else {},
+                      lead_ms=_lead_ms(ctx.record), base_job_id=str(kept.get("jobId") or ""),
+                      ineffective_above=guard_threshold(ctx),
+                      cost_usd=float(cost) if isinstance(cost, int | float) else None,
+                      agent_key=plan_key(ctx.record.agent))
+    if _drafts(ctx.rt).save(ctx.job_id, text) == "cancelled":
+        raise JobCancelled()
+    result: dict[str, Any] = {"draft": True, "snapshotLeafId": leaf, "snapshotRevision": revision,
+                              "tokensBefore": body.get("tokensBefore"),
+                              "tokensAfter": tokens_after, "carriedDraft": kept.get("jobId"),
+                              "durationMs": ctx.control.elapsed_ms()}
+    ctx.publish(EventType.DRAFT_SAVED, result=result, tokens_before=result["tokensBefore"])
+    return JobSuccess(result=result, event={
+        "result": result, "will_retry": False, "tokens_before": result["tokensBefore"]})
+
+
 def _lead_ms(record: JobRecord) -> int | None:
     """Enqueue → now: how long the draft took to be ready, the queue included (observe starts
     the next one that much ahead)."""
@@ -100,8 +151,9 @@ def _lead_ms(record: JobRecord) -> int | None:
 
 def count_discarded(record: JobRecord) -> None:
     """A job the client ran because its draft was discarded: count the cause. A stale draft
-    (``grown``) is kept for the job to extend: counted when it ends (``_compact_job``)."""
-    if record.draft_discarded and record.draft_discarded != "grown":
+    (``grown``, ``moved``) is kept for the job to extend: counted when it ends
+    (``_compact_job``)."""
+    if record.draft_discarded and record.draft_discarded not in ("grown", "moved"):
         metrics.observe_draft("discarded", record.draft_discarded)
 
 

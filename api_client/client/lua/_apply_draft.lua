@@ -35,6 +35,7 @@
 --       | {'valid', growth tokens, draft leadMs or ''} | {'stale', growth tokens, leadMs or ''}
 --       | {'clear'} (guard mode) | {'guarded', count} | {'discarded', cause}
 --   cause: nodraft | nosession | corrupt | settings | offpath | compacted | grown (kept) | noid
+--          | moved (kept: an agent-cut draft, something appended since its snapshot)
 local function apply_draft(KEYS, ARGV)
   local limit, window, now = tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
   if ARGV[1] ~= 'check' and limit > 0 then
@@ -102,6 +103,15 @@ local function apply_draft(KEYS, ARGV)
   local lead = ''
   if type(draft['leadMs']) == 'number' then
     lead = string.format('%d', draft['leadMs'])
+  end
+  -- A draft planned with the agent's own cut (summaryFormat pi-*) is exact only for the state it
+  -- was planned on: anything appended since may move the agent's cut. It is kept (stale): the
+  -- job that runs instead commits it as is when the cut did not move, else extends it.
+  if leaf ~= target and string.find(draft['agentKey'] or '', '"summaryFormat":"pi-', 1, true) then
+    if ARGV[1] == 'check' then
+      return {'stale', tostring(grown), lead}
+    end
+    return {'discarded', 'moved'}
   end
   if draft['tokensAfter'] + grown + (tonumber(ARGV[16]) or 0) > line_limit then
     if ARGV[1] == 'check' then

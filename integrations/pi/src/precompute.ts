@@ -31,19 +31,18 @@ export function band(threshold: number): number {
 }
 
 /**
- * Whether to ask for a draft now: `tokens` inside the band, and no draft asked for yet, or the
- * last one may not last until the threshold. How long a draft stays valid is Compactor's rule
- * (README "Instant compaction": the context after applying it must fit under the threshold);
- * this side assumes the stricter bound of the kept tail (0.8 of it: Compactor weighs stored
- * JSON, a little more than pi's tokens), so at most one more draft is asked for, once the
- * context grew by half the kept tail, and a valid draft is there when pi crosses the threshold.
+ * Whether to ask for a draft now: `tokens` inside the band, and the context grew since the last
+ * draft asked for (undefined: none yet), so one draft is asked after every turn in the band
+ * (turn_end and agent_end of the same turn see the same tokens: one draft). A draft planned with
+ * pi's cut is applied only on the state it was planned on (Compactor's validity rule,
+ * docs/instant-compaction.md); each one extends the previous draft (only the span the turn moved
+ * the cut by is summarised), so at the threshold the draft of the turn before, or of the same
+ * state, is stored or in flight and the threshold job summarises one turn at most.
  */
 export function precomputeDue(tokens: number, limits: Limits,
                               lastAsked: number | undefined): boolean {
   const threshold = limits.contextWindow - limits.reserveTokens;
   if (limits.contextWindow <= 0 || threshold <= 0) return false;
   if (tokens <= threshold - band(threshold) || tokens > threshold) return false;
-  if (lastAsked === undefined) return true;
-  const lasts = threshold - lastAsked <= 0.8 * limits.keepRecentTokens;
-  return !lasts && tokens - lastAsked >= limits.keepRecentTokens / 2;
+  return lastAsked === undefined || tokens > lastAsked;
 }

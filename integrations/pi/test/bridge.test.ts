@@ -209,16 +209,22 @@ test("the tree: a branch summary job when the user wants a summary", async () =>
   assert.deepEqual(said, ["replace"]);
 });
 
-test("precompute: one speculative request in the band, after the mirror", async () => {
+test("precompute: one speculative request a turn in the band, after the mirror", async () => {
   const manager = conversation();
   const hooks = bridge();
   const agent = { ...AGENT, reserveTokens: 8_000, keepRecentTokens: 6_000 };
+  const asked = () => server.seen.filter((s) => s.path.endsWith("/compact"));
   hooks.precompute(manager, 10_000, agent, 32_000);  // below the band
   hooks.precompute(manager, 17_000, agent, 32_000);
-  hooks.precompute(manager, 18_000, agent, 32_000);  // asked already, grew too little
-  await until(() => server.seen.some((s) => s.path.endsWith("/compact")));
-  const asked = server.seen.filter((s) => s.path.endsWith("/compact"));
-  assert.deepEqual(asked.map((s) => s.body),
-                   [{ reason: "speculative", contextWindow: 32_000, agent }]);
+  hooks.precompute(manager, 17_000, agent, 32_000);  // the same turn's agent_end: asked already
+  await until(() => asked().length === 1);
+  hooks.precompute(manager, 17_500, agent, 32_000);  // the next turn: its own draft
+  hooks.precompute(manager, 25_000, agent, 32_000);  // over the threshold: pi compacts now
+  await until(() => asked().length === 2);
+  await hooks.flush(manager, 2000);
+  await fetch(`${server.url}/marker`);  // were a third asked, it would have come before this
+  assert.equal(server.seen.at(-1)?.path, "/marker");
+  assert.deepEqual(asked().map((s) => s.body),
+                   Array(2).fill({ reason: "speculative", contextWindow: 32_000, agent }));
   assert.ok(server.seen[0]?.path.includes("/jsonl"));  // the session went first
 });

@@ -211,9 +211,9 @@ test("precompute: a failed draft request is asked again after the next turn", as
   hooks.precompute(manager, 26_000, AGENT, 32_000);
   await until(() => failures === 1, "the first draft request");
   await hooks.flush(manager, 2000);
-  // grew too little to ask again, unless the failed request was forgotten
+  // the same tokens (no later state): asked again only because the failed request was forgotten
   for (let turn = 0; failures < 2 && turn < 100; turn += 1) {
-    hooks.precompute(manager, 26_100, AGENT, 32_000);
+    hooks.precompute(manager, 26_000, AGENT, 32_000);
     await new Promise((r) => setTimeout(r, 20));
   }
   assert.equal(failures, 2);

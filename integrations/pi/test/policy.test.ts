@@ -34,11 +34,13 @@ describe("precompute", () => {
   }
 
   const limits = { contextWindow: 32_000, reserveTokens: 8_000, keepRecentTokens: 6_000 };
-  // tokens, last asked at, due?   (band: 15 808 < tokens <= 24 000; a draft lasts 4 800)
+  // tokens, last asked at, due?   (band: 15 808 < tokens <= 24 000; one draft a turn in it)
   const due: [number, number | undefined, boolean][] = [
     [15_808, undefined, false], [15_809, undefined, true], [24_000, undefined, true],
-    [24_001, undefined, false], [18_000, 16_000, false], [19_000, 16_000, true],
-    [23_000, 20_000, false]];  // grew by half the tail, but the draft lasts to 24 000
+    [24_001, undefined, false], [16_001, 16_000, true], [19_000, 16_000, true],
+    [20_000, 20_000, false],  // the same state (turn_end, then agent_end): asked already
+    [19_000, 20_000, false],  // smaller than when last asked: not a later state
+    [24_001, 20_000, false]];  // over the threshold: pi compacts now, the job plans it
   for (const [tokens, last, expected] of due) {
     test(`${tokens} tokens, last asked at ${last}: ${expected}`, () => {
       assert.equal(precomputeDue(tokens, limits, last), expected);
