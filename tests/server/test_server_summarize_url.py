@@ -11,7 +11,7 @@ import logging.config
 import httpx
 import pytest
 from llm.llm_fakes import FakeLLMServer, ok
-from server.server_support import ACME, GLOBEX, TOKEN, tenant_http
+from server.server_support import ACME, GLOBEX, TOKEN, running_api, server_settings, tenant_http
 
 from api_client.server.summarize_url import (
     RedactSummarizeSecrets,
@@ -20,6 +20,7 @@ from api_client.server.summarize_url import (
     summarize_url,
     url_secret,
 )
+from worker.app import CompactorCelery
 from worker.cli import main
 
 MODEL = "loop"
@@ -68,6 +69,17 @@ def test_a_wrong_summarize_url_is_one_401_whatever_it_is(tenant_api: str,
         assert answer.json()["code"] == "unauthorized"
         assert answer.content == answers[0].content  # nothing tells one wrong URL from another
     assert model_server.count(MODEL) == calls  # no job was made
+
+
+@pytest.mark.integration
+def test_without_tokens_any_summarize_url_is_the_default_tenants(
+        module_redis: str, worker: CompactorCelery, model_server: FakeLLMServer) -> None:
+    # --insecure-no-auth on loopback: every request is the default tenant's, this one too.
+    model_server.script(MODEL, ok("## Goal\nfix it"))
+    with running_api(module_redis, server_settings({})) as url, \
+            httpx.Client(timeout=30) as bare:
+        answer = bare.post(f"{url}/v1/summarize/any-secret-at-all", json=ASK)
+    assert answer.status_code == 200, answer.text
 
 
 def test_each_token_has_its_own_secret_which_does_not_show_the_token() -> None:
