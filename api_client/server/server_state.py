@@ -92,7 +92,7 @@ class BearerAuth:
 
 
 async def _unauthorized(send: Send, detail: str) -> None:
-    body = json.dumps(problem_body(401, "unauthorized", detail)).encode()
+    body = json.dumps(problem_body(401, "unauthorized", detail), separators=(",", ":")).encode()
     await send({"type": "http.response.start", "status": 401,
                 "headers": [(b"content-type", MEDIA_TYPE.encode()),
                             (b"content-length", str(len(body)).encode()),

@@ -32,7 +32,10 @@ _JSONL_BODY: dict[str, Any] = {"requestBody": {"required": True, "content": {
 
 
 @router.post("", status_code=201, response_model=SessionCreated)
-async def create_session(body: CreateSession, state: State, response: Response) -> SessionCreated:
+async def create_session(state: State, response: Response,
+                         body: CreateSession | None = None) -> SessionCreated:
+    """Without a body (or with {}): a new session named by a new UUID."""
+    body = body or CreateSession()
     sid = await state.client.sessions.create(body.session_id, cwd=body.cwd, title=body.title)
     response.headers["Location"] = f"/v1/sessions/{sid}"
     return SessionCreated(session_id=sid)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,6 +44,24 @@ def test_every_route_but_the_probes_and_the_document_wants_the_token(api: str) -
     # Refused from the headers: no body of a caller without a token is read.
     problem(httpx.put(f"{api}/v1/sessions/x/jsonl", content=b"x" * 20_000_000), 401,
             "unauthorized")
+
+
+def test_create_without_a_body_is_a_new_uuid(http: httpx.Client) -> None:
+    created = http.post("/v1/sessions")  # no body at all: docs/http-api.md, a new UUID
+    assert created.status_code == 201, created.text
+    fresh = created.json()["sessionId"]
+    assert str(uuid.UUID(fresh)) == fresh and created.headers["location"] == f"/v1/sessions/{fresh}"
+    assert http.get(f"/v1/sessions/{fresh}").json()["entries"] == []
+
+
+def test_error_bodies_are_compact_json(api: str, http: httpx.Client) -> None:
+    """401 (answered before routing) is written like every other problem: compact JSON."""
+    unauthorized = httpx.get(f"{api}/v1/sessions/x")
+    not_found = http.get(f"/v1/sessions/{sid()}")
+    for response in (unauthorized, not_found):
+        body = response.json()
+        assert response.content == json.dumps(body, separators=(",", ":")).encode(), body
+    assert (unauthorized.status_code, not_found.status_code) == (401, 404)
 
 
 def test_create_read_export_delete(http: httpx.Client) -> None:
