@@ -9,7 +9,8 @@ changes at once: a reader sees the old session or the new one, never a part. A c
 half-way leaves staging keys that expire; the session is untouched.
 
 The session's count of stored bytes (:mod:`api_client.contract.stored_bytes`) becomes the
-imported lines' bytes; an import over the tenant's ``stored_bytes`` quota stores nothing. A large
+imported lines' bytes, its header line's included (a header over ``max_header_bytes`` is refused
+first); an import over the tenant's ``stored_bytes`` quota stores nothing. A large
 one is checked before its first step too, so that a refused import does not write its steps.
 """
 
@@ -21,19 +22,31 @@ from typing import NoReturn
 
 import redis
 
-from api_client.contract.errors import SessionFormatError
+from api_client.contract.errors import HeaderTooLargeError, SessionFormatError
 from api_client.contract.keys import SessionKeys
 from api_client.contract.lua_scripts import CLIENT_SCRIPTS
 from api_client.contract.redis_flows import Flow, Pipeline, Rescue, Script, cmd
 from api_client.contract.retention import capped_ttl
+from api_client.contract.settings import ClientSettings
 from api_client.contract.stored_bytes import StoredBytes, utf8_len
 
-__all__ = ["INLINE_BYTES", "STAGING_TTL_S", "STEP_BYTES", "import_flow", "import_keys"]
+__all__ = ["INLINE_BYTES", "STAGING_TTL_S", "STEP_BYTES", "check_header", "import_flow",
+           "import_keys"]
 
 INLINE_BYTES = 256 << 10  # an import up to this much JSON goes in the script call itself
 STEP_BYTES = 256 << 10  # JSON per staging step, about (a page is at least one entry)
 STEP_ENTRIES = 500
 STAGING_TTL_S = 3_600  # an import slower than this finds its staged entries gone
+
+
+def check_header(header: str, settings: ClientSettings, what: str) -> int:
+    """The bytes of a session's header line; :class:`HeaderTooLargeError` over
+    ``max_header_bytes`` (nothing is stored)."""
+    size = utf8_len(header)
+    if size > settings.max_header_bytes:
+        raise HeaderTooLargeError(what, setting="max_header_bytes",
+                                  limit=settings.max_header_bytes, value=size)
+    return size
 
 
 def import_keys(k: SessionKeys, staging: tuple[str, ...] = (),
@@ -84,7 +97,7 @@ def import_flow(k: SessionKeys, session_id: str, args: Sequence[str], rescue: Re
     the session's new revision. ``retention_s``: the session's idle expiry (0 = none);
     ``counted``: the session's count of stored bytes and its quota."""
     replace, header, leaf, pairs = args[0] == "1", args[1], args[2], list(args[3:])
-    lines_bytes = sum(map(utf8_len, pairs[1::2]))
+    lines_bytes = utf8_len(header) + sum(map(utf8_len, pairs[1::2]))  # the header counts too
     small = sum(map(len, pairs[1::2])) <= INLINE_BYTES
     yield from counted.check(lines_bytes, replaces=True, early=not small)
     if small:

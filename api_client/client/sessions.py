@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 import redis
 import redis.asyncio
 
-from api_client.client.imports import import_flow, import_head, import_keys
+from api_client.client.imports import check_header, import_flow, import_head, import_keys
 from api_client.client.session_args import (
     DEFAULT_LIMITS,
     append_args,
@@ -131,9 +131,10 @@ class _SessionCore:
         sid = check_session_id(session_id if session_id is not None else str(uuid.uuid4()))
         k, counted = self.keys(sid), self.counted(sid)
         header = dump_record(new_session_header(sid, cwd, title))
-        head = import_head(False, header, "", 0, self.settings.session_ttl_s, 0, counted)
+        size = check_header(header, self.settings, f"the header of {sid}")
+        head = import_head(False, header, "", 0, self.settings.session_ttl_s, size, counted)
         yield self._script("import", sid, import_keys(k, (), counted), head, counted)
-        yield from counted.after("set", 0)
+        yield from counted.after("set", size)
         return sid
 
     def _append_many(self, session_id: str, items: Iterable[Mapping[str, Any]],
@@ -183,11 +184,17 @@ class _SessionCore:
 
     def _import(self, text: str, session_id: str | None, replace: bool,
                 new_id: IdFactory, source: str = "<import>") -> Flow[str]:
+        # The first line is the header: one over the bound is refused before it is parsed.
+        end = text.find("\n")
+        check_header(text if end < 0 else text[:end], self.settings,
+                     f"the header line of {source}")
         session, sid = parse_import(text, session_id, new_id, source)
         counted = self.counted(sid)
+        args = import_args(session, sid, replace)
+        check_header(args[1], self.settings, f"the header line of {source}")
         # A large session is written in bounded steps, then renamed into place at once.
-        yield from import_flow(self.keys(sid), sid, import_args(session, sid, replace),
-                               _rescue(sid, counted), self.settings.session_ttl_s, counted)
+        yield from import_flow(self.keys(sid), sid, args, _rescue(sid, counted),
+                               self.settings.session_ttl_s, counted)
         return sid
 
     def _export(self, session_id: str) -> Flow[str]:

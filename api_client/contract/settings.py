@@ -180,6 +180,9 @@ class ClientSettings(BaseSettings):
     # LimitExceededError naming the setting, its value and the input's, before anything is sent.
     # One entry's stored JSON line (UTF-8 bytes; pi keeps tool outputs far below this).
     max_entry_bytes: int = Field(default=8 * 2**20, gt=0)
+    # A session's header line (its cwd, title and the rest), created or imported; it counts
+    # toward the tenant's stored_bytes like the entry lines (docs/security.md).
+    max_header_bytes: int = Field(default=16 * 2**10, gt=0)
     # One append_many call: its entries' bytes together, and how many entries.
     max_append_bytes: int = Field(default=16 * 2**20, gt=0)
     max_append_entries: int = Field(default=1_000, gt=0)

@@ -1,8 +1,9 @@
 """The ``stored_bytes`` quota: how many bytes of entry lines each tenant's sessions hold
 (docs/tenants.md).
 
-``KeyLayout.tenant_bytes(tenant)`` is a hash: session id → bytes of its stored entry lines
-(UTF-8, exactly as stored; the header aside), and :data:`BYTES_TOTAL` → their sum
+``KeyLayout.tenant_bytes(tenant)`` is a hash: session id → bytes of its stored lines (UTF-8,
+exactly as stored; its header line included, since issue 39: a header is bounded by
+``max_header_bytes`` and counts like an entry), and :data:`BYTES_TOTAL` → their sum
 (``lua/_stored_bytes.lua`` keeps the two in step). Every write of a session's lines keeps it:
 the client's append (+ the new lines), import and create (= the imported lines) and delete (the
 field goes); the compaction entries, which the quota never refuses (an agent must never be left

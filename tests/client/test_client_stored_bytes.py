@@ -37,8 +37,10 @@ def jsonl(sid: str, *texts: str) -> str:
 
 
 def held(raw: redis.Redis[str], layout: KeyLayout, sid: str) -> int:
-    """The bytes of the session's entry lines as Redis holds them."""
-    return sum(len(line.encode()) for line in raw.hvals(layout.session(sid).entries))
+    """The bytes of the session's lines as Redis holds them, its header's included."""
+    keys = layout.session(sid)
+    header = len((raw.get(keys.header) or "").encode())
+    return header + sum(len(line.encode()) for line in raw.hvals(keys.entries))
 
 
 def counts(raw: redis.Redis[str], layout: KeyLayout, tenant: str) -> dict[str, int]:
@@ -69,7 +71,7 @@ def test_the_count_follows_appends_imports_and_deletes(
     acme = tenants["acme"]
     layout = acme.layout
     acme.sessions.create("a1")
-    assert counts(raw, layout, "acme") == {"a1": 0}
+    assert counts(raw, layout, "acme")["a1"] == held(raw, layout, "a1") > 0  # its header
     acme.sessions.append_many("a1", [msg("häßlich ✓ " * 20), msg("ok", "assistant")])
     acme.sessions.append("a1", msg("more"))
     assert check_counts(raw, layout, "acme", ["a1"])["a1"] > 400
@@ -141,16 +143,18 @@ def test_an_append_over_the_quota_stores_nothing(tenants: dict[str, CompactionCl
 
 def test_the_setting_is_the_default_and_the_override_wins(redis_url: str,
                                                           raw: redis.Redis[str]) -> None:
-    settings = ClientSettings(redis_url=redis_url, tenant="acme", stored_bytes_max=300)
+    settings = ClientSettings(redis_url=redis_url, tenant="acme", stored_bytes_max=400)
     with CompactionClient(settings) as acme:
         acme.sessions.import_jsonl(jsonl("s1", "a" * 100), "s1")
         with pytest.raises(QuotaExceededError) as refused:
             acme.sessions.append("s1", msg("b" * 200))
-        assert refused.value.limit == 300
-        # A write that shrinks, or adds nothing, passes over the quota.
-        acme.sessions.create("s2")
+        assert refused.value.limit == 400
+        # A new session's header counts (issue 39 M1); a write that shrinks passes over the quota.
+        with pytest.raises(QuotaExceededError):
+            acme.sessions.create("s2")
         acme.sessions.import_jsonl(jsonl("s1", "c"), "s1", replace=True)
         raw.hset(acme.layout.tenant_quota("acme"), "stored_bytes_max", 0)  # override: no limit
+        acme.sessions.create("s2")
         acme.sessions.append("s1", msg("b" * 2000))
         check_counts(raw, acme.layout, "acme", ["s1", "s2"])
 

@@ -28,7 +28,8 @@ def _check(c: CompactionClient, *sids: str) -> dict[str, int]:
     found = {k: int(v) for k, v in c.redis.hgetall(c.layout.tenant_bytes("acme")).items()}
     for sid in sids:
         lines = c.redis.hvals(c.layout.session(sid).entries)
-        assert found[sid] == sum(len(line.encode()) for line in lines), sid
+        header = len((c.redis.get(c.layout.session(sid).header) or "").encode())  # counts too
+        assert found[sid] == header + sum(len(line.encode()) for line in lines), sid
     assert found[BYTES_TOTAL] == sum(v for k, v in found.items() if k != BYTES_TOTAL)
     return found
 

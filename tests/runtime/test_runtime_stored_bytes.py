@@ -27,7 +27,10 @@ def msg(text: str, role: str = "user") -> dict[str, object]:
 
 
 def held(c: CompactionClient, sid: str) -> int:
-    return sum(len(line.encode()) for line in c.redis.hvals(c.layout.session(sid).entries))
+    """Bytes of the session's lines as Redis holds them, its header's included."""
+    keys = c.layout.session(sid)
+    header = len((c.redis.get(keys.header) or "").encode())
+    return header + sum(len(line.encode()) for line in c.redis.hvals(keys.entries))
 
 
 def counts(r: redis.Redis[str], layout: KeyLayout, tenant: str) -> dict[str, int]:

@@ -1,0 +1,99 @@
+"""Session headers hold to the stored-bytes quota (issue 39 M1), over HTTP against a real Redis.
+
+Before: ``cwd`` and ``title`` had no length limit and counted as nothing; a ``PUT …/jsonl``
+accepted a 15 MB header line: a tenant over a 100 kB quota stored ten such sessions (Redis
++176 MB) and at ``maxmemory`` every tenant got 507.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import redis
+from server.server_support import ACME, tenant_http
+
+from api_client import CompactionClient
+from api_client.contract.stored_bytes import BYTES_TOTAL
+
+pytestmark = pytest.mark.integration
+KB = 1024
+
+
+def sid() -> str:
+    return f"h-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def acme(tenant_api: str) -> Iterator[httpx.Client]:
+    with tenant_http(tenant_api, ACME) as client:
+        yield client
+
+
+@pytest.fixture
+def raw(module_redis: str) -> Iterator[redis.Redis[str]]:
+    client: redis.Redis[str] = redis.Redis.from_url(module_redis, decode_responses=True)
+    yield client
+    client.close()
+
+
+def _refused(response: httpx.Response, status: int, code: str) -> dict[str, object]:
+    assert response.status_code == status, response.text[:300]
+    body: dict[str, object] = response.json()
+    assert body["code"] == code
+    return body
+
+
+def test_a_long_cwd_or_title_is_refused_and_nothing_stored(acme: httpx.Client) -> None:
+    for field in ("cwd", "title"):
+        name = sid()
+        body = _refused(acme.post("/v1/sessions", json={"sessionId": name, field: "x" * 20 * KB}),
+                        413, "header_too_large")
+        assert body["setting"] == "max_header_bytes" and body["limit"] == 16 * KB
+        assert acme.get(f"/v1/sessions/{name}").status_code == 404
+
+
+def test_a_huge_imported_header_line_is_refused_before_storing(
+        acme: httpx.Client, raw: redis.Redis[str]) -> None:
+    name = sid()
+    header = {"type": "session", "version": 3, "id": name, "timestamp": "2025-01-01T00:00:00Z",
+              "cwd": "/repo", "title": "t" * (15 << 20)}
+    used = int(raw.info("memory")["used_memory"])
+    refused = acme.put(f"/v1/sessions/{name}/jsonl", content=json.dumps(header) + "\n",
+                       headers={"Content-Type": "application/x-ndjson"})
+    body = _refused(refused, 413, "header_too_large")
+    assert int(str(body["value"])) > 15 << 20
+    assert acme.get(f"/v1/sessions/{name}").status_code == 404
+    assert int(raw.info("memory")["used_memory"]) - used < 1 << 20  # nothing of it stored
+
+
+def test_headers_count_toward_the_stored_bytes_quota(
+        acme: httpx.Client, raw: redis.Redis[str], module_redis: str) -> None:
+    layout = CompactionClient(module_redis, tenant="acme").layout
+    held = int(raw.hget(layout.tenant_bytes("acme"), BYTES_TOTAL) or 0)
+    raw.hset(layout.tenant_quota("acme"), "stored_bytes_max", held + 100 * KB)
+    try:
+        created = []
+        for _ in range(20):  # 20 sessions of a 10 kB header each: 200 kB of headers
+            name = sid()
+            answer = acme.post("/v1/sessions", json={"sessionId": name, "cwd": "/" + "d" * 10 * KB})
+            if answer.status_code != 201:
+                _refused(answer, 429, "quota_exceeded")
+                break
+            created.append(name)
+        assert 8 <= len(created) <= 10  # the quota held at 100 kB
+        own = int(raw.hget(layout.tenant_bytes("acme"), created[0]) or 0)
+        assert own > 10 * KB  # the header line is the session's count
+        imported = sid()  # an import's header counts as well
+        text = json.dumps({"type": "session", "version": 3, "id": imported,
+                           "timestamp": "2025-01-01T00:00:00Z", "cwd": "/" + "i" * 12 * KB})
+        _refused(acme.put(f"/v1/sessions/{imported}/jsonl", content=text + "\n",
+                          headers={"Content-Type": "application/x-ndjson"}), 429,
+                 "quota_exceeded")
+    finally:
+        raw.hdel(layout.tenant_quota("acme"), "stored_bytes_max")
+        for name in created:
+            acme.delete(f"/v1/sessions/{name}")
