@@ -91,7 +91,8 @@ recovery-bench:
 	$(PY) bench/bench_recovery.py
 
 # The deployment image, versioned: <version>-<git sha> (-dirty with uncommitted changes), or
-# IMAGE_TAG=<version> for a release. Builds with docker when it is here, else prints the command;
+# IMAGE_TAG=<version> for a release. Builds with docker when its daemon answers (docker info), else
+# prints the command;
 # then prints how to push it and point compose and Kubernetes at it (README "Deploying").
 IMAGE_NAME ?= compactor
 IMAGE_VERSION = $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
@@ -99,9 +100,9 @@ IMAGE_TAG ?= $(IMAGE_VERSION)-$(shell git rev-parse --short=12 HEAD 2>/dev/null 
 DOCKER ?= docker
 
 image:
-	@if command -v $(DOCKER) >/dev/null 2>&1; then \
+	@if command -v $(DOCKER) >/dev/null 2>&1 && $(DOCKER) info >/dev/null 2>&1; then \
 	  $(DOCKER) build -f deploy/Dockerfile -t $(IMAGE_NAME):$(IMAGE_TAG) .; \
-	else echo "$(DOCKER) is not installed here; build with:"; \
+	else echo "no docker daemon answers here ($(DOCKER) info); build where one does:"; \
 	  echo "  docker build -f deploy/Dockerfile -t $(IMAGE_NAME):$(IMAGE_TAG) ."; fi
 	@echo "push (IMAGE_NAME=<registry>/compactor):  docker push $(IMAGE_NAME):$(IMAGE_TAG)"
 	@echo "docker compose (.env):  IMAGE_NAME=$(IMAGE_NAME)  IMAGE_TAG=$(IMAGE_TAG)"

@@ -463,6 +463,29 @@ def test_make_image_prints_the_build_push_and_deploy_commands_without_docker() -
     assert f"-t compactor:{_version()} ." in release.stdout  # the tag deploy/k8s names
 
 
+def _fake_docker(tmp_path: Path, daemon: bool) -> Path:
+    """A docker CLI whose ``info`` answers only with a daemon; it records its other calls."""
+    docker = tmp_path / "docker"
+    docker.write_text(f'#!/bin/sh\nif [ "$1" = info ]; then exit {0 if daemon else 1}; fi\n'
+                      f'echo "$@" >> {tmp_path}/calls\n')
+    docker.chmod(0o755)
+    return docker
+
+
+@pytest.mark.parametrize("daemon", [False, True], ids=["cli-without-daemon", "daemon"])
+def test_make_image_builds_only_when_a_docker_daemon_answers(tmp_path: Path,
+                                                             daemon: bool) -> None:
+    docker = _fake_docker(tmp_path, daemon)
+    done = subprocess.run(["make", "-s", "image", f"DOCKER={docker}", "IMAGE_TAG=9.9.9"],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    calls = (tmp_path / "calls").read_text() if (tmp_path / "calls").exists() else ""
+    printed = "docker build -f deploy/Dockerfile -t compactor:9.9.9 ." in done.stdout
+    assert (calls, printed) == (("build -f deploy/Dockerfile -t compactor:9.9.9 .\n", False)
+                                if daemon else ("", True))
+    assert "docker push compactor:9.9.9" in done.stdout
+
+
 # -- the README ---------------------------------------------------------------------------------
 def test_the_readme_deploying_section_says_how_to_run_it_securely() -> None:
     readme = (REPO / "README.md").read_text()
