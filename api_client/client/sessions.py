@@ -139,9 +139,15 @@ class _SessionCore:
 
     def _append_many(self, session_id: str, items: Iterable[Mapping[str, Any]],
                      idempotency_key: str | None) -> Flow[list[str]]:
+        return (yield from self._append(session_id, items, idempotency_key))[0]
+
+    def _append(self, session_id: str, items: Iterable[Mapping[str, Any]],
+                idempotency_key: str | None) -> Flow[tuple[list[str], int]]:
+        """The new ids and the revision the append made (the script's reply: one round
+        trip)."""
         batch = list(items)
         if not batch:
-            return []
+            return [], (yield from self._revision(session_id))
         source = f"append to {session_id}"
         key = (secrets.token_hex(16) if idempotency_key is None
                else check_idempotency_key(idempotency_key))
@@ -168,7 +174,7 @@ class _SessionCore:
         # A reply kept for a retry has no count: the bytes were counted when it was stored.
         yield from counted.after("add", int(ids[len(batch) + 1]) if len(ids) > len(batch) + 1
                                  else 0)
-        return [str(i) for i in ids[:len(batch)]]
+        return [str(i) for i in ids[:len(batch)]], int(ids[len(batch)])
 
     def _navigate(self, session_id: str, entry_id: str | None) -> Flow[int]:
         k = self.keys(session_id)
@@ -325,6 +331,11 @@ class AsyncSessionStore(_SessionCore, AsyncSessionListing):
     async def append_many(self, session_id: str, items: Iterable[Mapping[str, Any]], *,
                           idempotency_key: str | None = None) -> list[str]:
         return await self._io.run(self._append_many(session_id, items, idempotency_key))
+
+    async def append_with_revision(self, session_id: str, items: Iterable[Mapping[str, Any]]
+                                   ) -> tuple[list[str], int]:
+        """:meth:`append_many` and the session's revision right after it, in one call."""
+        return await self._io.run(self._append(session_id, items, None))
 
     async def navigate(self, session_id: str, entry_id: str | None) -> int:
         return await self._io.run(self._navigate(session_id, entry_id))

@@ -28,6 +28,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                         help="address to listen on (default COMPACTOR_API_HOST, 127.0.0.1)")
     parser.add_argument("--port", type=int, default=None,
                         help="port (default COMPACTOR_API_PORT, 8080; 0: a free one)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="serving processes on the port (default COMPACTOR_API_WORKERS, 1)")
     parser.add_argument("--insecure-no-auth", action="store_true",
                         help="serve without bearer tokens; only on a loopback address")
     parser.add_argument("--log-level", default="info",
@@ -36,8 +38,9 @@ def add_options(parser: argparse.ArgumentParser) -> None:
 
 
 def serve(settings: ServerSettings, *, insecure_no_auth: bool = False,
-          redis_url: str | None = None, log_level: str = "info") -> None:
-    """Check the settings (one-line :class:`ConfigurationError`), then serve until stopped."""
+          redis_url: str | None = None, log_level: str = "info") -> int:
+    """Check the settings (one-line :class:`ConfigurationError`), then serve until stopped
+    (in ``settings.api_workers`` processes: :mod:`api_client.server.processes`)."""
     import uvicorn
 
     from api_client.server.asgi import create_app
@@ -49,10 +52,18 @@ def serve(settings: ServerSettings, *, insecure_no_auth: bool = False,
                     settings.api_host)
     # proxy_headers off: the app reads no client address, and a forged header must not matter.
     # The access log shows no summarize URL's secret (summarize_url.access_log_config).
-    uvicorn.run(create_app(settings, client), host=settings.api_host, port=settings.api_port,
-                log_level=log_level, proxy_headers=False, server_header=False,
-                timeout_graceful_shutdown=10, log_config=access_log_config(),
-                **uvicorn_options(settings))  # slow clients: docs/security.md
+    config = uvicorn.Config(create_app(settings, client), host=settings.api_host,
+                            port=settings.api_port, log_level=log_level, proxy_headers=False,
+                            server_header=False, timeout_graceful_shutdown=10,
+                            log_config=access_log_config(),
+                            **uvicorn_options(settings))  # slow clients: docs/security.md
+    if settings.api_workers > 1:
+        from api_client.server.processes import serve_processes
+
+        return serve_processes(config, settings.api_workers)
+    server = uvicorn.Server(config)
+    server.run()
+    return 0 if server.started else 3  # as uvicorn.run: 3 when it could not start
 
 
 def main(argv: Sequence[str] | None = None, *, redis_url: str | None = None) -> int:
@@ -70,13 +81,12 @@ def run(args: argparse.Namespace, *, redis_url: str | None = None) -> int:
         print(f"compactor serve: error: the server extra is not installed (no "
               f"{', '.join(missing)}): pip install 'compactor[server]'", file=sys.stderr)
         return 2
-    overrides = {k: v for k, v in (("api_host", args.host), ("api_port", args.port))
-                 if v is not None}
+    overrides = {k: v for k, v in (("api_host", args.host), ("api_port", args.port),
+                                   ("api_workers", args.workers)) if v is not None}
     try:
         settings = ServerSettings(**overrides)
-        serve(settings, insecure_no_auth=args.insecure_no_auth, redis_url=redis_url,
-              log_level=args.log_level)
+        return serve(settings, insecure_no_auth=args.insecure_no_auth, redis_url=redis_url,
+                     log_level=args.log_level)
     except ConfigurationError as err:
         print(f"compactor serve: error: {err}", file=sys.stderr)
         return 2
-    return 0

@@ -105,10 +105,9 @@ async def get_context(session_id: str, state: State) -> ContextView:
 
 @router.post("/{session_id}/entries", response_model=Appended)
 async def append_entries(session_id: str, body: AppendEntries, state: State) -> Appended:
-    """``revision`` is read right after the append: a write that lands in between counts too."""
-    sessions = state.client.sessions
-    ids = await sessions.append_many(session_id, body.entries)
-    return Appended(entry_ids=ids, revision=await sessions.revision(session_id))
+    """``revision`` is the one this append made (the append's own reply)."""
+    ids, revision = await state.client.sessions.append_with_revision(session_id, body.entries)
+    return Appended(entry_ids=ids, revision=revision)
 
 
 @router.put("/{session_id}/leaf", response_model=LeafMoved)

@@ -1,0 +1,96 @@
+"""The HTTP tier scales out (docs/operations.md "Serving processes"): ``compactor serve
+--workers N`` is N processes on one port, each with its own event reader, stopped together;
+an append over HTTP is one Redis round trip (the script's reply carries the revision)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+from server.server_support import TOKEN, running_api
+
+from helpers.serve_process import TOKEN as SERVE_TOKEN
+from helpers.serve_process import ServeProcess
+from helpers.waits import wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = (REPO / "worker" / "data" / "demo-session.jsonl").read_bytes()
+MESSAGES = [{"role": "user", "content": "next step", "timestamp": 1},
+            {"role": "assistant", "content": [{"type": "text", "text": "done"}],
+             "timestamp": 2}]
+
+
+def _children(pid: int) -> set[int]:
+    found = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        children = (task / "children").read_text().split()
+        found.update(int(child) for child in children)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def _readers(raw: redis.Redis[str]) -> int:
+    """Connections blocked in XREAD: one per serving process (its event reader)."""
+    return sum(1 for client in raw.client_list() if client.get("cmd") == "xread")
+
+
+@pytest.fixture
+def two_processes(module_redis: str, tmp_path: Path) -> Iterator[ServeProcess]:
+    server = ServeProcess(module_redis, tmp_path / "serve.log", COMPACTOR_API_WORKERS="2")
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_workers_2_is_two_processes_on_one_port_each_with_its_reader(
+        two_processes: ServeProcess, module_redis: str) -> None:
+    assert two_processes.proc is not None
+    parent = two_processes.proc.pid
+    children = wait_until(lambda: len(_children(parent)) == 2 and _children(parent),
+                          what="two serving processes")
+    headers = {"Authorization": f"Bearer {SERVE_TOKEN}"}
+    with httpx.Client(base_url=two_processes.url, headers=headers, timeout=30) as http:
+        for _ in range(8):  # new connections, spread by the kernel: each process answers alike
+            with httpx.Client(base_url=two_processes.url, headers=headers) as fresh:
+                name = f"s-{uuid.uuid4().hex[:10]}"
+                assert fresh.put(f"/v1/sessions/{name}/jsonl", content=DEMO).status_code == 201
+            appended = http.post(f"/v1/sessions/{name}/entries", json={"entries": MESSAGES})
+            assert appended.status_code == 200, appended.text
+    with redis.Redis.from_url(module_redis, decode_responses=True) as raw:
+        wait_until(lambda: _readers(raw) == 2, what="an event reader in each process")
+    two_processes.stop()  # SIGTERM to the parent: every child ends with it
+    assert not any(_alive(child) for child in children)
+
+
+def test_an_append_is_one_round_trip_and_returns_its_revision(module_redis: str) -> None:
+    with running_api(module_redis) as url, \
+            httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}) as http, \
+            redis.Redis.from_url(module_redis, decode_responses=True) as raw:
+        name = f"s-{uuid.uuid4().hex[:10]}"
+        assert http.put(f"/v1/sessions/{name}/jsonl", content=DEMO).status_code == 201
+        first = http.post(f"/v1/sessions/{name}/entries", json={"entries": MESSAGES}).json()
+        with raw.monitor() as monitor:
+            raw.ping()  # MONITOR is on once its first line (this PING) comes back
+            while monitor.next_command()["command"] != "PING":
+                pass  # the ping's own connection opening
+            second = http.post(f"/v1/sessions/{name}/entries", json={"entries": MESSAGES})
+            raw.ping()  # the end of the append's commands
+            sent = []
+            while (command := monitor.next_command())["command"] != "PING":
+                if command["client_type"] != "lua":  # what a script runs is not a round trip
+                    sent.append(command["command"].split()[0].upper())
+        assert sent == ["EVALSHA"], sent
+        second = second.json()
+        assert second["revision"] == first["revision"] + 1
+        assert second["revision"] == int(raw.get(f"compactor:session:{{{name}}}:rev") or 0)
