@@ -46,14 +46,26 @@ def redis_commands(client: CompactionClient) -> int:
     return int(client.redis.info("stats")["total_commands_processed"])
 
 
-def cpu_s(pids: list[int]) -> float:
-    """User + system CPU seconds of the worker processes so far."""
-    total = 0
-    for pid in pids:
+def _stat(pid: str) -> list[str]:
+    """/proc/<pid>/stat after pid and comm: state, ppid, ..., utime (11), stime (12)."""
+    try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime (after pid and comm)
-    return total * TICK_S
+            return f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return []
+
+
+def cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds so far of the worker processes and their live children (a
+    prefork pool's processes)."""
+    stats = {pid: _stat(pid) for pid in os.listdir("/proc") if pid.isdigit()}
+    tree = {str(pid) for pid in pids}
+    grew = True
+    while grew:
+        found = {pid for pid, f in stats.items() if f and f[1] in tree} - tree
+        tree |= found
+        grew = bool(found)
+    return sum(int(stats[p][11]) + int(stats[p][12]) for p in tree if stats.get(p)) * TICK_S
 
 
 def encode_ms(text: str, repeats: int = 5) -> float:
