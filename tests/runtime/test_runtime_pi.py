@@ -197,7 +197,7 @@ def test_pi_compacts_with_compactor(pi: PiRpc, llm: StreamingModel, client: Comp
     first = entries(pi, "compaction")[-1]
     assert "Compactor summary" in first["summary"] and first["fromHook"] is True
     assert written_by_compactor(client, sid, first)
-    used_draft(client, first)
+    print(f"threshold compaction: the draft {used_draft(client, first)}")
     differences += cut_differs(first, tmp_path)  # pi's cut, through the draft
     assert end[0]["result"]["estimatedTokensAfter"] > 0
     assert "Compactor summary" in next_request_text(pi, llm)
