@@ -53,8 +53,11 @@ __all__ = ["Admitter"]
 log = logging.getLogger("worker.admit")
 
 BATCH = 16  # ids popped from one tenant's inbox before the next tenant's turn
+RATE_PER_S = 500.0  # ids of one tenant's inbox looked at per second, at most (per process)
 POLL_S = 5.0  # every known inbox is looked at this often, announced or not
 DISCOVER_S = 60.0  # a SCAN for inboxes this often
+AGAIN_S = BATCH / RATE_PER_S  # the next round, while an inbox holds more
+MESSAGES = 1_000  # announcements read at once, at most
 
 # The reasons a queued compaction may be upgraded to (the worker checks their model budget).
 UPGRADES = (CompactReason.THRESHOLD, CompactReason.OVERFLOW)
@@ -78,6 +81,8 @@ class Admitter:
         # flood of garbage never floods the log).
         self.dropped: Counter[str] = Counter()
         self._reported = 0.0
+        self.pending: set[str] = set()  # tenants whose inbox held more than their turn took
+        self._allowance: dict[str, tuple[float, float]] = {}  # tenant → (ids, at monotonic)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="compactor-admit", daemon=True)
@@ -113,7 +118,8 @@ class Admitter:
                     discovered = now
                 due = set(self.known) if now - polled >= POLL_S else set()
                 polled = now if due else polled
-                self.drain(due | self._announced(POLL_S if not due else 0.0))
+                wait_s = 0.0 if due else AGAIN_S if self.pending else POLL_S
+                self.pending = self.drain(due | self.pending | self._announced(wait_s))
                 self._report()
             except (redis.RedisError, BrokerUnavailableError, StorageFullError) as err:
                 log.debug("admit: %s", err)
@@ -150,7 +156,9 @@ class Admitter:
             return set()
         tenants: set[str] = set()
         message = self._pubsub.get_message(timeout=wait_s)
-        while message is not None:
+        for _ in range(MESSAGES):
+            if message is None:
+                break
             tenant = self.store.tenant_of(str(message.get("channel", "")))
             if tenant is not None:
                 tenants.add(tenant)
@@ -158,38 +166,65 @@ class Admitter:
         self.known |= tenants
         return tenants
 
-    def drain(self, tenants: set[str]) -> int:
-        """Admit what the tenants' inboxes hold, :data:`BATCH` ids of each in turn; returns
-        how many ids were looked at."""
-        looked, turn = 0, sorted(tenants)
-        while turn and not self._stop.is_set():
-            still: list[str] = []
-            for tenant in turn:
-                ids = self.store.pop(tenant, BATCH)
-                for job_id in ids:
-                    self.admit_one(tenant, job_id)
-                looked += len(ids)
-                if len(ids) == BATCH:
-                    still.append(tenant)
-            turn = still
-        return looked
+    def drain(self, tenants: set[str]) -> set[str]:
+        """One round: up to :data:`BATCH` ids of each tenant's inbox, within its
+        :data:`RATE_PER_S`; returns the tenants whose inbox may hold more (the next round
+        takes them again, with the tenants announced meanwhile: a flood waits its turn)."""
+        more: set[str] = set()
+        for tenant in sorted(tenants):
+            if self._stop.is_set():
+                return more | tenants
+            take = min(BATCH, self._allowed(tenant))
+            ids = self.store.pop(tenant, take) if take else []
+            self._spend(tenant, len(ids))
+            self.admit_batch(tenant, ids)
+            if len(ids) == take:
+                more.add(tenant)
+        return more
 
-    def admit_one(self, tenant: str, job_id: str) -> None:
-        """One id of the tenant's inbox (see the module doc)."""
+    def _allowed(self, tenant: str) -> int:
+        ids, at = self._allowance.get(tenant, (float(BATCH), time.monotonic()))
+        now = time.monotonic()
+        ids = min(float(BATCH), ids + (now - at) * RATE_PER_S)
+        self._allowance[tenant] = (ids, now)
+        return int(ids)
+
+    def _spend(self, tenant: str, count: int) -> None:
+        ids, at = self._allowance[tenant]
+        self._allowance[tenant] = (ids - count, at)
+
+    def admit_batch(self, tenant: str, ids: list[str]) -> None:
+        """Ids of the tenant's inbox (see the module doc): their records in one round trip."""
+        jobs = [job_id for job_id in ids if self._own(tenant, job_id)]
         try:
-            record = self._checked(tenant, job_id)
-            if record is not None:
-                self._admit(record)
+            records = self.store.records(jobs)
         except (BrokerUnavailableError, StorageFullError):
-            self.store.put_back(tenant, job_id)
+            self.store.put_back(tenant, *jobs)
             raise
-        except CompactorError as err:
-            self._drop(tenant, job_id, str(err))
+        for index, (job_id, fields) in enumerate(zip(jobs, records, strict=True)):
+            try:
+                record = self._checked(tenant, job_id, fields)
+                if record is not None:
+                    self._admit(record)
+            except (BrokerUnavailableError, StorageFullError):
+                self.store.put_back(tenant, *jobs[index:])
+                raise
+            except CompactorError as err:
+                self._drop(tenant, job_id, str(err))
 
-    def _checked(self, tenant: str, job_id: str) -> JobRecord | None:
+    def _own(self, tenant: str, job_id: str) -> bool:
         try:
             split_job_id(job_id)
-            fields = self.store.record(job_id) if tenant_of_job(job_id) == tenant else None
+            if tenant_of_job(job_id) == tenant:
+                return True
+        except ValueError as err:
+            self._drop(tenant, job_id, str(err))
+            return False
+        self._drop(tenant, job_id, "another tenant's job")
+        return False
+
+    def _checked(self, tenant: str, job_id: str, fields: dict[str, str]) -> JobRecord | None:
+        try:
             record = JobRecord.from_redis(fields) if fields else None
         except (ValidationError, ValueError) as err:
             self._drop(tenant, job_id, str(err))
@@ -202,8 +237,9 @@ class Admitter:
 
     def _admit(self, record: JobRecord) -> None:
         if record.state is JobState.SUCCEEDED and (record.result or {}).get("fromDraft"):
-            # A draft the client applied: its session_compact hooks run on a worker.
-            self.send(record.id, DRAFT_APPLIED_ROUTE, f"{record.id}-hooks")
+            # A draft the client applied: its session_compact hooks run on a worker, once.
+            if self.store.first_notice(record.id):
+                self.send(record.id, DRAFT_APPLIED_ROUTE, f"{record.id}-hooks")
             return
         if record.state is not JobState.QUEUED:
             return

@@ -81,16 +81,29 @@ class InboxStore:
         popped = guarded("", lambda: self.redis.zpopmin(self.layout.tenant_inbox(tenant), limit))
         return [str(member) for member, _ in popped]
 
-    def put_back(self, tenant: str, job_id: str) -> None:
-        """An id popped but not admitted (Redis failed meanwhile): back in front, if Redis
-        takes it now (else the record's pending TTL ends the job's wait)."""
+    def put_back(self, tenant: str, *job_ids: str) -> None:
+        """Ids popped but not admitted (Redis failed meanwhile): back in front, if Redis
+        takes them now (else the records' pending TTL ends the jobs' wait)."""
         inbox = self.layout.tenant_inbox(tenant)
         with contextlib.suppress(redis.RedisError):
-            self.redis.zadd(inbox, {job_id: 0})
+            if job_ids:
+                self.redis.zadd(inbox, dict.fromkeys(job_ids, 0))
 
-    def record(self, job_id: str) -> dict[str, str]:
-        key = self.layout.job(job_id).record
-        return dict(guarded(job_id, lambda: self.redis.hgetall(key)))
+    def records(self, job_ids: list[str]) -> list[dict[str, str]]:
+        """The jobs' records (an empty dict: none), in one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.hgetall(self.layout.job(job_id).record)
+        return [dict(fields) for fields in guarded("", pipe.execute)] if job_ids else []
+
+    def first_notice(self, job_id: str) -> bool:
+        """True once per job: the applied draft's hooks are sent once, however often the
+        tenant announces it."""
+        key = self.layout.tenant_admitted(tenant_of_job(job_id))
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hsetnx(key, f"{job_id}:hooks", "1")
+        pipe.expire(key, self.settings.job_ttl_s)
+        return bool(guarded(job_id, pipe.execute)[0])
 
     def admitted_priority(self, job_id: str) -> int | None:
         """The route priority the fleet admitted the job at (None: not admitted, or gone)."""
