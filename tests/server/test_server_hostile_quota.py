@@ -1,4 +1,5 @@
-"""Session headers hold to the stored-bytes quota (issue 39 M1), over HTTP against a real Redis.
+"""Session headers hold to the stored-bytes quota (issue 39 M1) and the model budget to its
+tokens_per_day under parallel jobs (M5), over HTTP against a real Redis and a real worker.
 
 Before: ``cwd`` and ``title`` had no length limit and counted as nothing; a ``PUT …/jsonl``
 accepted a 15 MB header line: a tenant over a 100 kB quota stored ten such sessions (Redis
@@ -8,6 +9,8 @@ accepted a 15 MB header line: a tenant over a 100 kB quota stored ten such sessi
 from __future__ import annotations
 
 import json
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -97,3 +100,40 @@ def test_headers_count_toward_the_stored_bytes_quota(
         raw.hdel(layout.tenant_quota("acme"), "stored_bytes_max")
         for name in created:
             acme.delete(f"/v1/sessions/{name}")
+
+
+# --- M5: the model budget holds under parallel jobs ----------------------------------------------
+def test_parallel_summaries_never_spend_past_the_tokens_per_day(
+        acme: httpx.Client, raw: redis.Redis[str], module_redis: str) -> None:
+    """Before: with 60 tokens left, 40 parallel summaries were admitted (each saw the budget
+    unspent) and spent 600. Now each model call reserves its estimate (prompt / 4 + its output
+    budget) against spent + reserved: whatever the timing, the day's spend stays within it."""
+    layout = CompactionClient(module_redis, tenant="acme").layout
+    day = time.strftime("%Y-%m-%d", time.gmtime())
+    usage = layout.tenant_usage("acme", day)
+    raw.delete(usage)
+    raw.hset(layout.tenant_quota("acme"), "tokens_per_day", 500)
+    answers: list[httpx.Response] = []
+    try:
+        def ask() -> None:  # each call: ~203 tokens reserved, 120 spent (the model's usage)
+            answers.append(acme.post("/v1/summarize", json={
+                "systemPrompt": "Summarize.", "prompt": "x" * 400, "maxTokens": 100}))
+
+        askers = [threading.Thread(target=ask) for _ in range(10)]
+        for asker in askers:
+            asker.start()
+        for asker in askers:
+            asker.join(120)
+        served = [a for a in answers if a.status_code == 200]
+        refused = [a for a in answers if a.status_code != 200]
+        assert len(answers) == 10 and served and refused
+        for answer in refused:
+            assert answer.json()["code"] in ("quota_exceeded", "job_failed"), answer.text
+        spent = raw.hmget(usage, "input_tokens", "output_tokens", "reserved_tokens")
+        print(f"served {len(served)}, refused {len(refused)} "
+              f"({sorted({a.json()['code'] for a in refused})}), spent {spent[:2]} of 500")
+        assert int(spent[0] or 0) + int(spent[1] or 0) <= 500
+        assert int(spent[2] or 0) == 0  # every reservation was given back
+    finally:
+        raw.hdel(layout.tenant_quota("acme"), "tokens_per_day")
+        raw.delete(usage)

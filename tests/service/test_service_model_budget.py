@@ -41,7 +41,7 @@ def _day(tokens: int = 0, usd: float = 0.0, draft_tokens: int = 0) -> DayUsage:
     (SPEC, _day(800), {}, {"tokens_per_day": 1000}, "stop_draft"),     # share 0.8
     (SPEC, _day(500), {}, {"tokens_per_day": 1000, "draft_budget_share": 0.5}, "stop_draft"),
     (SPEC, _day(usd=0.9), {"usd_per_day": "1"}, {}, "stop_draft"),
-    (MAN, _day(5000), {}, {"tokens_per_day": 1000}, "model"),        # admitted at enqueue
+    (MAN, _day(5000), {}, {"tokens_per_day": 1000}, "refuse"),  # checked again (issue 39 M5)
 ])
 def test_the_budget_decision(reason: CompactReason, day: DayUsage, quota: dict[str, str],
                              settings: dict[str, Any], action: str) -> None:
@@ -50,10 +50,13 @@ def test_the_budget_decision(reason: CompactReason, day: DayUsage, quota: dict[s
     assert decide(record, day, quota, WorkerSettings(**settings)).action == action
 
 
-def test_other_kinds_are_never_held_back() -> None:
-    for kind in (JobKind.BRANCH_SUMMARY, JobKind.SUMMARIZE, JobKind.PRUNE):
+def test_every_kind_that_calls_a_model_is_checked_again() -> None:
+    """Issue 39 M5: every kind but a prune (which calls no model) is refused over the budget at
+    the worker too: a record that got past admission (a race, a forged record) spends nothing."""
+    for kind, action in ((JobKind.BRANCH_SUMMARY, "refuse"), (JobKind.SUMMARIZE, "refuse"),
+                         (JobKind.PRUNE, "model")):
         record = JobRecord(id="s1:00000000000000aa", kind=kind, session_id="s1")
-        assert decide(record, _day(10**6), {}, WorkerSettings(tokens_per_day=1)).action == "model"
+        assert decide(record, _day(10**6), {}, WorkerSettings(tokens_per_day=1)).action == action
 
 
 class FakeUsage:
@@ -141,10 +144,10 @@ def test_a_draft_stops_at_its_share_of_the_budget() -> None:
     assert "cost_usd" not in fields  # no model was called: nothing to bill
 
 
-def test_a_manual_compaction_over_budget_still_uses_the_model() -> None:
+def test_a_manual_compaction_over_budget_is_refused_at_the_worker_too() -> None:
     w, store, model, fallback = _budgeted(MAN, 5000)
-    assert run_job(w.rt, w.jobs.record.id).state == "succeeded"
-    assert model.calls > 0 and fallback.calls == 0 and len(store.added) == 1
+    assert run_job(w.rt, w.jobs.record.id).state == "failed"
+    assert model.calls == fallback.calls == 0 and not store.added
 
 
 def test_a_failed_job_still_counts_what_its_calls_cost() -> None:

@@ -7,7 +7,15 @@ with the deterministic summarizer (``over_budget_summarizer = "deterministic"``;
 says so in ``result.overBudget``) or fails with :class:`QuotaExceededError` (``"refuse"``); a
 speculative draft stops sooner, at ``draft_budget_share`` of the budget, so that drafts never
 spend what the compactions an agent waits for need. Manual compactions, branch summaries and
-summaries were admitted at enqueue (the client refuses them over budget): they finish.
+summaries, admitted at enqueue (the client refuses them over budget), are checked again here
+and refused over it (a job that got past admission in a race, or a record nobody admitted).
+
+Before each model call (:class:`BudgetedSummarizer`) an estimate of the call's tokens (its
+prompt's characters / 4, plus its output budget) is reserved in the tenant's day, in one step
+with the check against ``tokens_per_day`` (spent + reserved + this call): parallel jobs cannot
+together pass the budget, and a prompt larger than what is left is never sent. What a delivery
+reserved is given back when it ends (:func:`account`), as its real spend is counted. A worker
+killed mid-call leaves its reservation in that day's count (the day's budget is the bound).
 
 When a delivery ends (:func:`account`), what its model calls cost is added to its tenant's day,
 drafts apart, and to the per-tenant metrics: before the job's end is published, so that whoever
@@ -17,22 +25,25 @@ sees the job ended (the agent's next compaction, a platform billing it) sees its
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from api_client.contract.errors import QuotaExceededError
 from api_client.contract.settings import ClientSettings
-from api_client.contract.usage import DayUsage, next_day_start
+from api_client.contract.usage import DayUsage, next_day_start, utc_day
 from api_client.contract.wire import CompactReason, JobKind, JobRecord
 from worker import metrics
 from worker.llm import Spend
+from worker.llm.settings import DEFAULT_MAX_OUTPUT_TOKENS
 from worker.service._job_context import JobContext
 from worker.service._job_stops import WAIT_FOR_REDIS
 from worker.service._outage import ride_out
+from worker.summary_requests import CancelToken, Summarizer, SummaryRequest, SummaryResult
 
-__all__ = ["Decision", "Over", "account", "bill", "check_budget", "decide", "job_spend",
-           "over_budget"]
+__all__ = ["BudgetedSummarizer", "Decision", "Over", "account", "bill", "check_budget", "decide",
+           "estimate_tokens", "job_spend", "over_budget"]
 
 log = logging.getLogger("worker.service")
 
@@ -89,10 +100,13 @@ def over_budget(usage: DayUsage, quota: Mapping[str, str], settings: ClientSetti
 
 
 def checked(record: JobRecord) -> bool:
-    """Jobs whose model calls the budget governs at the worker: automatic compactions and
-    drafts (manual ones and the other kinds were admitted at enqueue)."""
-    return record.kind is JobKind.COMPACT and record.reason in (*_AUTOMATIC,
-                                                                CompactReason.SPECULATIVE)
+    """Jobs whose model calls the budget governs at the worker: every kind that calls a model
+    (all but a prune)."""
+    return record.kind is not JobKind.PRUNE
+
+
+def _automatic(record: JobRecord) -> bool:
+    return record.kind is JobKind.COMPACT and record.reason in _AUTOMATIC
 
 
 def decide(record: JobRecord, usage: DayUsage, quota: Mapping[str, str],
@@ -106,7 +120,7 @@ def decide(record: JobRecord, usage: DayUsage, quota: Mapping[str, str],
     over = over_budget(usage, quota, settings)
     if over is None:
         return Decision("model")
-    deterministic = settings.over_budget_summarizer == "deterministic"
+    deterministic = _automatic(record) and settings.over_budget_summarizer == "deterministic"
     return Decision("deterministic" if deterministic else "refuse", over)
 
 
@@ -120,18 +134,84 @@ def check_budget(ctx: JobContext) -> None:
     usage, quota = rt.usage.today(record.tenant, now)
     decision = decide(record, usage, quota, rt.settings)
     if decision.over is None:
+        if getattr(rt.usage, "reserve", None) is not None:
+            ctx.summarizer = BudgetedSummarizer(ctx.summarizer, ctx)
         return
-    over = decision.over
-    if decision.action == "deterministic" and rt.deterministic is not None:
-        ctx.summarizer = rt.deterministic()
+    ctx.summarizer = _over(ctx, decision.over)
+
+
+def _over(ctx: JobContext, over: Over) -> Summarizer:
+    """The deterministic summarizer in the model's place (an automatic compaction, when so
+    configured), else :class:`QuotaExceededError`."""
+    rt, record = ctx.rt, ctx.record
+    deterministic = _automatic(record) and rt.settings.over_budget_summarizer == "deterministic"
+    if deterministic and rt.deterministic is not None:
         ctx.over_budget = over.note("deterministic")
         metrics.observe_tenant_budget(record.tenant, "deterministic")
         log.info("job %s: tenant %s over its %s (%s of %s): the deterministic summarizer "
                  "answers", ctx.job_id, record.tenant, over.quota, over.value, over.limit)
-        return
-    stopped = decision.action == "stop_draft"
+        return rt.deterministic()
+    stopped = record.reason is CompactReason.SPECULATIVE
     metrics.observe_tenant_budget(record.tenant, "draft_stopped" if stopped else "refused")
-    raise over.error(record.tenant, now)
+    raise over.error(record.tenant, rt.clock.time())
+
+
+def estimate_tokens(request: SummaryRequest) -> int:
+    """What a call may cost at most, about: its prompt (4 characters a token) and its output
+    budget (as the router clamps it)."""
+    chars = len(request.system_prompt) + len(request.prompt)
+    return -(-chars // 4) + min(request.max_tokens, DEFAULT_MAX_OUTPUT_TOKENS)
+
+
+class BudgetedSummarizer:
+    """The job's summarizer behind its tenant's ``tokens_per_day``: each call reserves its
+    estimate first (see the module doc); over the budget the call is not sent."""
+
+    def __init__(self, inner: Summarizer, ctx: JobContext) -> None:
+        self.inner, self._ctx = inner, ctx
+        self._day = utc_day(ctx.rt.clock.time())
+        self._share = (ctx.rt.settings.draft_budget_share
+                       if ctx.record.reason is CompactReason.SPECULATIVE else 1.0)
+        self._lock = threading.Lock()
+        self.reserved = 0
+
+    @property
+    def spend(self) -> Spend | None:
+        return getattr(self.inner, "spend", None)
+
+    @property
+    def progress(self) -> Any:
+        return self.inner.progress  # type: ignore[attr-defined]  # AttributeError: none
+
+    @progress.setter
+    def progress(self, value: Any) -> None:
+        self.inner.progress = value  # type: ignore[attr-defined]
+
+    def summarize(self, request: SummaryRequest,
+                  cancel: CancelToken | None = None) -> SummaryResult:
+        ctx, wanted = self._ctx, estimate_tokens(request)
+        store = ctx.rt.usage
+        assert store is not None
+        done, spent, held, limit = store.reserve(  # type: ignore[attr-defined]
+            ctx.record.tenant, self._day, wanted, int(ctx.rt.settings.tokens_per_day),
+            self._share)
+        if not done:
+            log.info("job %s: a call of ~%d tokens refused: tenant %s has spent %d and "
+                     "reserved %d of %g", ctx.job_id, wanted, ctx.record.tenant, spent, held,
+                     limit)
+            over = Over("tokens_per_day", limit, float(spent + held + wanted))
+            return _over(ctx, over).summarize(request, cancel)
+        with self._lock:
+            self.reserved += wanted
+        return self.inner.summarize(request, cancel)
+
+    def settle(self) -> None:
+        """Give back what the calls reserved (the delivery's real spend is counted instead)."""
+        with self._lock:
+            tokens, self.reserved = self.reserved, 0
+        if tokens and self._ctx.rt.usage is not None:
+            self._ctx.rt.usage.release(  # type: ignore[attr-defined]
+                self._ctx.record.tenant, self._day, tokens)
 
 
 def job_spend(ctx: JobContext) -> Spend | None:
@@ -157,6 +237,12 @@ def account(ctx: JobContext, spend: Spend | None, *, ended: bool) -> None:
     """Add the delivery's spend to its tenant's day and metrics (``ended``: this delivery
     ends the job, which then counts as one). A Redis that stays away loses the count, not the
     job: its end is written next, or waited for as the job's end always is."""
+    if isinstance(ctx.summarizer, BudgetedSummarizer):
+        try:
+            ride_out(ctx.control, "usage", ctx.summarizer.settle)
+        except WAIT_FOR_REDIS as err:
+            log.warning("job %s: reservation of tenant %s not given back: %s", ctx.job_id,
+                        ctx.record.tenant, err)
     if spend is None:
         return
     record, usage = ctx.record, spend.usage
