@@ -45,8 +45,8 @@ class ServerSettings(BaseSettings):
     # event streams (0 = no limit). Over either: 429 with Retry-After, before any header out.
     api_rate_per_s: float = Field(default=100.0, ge=0)
     api_rate_burst: int = Field(default=200, gt=0)
-    # An open stream holds one of its tenant's Redis connections (redis-py's pool: 100): the
-    # rest stay for the tenant's other requests.
+    # Each open stream holds a socket and a task of this process for as long as it is open: a
+    # tenant's streams cannot take what its other requests, and the other tenants, need.
     api_sse_streams_max: int = Field(default=32, ge=0)
     # Slow clients (slowloris): a connection whose request head is not in after
     # api_header_timeout_s, or whose body is not in after api_body_timeout_s, is closed; an
