@@ -8,9 +8,9 @@ outside the body limit (nothing of a refused request's body is read). Per tenant
   ``COMPACTOR_API_RATE_BURST``). In process, not in Redis: a bucket in Redis would cost a round
   trip per request on the very Redis the limit protects, and a flood must be refused without
   touching it. The limit is per replica: N replicas admit N times the rate;
-- open event streams (``COMPACTOR_API_SSE_STREAMS_MAX``): each holds a Redis connection of its
-  tenant's pool; past the cap a new stream is 429 before any header, so a stream never starts
-  with 200 and then drops for want of a connection.
+- open event streams (``COMPACTOR_API_SSE_STREAMS_MAX``): each holds a socket and a task of
+  the process while open; past the cap a new stream is 429 before any header, so a stream never
+  starts with 200 and then drops for want of a resource.
 
 Over either: 429 ``rate_limited`` / ``too_many_streams`` with ``Retry-After``. The probes
 (``/livez``, ``/readyz``, ``/openapi.json``) are not counted.
