@@ -4,7 +4,7 @@ A compaction plans on the path after the previous compaction's kept boundary (an
 pass on the path back to the prune watermark, ``SessionKeys.pruned``); reading and parsing a
 20 000-entry session to plan on its last few hundred entries cost a cold job most of its time.
 :meth:`PathStore.load_path` reads the leaf, the revision, the rewrites counter and the
-watermark in one transaction, then the path in pages (``path_page.lua``: the stored lines of an
+watermark in one ``MGET``, then the path in pages (``path_page.lua``: the stored lines of an
 entry and its parents, bounded in lines and bytes; a path without branches in runs of the order
 list, a few commands a page), newest first, each line parsed once, until
 ``reach`` (a pure function of :mod:`worker.compaction.reach`) says the part read is enough, or
@@ -82,9 +82,9 @@ class PathStore:
     def load_path(self, session_id: str, reach: Reach) -> PathSnapshot:
         k = self.layout.session(session_id)
         for _ in range(_READS):
-            header, rev, leaf, rewrites, pruned = self._call(lambda: (
-                self.redis.pipeline().get(k.header).get(k.rev).get(k.leaf).get(k.rewrites)
-                .get(k.pruned).execute()))
+            # one MGET (the keys share the session's hash tag): as atomic as a MULTI, 1 command
+            header, rev, leaf, rewrites, pruned = self._call(partial(
+                self.redis.mget, [k.header, k.rev, k.leaf, k.rewrites, k.pruned]))
             if header is None:
                 raise SessionNotFoundError(f"Session {session_id} not found")
             walk = self._walk(session_id, k, leaf or None, pruned, reach)

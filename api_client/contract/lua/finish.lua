@@ -19,10 +19,7 @@ if ARGV[8] == 'cancel' and state == 'running' then
   redis.call('HSET', KEYS[1], 'cancelRequested', '1')
   return {0, state, ''}
 end
-redis.call('HSET', KEYS[1], 'state', ARGV[2], 'finishedAt', ARGV[3])
-if #ARGV >= 10 then
-  redis.call('HSET', KEYS[1], unpack(ARGV, 10))
-end
+redis.call('HSET', KEYS[1], 'state', ARGV[2], 'finishedAt', ARGV[3], unpack(ARGV, 10))
 -- Only the slot holding this job is freed: a newer job of the kind may hold it already.
 for _, k in ipairs({3, 4, 5, 7}) do
   if redis.call('GET', KEYS[k]) == ARGV[1] then
