@@ -193,3 +193,50 @@ def test_per_turn_drafts_each_summarise_the_gap_only(
     # a turn's gap (about two messages of ~1 000 tokens each) and the previous summary, never
     # the whole history again (eight turns and more: over 16 000 tokens)
     assert all(c["input"] < 6_000 for c in costs), costs
+
+
+def draft_in_flight(client: CompactionClient, model: ModelServer, sid: str,
+                    agent: AgentSettings) -> Any:
+    """A speculative job whose first model call the loopback model holds."""
+    model.stall_next(1)
+    spec = client.compact(sid, reason="speculative", context_window=WINDOW, agent=agent)
+    assert model.in_flight.wait(30), "the draft job never called the model"
+    return spec
+
+
+def test_a_draft_in_flight_of_the_same_state_is_joined(
+        client: CompactionClient, fresh_model: ModelServer) -> None:
+    agent = agent_of("pi-1.6")
+    sid = session_of(client, 9)
+    state = current_state(client, sid)
+    spec = draft_in_flight(client, fresh_model, sid, agent)
+    handle = client.compact(sid, reason="threshold", context_window=WINDOW, agent=agent)
+    assert not handle.from_draft  # nothing stored yet
+    fresh_model.release()
+    entry = handle.wait(30)
+    assert isinstance(entry, dict)
+    record = handle.record()
+    assert record.result and record.result["joinedDraft"] == spec.id
+    assert record.model is None  # the draft's summary, no call of its own
+    assert_pis_cut(entry, "pi-1.6", state)
+
+
+def test_a_draft_in_flight_of_an_earlier_state_is_not_waited_for(
+        client: CompactionClient, fresh_model: ModelServer) -> None:
+    """Waiting for it would cost the wait and the gap's summary: the job plans at once."""
+    agent = agent_of("pi-1.6")
+    sid = session_of(client, 8)
+    spec = draft_in_flight(client, fresh_model, sid, agent)
+    turn(client, sid, 9)  # pi's cut moves: the draft in flight will not be exact
+    state = current_state(client, sid)
+    handle = client.compact(sid, reason="threshold", context_window=WINDOW, agent=agent)
+    try:
+        entry = handle.wait(30)  # while the draft's call is still held
+        assert spec.record().state.value == "running"  # its draft still computing
+    finally:
+        fresh_model.release()
+    assert isinstance(entry, dict)
+    record = handle.record()
+    assert record.result and "joinedDraft" not in record.result
+    assert_pis_cut(entry, "pi-1.6", state)
+    spec.wait(30)

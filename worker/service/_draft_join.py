@@ -11,6 +11,9 @@ cut is the agent's cut of the current path (``draft_is_exact``: the same state, 
 plan keeps from the same entry and splits the same turn), whether it fits or not (the agent's
 own compaction would keep as much), else extends it; such a stored draft the client's apply
 left (``moved``) is committed as it is by the job on the same condition (:func:`stored_entry`).
+It waits only for a draft in flight that will be exact (its snapshot leaf, on the speculative
+job's record: ``Drafts.planned_on``): waiting for one that will not would cost the wait and the
+summary of the gap, slower than the agent alone.
 
 A draft whose plan summarised nothing (the cut at the first message: pi 0.73's "No prior
 history.") would keep the whole context: none is stored (:func:`keeps_everything`), so none is
@@ -28,9 +31,9 @@ from api_client.contract.agent_settings import plan_key
 from api_client.contract.session import CompactionEntry, Entry, JsonObject, parse_entry
 from api_client.contract.session.context import context_messages, last_compaction_index
 from api_client.contract.wire import CompactReason, now_iso
-from worker.compaction import Preparation
+from worker.compaction import Preparation, prepare_compaction
 from worker.compaction.agent_cut import PI_VERSIONS
-from worker.compaction.extension import draft_is_exact
+from worker.compaction.extension import draft_is_exact, same_cut
 from worker.service._job_context import JobContext
 from worker.service._loop_guard import fit_threshold
 
@@ -60,11 +63,38 @@ def join_running_draft(ctx: JobContext) -> str | None:
     joined = drafts.running(ctx.session_id)
     if joined is None:
         return None
+    if ctx.cut_version in PI_VERSIONS and not _will_be_exact(ctx, joined):
+        log.info("job %s: does not wait for the draft job %s (planned on an earlier state: "
+                 "its cut is not the agent's now)", ctx.job_id, joined)
+        return None
     log.info("job %s: joins the draft job %s in flight", ctx.job_id, joined)
     while drafts.running(ctx.session_id) == joined:
         ctx.control.check()
         time.sleep(_JOIN_POLL_S)
     return joined
+
+
+def _will_be_exact(ctx: JobContext, joined: str) -> bool:
+    """With the agent's cut: will the draft in flight be exact for the session's state now? Its
+    snapshot's plan keeps from the entry the plan of the current path keeps from and splits
+    the same turn (one not said yet is planned on the state now: the agent appends nothing
+    while it waits for its compaction). One that will not is not waited for: the job would
+    wait for it and then summarise the gap all the same, slower than the agent alone."""
+    drafts, version = ctx.rt.drafts, str(ctx.cut_version)
+    leaf = drafts.snapshot_of(joined) if drafts is not None else None
+    if leaf is None:
+        return True
+    snap = ctx.rt.sessions.load(ctx.session_id)
+    if leaf == snap.leaf_id:
+        return True
+    path = snap.session.tree().path_to(snap.leaf_id)
+    at = next((i for i in range(len(path) - 1, -1, -1) if path[i].id == leaf), None)
+    if at is None:
+        return False
+    settings, tokenizer = ctx.compaction_settings, ctx.tokenizer
+    then = prepare_compaction(path[:at + 1], settings, tokenizer, version=version)
+    own = prepare_compaction(path, settings, tokenizer, version=version)
+    return then is not None and own is not None and same_cut(then, own)
 
 
 def joined_entry(ctx: JobContext, path: Sequence[Entry],

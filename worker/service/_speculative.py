@@ -50,6 +50,8 @@ def run_speculative(ctx: JobContext) -> JobSuccess:
     check_loop(ctx)  # a session in a compaction loop gets no more drafts: before any model call
     snap = ctx.rt.sessions.load(ctx.session_id)
     path = snap.session.tree().path_to(snap.leaf_id)
+    if ctx.cut_version in PI_VERSIONS and snap.leaf_id is not None:
+        _drafts(ctx.rt).planned_on(ctx.job_id, snap.leaf_id)  # a joining job reads it
     kept = _still_exact(ctx, path, snap.leaf_id)
     if kept is not None and snap.leaf_id is not None:
         return _carry(ctx, snap.leaf_id, snap.revision, path, kept)

@@ -175,6 +175,10 @@ class Drafts(Protocol):
 
     def running(self, session_id: str) -> str | None: ...
 
+    def planned_on(self, job_id: str, leaf_id: str) -> None: ...
+
+    def snapshot_of(self, job_id: str) -> str | None: ...
+
 
 class Hooks(Protocol):
     """The hook events the service dispatches (SPEC §13); ``worker.hooks.HookRunner``."""

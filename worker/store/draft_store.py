@@ -108,6 +108,18 @@ class DraftStore:
         state, lease_ms = self._read(look)
         return str(job_id) if state == "running" and int(lease_ms) > 0 else None
 
+    def planned_on(self, job_id: str, leaf_id: str) -> None:
+        """A speculative job's snapshot leaf, on its record while it runs: a compaction that
+        would join it judges whether its draft will be exact (``worker.service._draft_join``)."""
+        record = self.layout.job(job_id).record
+        self._read(lambda: self.redis.hset(record, "snapshotLeafId", leaf_id))
+
+    def snapshot_of(self, job_id: str) -> str | None:
+        """The snapshot leaf a running speculative job planned on (None: not said yet)."""
+        record = self.layout.job(job_id).record
+        raw = self._read(lambda: self.redis.hget(record, "snapshotLeafId"))
+        return None if raw is None else str(raw)
+
     @staticmethod
     def _read(call: Callable[[], T]) -> T:
         try:
