@@ -139,6 +139,7 @@ def test_the_tenants_own_work_goes_through_its_inbox(fleet: Fleet, demo_text: st
           f"({max(inbox_ms):.1f}), request path {statistics.median(request_ms):.1f} "
           f"({max(request_ms):.1f})")
     assert "NOPERM" not in fleet.worker.log()
+    assert "polled instead" not in fleet.worker.log()  # the docs' worker user hears the inboxes
 
 
 def _wait_running(fleet: Fleet, jobs: list[JobHandle]) -> None:
