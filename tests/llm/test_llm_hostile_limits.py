@@ -14,7 +14,13 @@ from llm.llm_fakes import EXTRACTIVE, FakeLLMServer, error, make_request, ok, op
 from llm.test_llm_router import MakeRouter
 
 from worker.llm._classify import caused_by_request
-from worker.llm.errors import BadRequest, NotFound, ServerError
+from worker.llm.errors import (
+    AllCandidatesFailedError,
+    BadRequest,
+    ContextOverflow,
+    NotFound,
+    ServerError,
+)
 from worker.llm.settings import DEFAULT_MAX_OUTPUT_TOKENS
 
 TOO_LARGE = {"error": {"message": "max_tokens is too large: 100000000000000000000000. This "
@@ -74,3 +80,16 @@ def test_max_tokens_is_clamped_to_the_candidates_output_limit(
     small, big = llm_server.seen
     assert _sent_max_tokens(small.body) == 4096
     assert _sent_max_tokens(big.body) == DEFAULT_MAX_OUTPUT_TOKENS
+
+
+def test_a_prompt_over_the_window_is_refused_not_sent(
+        llm_server: FakeLLMServer, make_router: MakeRouter) -> None:
+    """A summarize job's request cannot be split: over a candidate's configured window it is
+    refused with a typed error before any byte goes out (the tenant's budget bounds a prompt
+    to a candidate without a configured window: tests/server/test_server_hostile_quota.py)."""
+    router = make_router([openai(llm_server, "small", context_window=8_192)])
+    request = make_request(prompt="word " * 400_000, max_tokens=1000)
+    with pytest.raises(AllCandidatesFailedError) as failed:
+        router.summarize(request)
+    assert isinstance(failed.value.errors[0], ContextOverflow)
+    assert llm_server.seen == []

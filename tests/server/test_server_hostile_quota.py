@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 import redis
+from llm.llm_fakes import FakeLLMServer
 from server.server_support import ACME, tenant_http
 
 from api_client import CompactionClient
@@ -137,3 +138,20 @@ def test_parallel_summaries_never_spend_past_the_tokens_per_day(
     finally:
         raw.hdel(layout.tenant_quota("acme"), "tokens_per_day")
         raw.delete(usage)
+
+
+def test_a_prompt_larger_than_the_budget_left_is_not_sent(
+        acme: httpx.Client, raw: redis.Redis[str], module_redis: str,
+        model_server: FakeLLMServer) -> None:
+    """Before: a 15 MB prompt went to the model as one request. Now its estimate (~500 000
+    tokens for 2 MB) is over what the day has left: refused, and the model sees nothing."""
+    layout = CompactionClient(module_redis, tenant="acme").layout
+    raw.hset(layout.tenant_quota("acme"), "tokens_per_day", 100_000)
+    seen = len(model_server.seen)
+    try:
+        refused = acme.post("/v1/summarize", json={"prompt": "word " * 400_000})
+        assert refused.status_code in (429, 502), refused.text[:300]
+        assert "tokens_per_day" in refused.json()["detail"]
+        assert len(model_server.seen) == seen
+    finally:
+        raw.hdel(layout.tenant_quota("acme"), "tokens_per_day")
