@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 import redis
@@ -17,8 +17,12 @@ from runtime.runtime_support import new_session, runtime_settings
 
 from api_client import CompactionClient
 from api_client.contract.keys import KeyLayout
+from api_client.contract.session import Entry
+from helpers.sessions import assistant, user
 from helpers.waits import wait_until
 from worker.settings import WorkerSettings
+from worker.store import paths
+from worker.store.paths import PathStore
 
 JOBS = 4
 # Was ~300 (20 PTTLs in each of five retention refreshes, one HGET an entry of the path read,
@@ -96,3 +100,51 @@ def test_one_compaction_job_costs_at_most_its_commands(
     # nothing on the job path reads a whole session in one command
     assert "cmdstat_memory" not in grown
     assert grown.get("cmdstat_hget", 0) < 10 * JOBS  # not one HGET an entry of the path
+
+
+def _never(path: Sequence[Entry], pruned: str | None) -> bool:
+    return False
+
+
+def _path_read(client: CompactionClient, raw: redis.Redis[str],
+               sid: str) -> tuple[list[str], list[str], int]:
+    """(the path a job reads, the path a full load gives, commands the read cost)."""
+    before = calls(raw)
+    snap = PathStore(client.redis, client.layout).load_path(sid, _never)
+    spent = calls(raw) - before - 1  # INFO's own
+    full = client.sessions.load(sid)
+    expected = full.session.tree().path_to(full.leaf_id)
+    assert snap.complete and snap.leaf_id == full.leaf_id
+    return [e.id for e in snap.path], [e.id for e in expected], spent
+
+
+def test_a_path_without_branches_is_read_in_a_few_commands(
+        client: CompactionClient, module_redis: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    raw = redis.Redis.from_url(module_redis, decode_responses=True)
+    sid = client.sessions.create()
+    client.sessions.append_many(sid, [m for n in range(300) for m in (user(f"q{n}"),
+                                                                      assistant(f"a{n}"))])
+    read, expected, spent = _path_read(client, raw, sid)
+    assert read == expected and len(read) == 600
+    # 2 pages (500 lines a page): runs of 4, 16, 64, 256, ... lines, two commands a run,
+    # and the MGET of the leaf: not one HGET an entry
+    print(f"path of {len(read)} entries read in {spent} commands")
+    assert spent <= 30, spent
+    monkeypatch.setattr(paths, "PAGE_BYTES", 2_000)  # many small pages: still the same path
+    read, expected, _ = _path_read(client, raw, sid)
+    assert read == expected
+
+
+def test_a_branched_path_leaves_the_order_list_and_is_still_the_path(
+        client: CompactionClient, module_redis: str) -> None:
+    raw = redis.Redis.from_url(module_redis, decode_responses=True)
+    sid = client.sessions.create()
+    ids = client.sessions.append_many(sid, [m for n in range(20) for m in (user(f"q{n}"),
+                                                                           assistant(f"a{n}"))])
+    client.sessions.navigate(sid, ids[9])  # a fork: the new entries' parent is entry 9
+    client.sessions.append_many(sid, [user("other"), assistant("branch")])
+    read, expected, _ = _path_read(client, raw, sid)
+    assert read == expected == [*ids[:10], *read[10:]] and len(read) == 12
+    client.sessions.navigate(sid, ids[30])  # the leaf is no longer order's last entry
+    read, expected, _ = _path_read(client, raw, sid)
+    assert read == expected == ids[:31]
