@@ -101,8 +101,8 @@ def joined_entry(ctx: JobContext, path: Sequence[Entry],
                  joined: str) -> tuple[JsonObject, Mapping[str, Any]] | None:
     """The compaction entry of the joined job's draft, and the draft, when it is stored and fits
     ``path`` as the client's apply would take it (its snapshot leaf on the path, no compaction
-    since, the compacted context under the request's line), else None (the job plans, building
-    on it)."""
+    since, the compacted context under the request's line; with the agent's cut: its cut the
+    agent's cut of ``path``), else None (the job plans, building on it)."""
     drafts = ctx.rt.drafts
     draft = drafts.get(ctx.session_id) if drafts is not None else None
     if not draft or draft.get("jobId") != joined:
