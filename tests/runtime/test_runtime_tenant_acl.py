@@ -403,3 +403,22 @@ def test_the_sweep_goes_on_past_a_record_that_does_not_parse(fleet: Fleet) -> No
     assert sweeper.sweep() == 1
     assert sent == [(good, MANUAL)]
     assert fleet.admin.zscore(layout.jobs_due, bad) is None
+
+
+def test_a_worker_user_without_the_inbox_channel_polls(fleet: Fleet) -> None:
+    """The fleet's user from before this channel: the admitter says so once and polls."""
+    from worker.service._admitter import Admitter
+    from worker.settings import WorkerSettings
+    from worker.store.inbox import InboxStore
+    from worker.store.job_lifecycle import JobStore
+
+    rules = acl_rules("compactor").replace(" &compactor:tenant:*:inbox", "")
+    _user(fleet.admin, "old-fleet", rules)
+    client = fleet.raw("old-fleet")
+    settings = WorkerSettings(redis_url=fleet.url("old-fleet"))
+    admitter = Admitter(InboxStore(client, client, LAYOUT, settings),
+                        JobStore(client, settings, LAYOUT), lambda *_: None)
+    admitter._pubsub = admitter._subscribe()
+    assert admitter._announced(10.0) == set()
+    assert admitter._pubsub is None and not admitter.may_subscribe
+    assert admitter._subscribe() is None

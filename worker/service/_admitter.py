@@ -82,6 +82,7 @@ class Admitter:
         self.dropped: Counter[str] = Counter()
         self._reported = 0.0
         self.pending: set[str] = set()  # tenants whose inbox held more than their turn took
+        self.may_subscribe = True  # False: the workers' user may not listen (polled instead)
         self._allowance: dict[str, tuple[float, float]] = {}  # tenant → (ids, at monotonic)
 
     def start(self) -> None:
@@ -95,16 +96,24 @@ class Admitter:
             self._thread = None
 
     def _subscribe(self) -> redis.client.PubSub | None:
+        if not self.may_subscribe:
+            return None
         pubsub = self.store.redis.pubsub(ignore_subscribe_messages=True)
         try:
             pubsub.psubscribe(self.store.inbox_match())
         except redis.exceptions.NoPermissionError:
-            log.warning("the workers' Redis user may not PSUBSCRIBE %s (docs/deploying.md "
-                        "'Redis ACL and TLS'): the tenants' inboxes are polled instead",
-                        self.store.inbox_match())
-            pubsub.close()
+            self._refused(pubsub)
             return None
         return pubsub
+
+    def _refused(self, pubsub: redis.client.PubSub) -> None:
+        """The workers' user may not listen on the inboxes: poll them (said once)."""
+        log.warning("the workers' Redis user may not PSUBSCRIBE %s (docs/deploying.md "
+                    "'Redis ACL and TLS'): the tenants' inboxes are polled every %s s instead",
+                    self.store.inbox_match(), POLL_S)
+        self.may_subscribe = False
+        pubsub.close()
+        self._pubsub = None
 
     def _loop(self) -> None:
         polled = discovered = 0.0
@@ -155,7 +164,11 @@ class Admitter:
             self._stop.wait(wait_s)
             return set()
         tenants: set[str] = set()
-        message = self._pubsub.get_message(timeout=wait_s)
+        try:
+            message = self._pubsub.get_message(timeout=wait_s)  # refusals come back here
+        except redis.exceptions.NoPermissionError:
+            self._refused(self._pubsub)
+            return tenants
         for _ in range(MESSAGES):
             if message is None:
                 break
