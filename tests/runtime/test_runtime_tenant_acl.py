@@ -149,18 +149,31 @@ def _wait_running(fleet: Fleet, jobs: list[JobHandle]) -> None:
         "both slots to be busy")
 
 
-def test_a_queued_job_is_cancelled_with_the_tenants_user(fleet: Fleet, demo_text: str) -> None:
-    fleet.model.stall_next(100)  # both of the worker's slots hold: the next job stays queued
+def test_queued_jobs_are_cancelled_and_upgraded_with_the_tenants_user(
+        fleet: Fleet, demo_text: str) -> None:
+    """A queued job cancelled, and a queued manual compaction upgraded by an overflow request
+    (the admitter sends it again at the overflow's priority)."""
+    fleet.model.stall_next(100)  # both of the worker's slots hold: the next jobs stay queued
     try:
         with fleet.client("acme", "acme", inbox=True) as acme:
             running = [acme.compact(_session(acme, demo_text)) for _ in range(2)]
             _wait_running(fleet, running)
             queued = acme.compact(_session(acme, demo_text))
             assert queued.cancel() is JobState.CANCELLED
+            sid = _session(acme, demo_text)
+            manual = acme.compact(sid)
+            queued_key = LAYOUT.tenant_queued("acme")
+            wait_until(lambda: fleet.admin.zscore(queued_key, manual.id), 60, "the admission")
+            upgraded = acme.compact(sid, reason="overflow")
+            assert upgraded.id == manual.id
+            overflow = route_for(JobKind.COMPACT, CompactReason.OVERFLOW).priority
+            wait_until(lambda: (fleet.admin.zscore(queued_key, manual.id) or 10**14) // 10**13
+                       == overflow, 60, "the upgrade")
     finally:
         fleet.model.release()
-    for job in running:
+    for job in [*running, manual]:
         job.wait(60)
+    assert fleet.record(manual.id).reason is CompactReason.OVERFLOW
     with pytest.raises(JobCancelledError):
         queued.wait(60)
 
