@@ -49,8 +49,10 @@ __all__ = [
     "APPEND_REPLIES",
     "DEFAULT_TENANT",
     "INFLIGHT_SPECULATIVE",
+    "JOB_ID_PATTERN",
     "JOB_KINDS",
     "QUOTA_FIELDS",
+    "SESSION_ID_PATTERN",
     "USAGE_FIELDS",
     "JobKeys",
     "KeyLayout",
@@ -82,6 +84,9 @@ TENANT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 _SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,255}")
 _QUALIFIED_ID = re.compile(r"(?:([a-z0-9][a-z0-9_-]{0,62})~)?([A-Za-z0-9][A-Za-z0-9_.:-]{0,255})")
 _TOKEN = re.compile(r"[0-9a-f]{16}")
+# The same as JSON Schema patterns: docs/openapi.json declares them on the path parameters.
+SESSION_ID_PATTERN = f"^{_SESSION_ID.pattern}$"
+JOB_ID_PATTERN = f"^{_QUALIFIED_ID.pattern}:{_TOKEN.pattern}$"
 # The fields of a tenant's quota hash (``compactor tenant quota`` writes them), each overriding
 # the setting of the same name for that tenant; 0 = no limit.
 QUOTA_FIELDS: tuple[str, ...] = ("queued_jobs_max", "stored_bytes_max", "tokens_per_day",

@@ -18,6 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from api_client import AsyncCompactionClient, ClientSettings, CompactorError
 from api_client.server import (
@@ -32,8 +33,8 @@ from api_client.server.auth import DEFAULT_TENANT, TokenTable
 from api_client.server.body_limit import BodyLimit
 from api_client.server.fanout import WAITERS_CODE, Fanout
 from api_client.server.guards import GUARD_CODES, TenantGuards
+from api_client.server.openapi_doc import complete
 from api_client.server.problems import MEDIA_TYPE, PROBLEMS, error_body, problem_body
-from api_client.server.schemas import ProblemBody
 from api_client.server.server_state import BearerAuth, ServerState, server_state
 from api_client.server.settings import ServerSettings
 
@@ -44,8 +45,9 @@ log = logging.getLogger("api_client.server")
 API_VERSION = "1.0.0"  # of the HTTP API (the routes and bodies), not of the package
 _PROBLEM = {"content": {MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/ProblemBody"}}},
             "description": "a problem (RFC 9457): `code` says which"}
-_HTTP_CODES = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed",
-               413: "body_too_large"}
+# 400: a body FastAPI could not parse (not UTF-8, or nested deeper than the JSON parser goes).
+_HTTP_CODES = {400: "invalid_json", 401: "unauthorized", 404: "not_found",
+               405: "method_not_allowed", 413: "body_too_large"}
 # Codes only the HTTP layer answers (the others are the error tree's: problems.PROBLEMS).
 _OWN_CODES = ("invalid_json", "validation_error", "internal_error")
 # A host and port, an IPv4 or an [IPv6] address in an error's text (a Redis client error names
@@ -85,11 +87,23 @@ async def _on_validation(_: Request, err: Exception) -> JSONResponse:
     return _problem(422, problem_body(422, "validation_error", detail, errors=problems))
 
 
-async def _on_http(_: Request, err: Exception) -> JSONResponse:
+async def _on_http(request: Request, err: Exception) -> JSONResponse:
     assert isinstance(err, HTTPException)
     code = _HTTP_CODES.get(err.status_code, f"http_{err.status_code}")
+    headers = dict(err.headers or {})
+    if err.status_code == 405:  # Starlette names the first route's method only
+        headers["Allow"] = ", ".join(_allowed(request))
     return _problem(err.status_code, problem_body(err.status_code, code, str(err.detail)),
-                    dict(err.headers or {}))
+                    headers)
+
+
+def _allowed(request: Request) -> list[str]:
+    """The methods of every route of the request's path (the document lists the same)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        if route.matches(request.scope)[0] != Match.NONE:
+            methods |= getattr(route, "methods", None) or set()
+    return sorted(methods)
 
 
 async def _on_crash(_: Request, err: Exception) -> JSONResponse:
@@ -113,17 +127,14 @@ def _probes(app: FastAPI) -> None:
 
 
 def _document_problems(app: FastAPI) -> None:
-    """Every error response refers to ProblemBody; FastAPI lists only models a route returns."""
+    """Every error response refers to ProblemBody; FastAPI lists only models a route returns.
+    The rest FastAPI cannot see (codes, id patterns, Retry-After): openapi_doc.complete."""
     generate = app.openapi
 
     def openapi() -> dict[str, Any]:
-        document = generate()
-        schemas = document.setdefault("components", {}).setdefault("schemas", {})
-        if "ProblemBody" not in schemas:
-            body = ProblemBody.model_json_schema()
-            body["properties"]["code"]["enum"] = sorted(problem_codes())
-            schemas["ProblemBody"] = body
-        return document
+        if app.openapi_schema is None:
+            app.openapi_schema = complete(generate(), problem_codes())
+        return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
 

@@ -20,7 +20,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import Response, StreamingResponse
 
-from api_client import AsyncEventReader, JobEvent
+from api_client import AsyncEventReader, JobEvent, SessionNotFoundError
 from api_client.server.fanout import Fanout, Follower, TooManyWaiters, waiters_refused
 from api_client.server.server_state import ServerState, authorize, state_of
 
@@ -113,6 +113,9 @@ async def _stream(state: ServerState, session_id: str | None, since: str | None,
 async def session_events(session_id: str, state: State, since: Since = None,
                          follow: Follow = True,
                          last_event_id: LastEventId = None) -> Response:
+    """404 for a session that does not exist (never created, or deleted)."""
+    if not await state.client.sessions.exists(session_id):
+        raise SessionNotFoundError(f"Session {session_id} not found")
     return await _stream(state, session_id, since, follow, last_event_id)
 
 

@@ -65,6 +65,9 @@ class BearerAuth:
         if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
+        if scope["path"].startswith(PATH_PREFIX) and scope["method"] != "POST":
+            await self.app(scope, receive, send)  # 405 whatever the secret: no oracle
+            return
         if scope["path"].startswith(PATH_PREFIX):  # the secret in the path is the credential
             tenant, problem = self._url_tenant(scope["path"])
         else:
