@@ -28,7 +28,7 @@ import pytest
 from conftest import RedisProcess
 from pydantic import SecretStr
 from recovery.recovery_support import WorkerProcess, model_env, worker_env
-from runtime.runtime_support import entries_of_type, runtime_settings
+from runtime.runtime_support import entries_of_type, runtime_settings, session_events
 
 from api_client import CompactionClient
 from helpers.pi_agent import (
@@ -150,6 +150,24 @@ def used_draft(client: CompactionClient, entry: dict[str, Any]) -> str:
     return used[0]
 
 
+def draft_costs(client: CompactionClient, sid: str) -> list[tuple[int, int, str]]:
+    """(input, output, how) model tokens of each draft the extension asked for so far, in order:
+    ``extended`` (the previous draft's summary and the gap), ``carried`` (the cut did not move:
+    no call) or ``whole`` (planned on the path alone)."""
+    out: list[tuple[int, int, str]] = []
+    for event in session_events(client, sid):
+        if event.type.value != "compaction_end" or event.reason is None or (
+                event.reason.value != "speculative"):
+            continue
+        record = client.job(event.job_id).record()
+        result = record.result or {}
+        how = ("carried" if result.get("carriedDraft") else
+               "extended" if result.get("extendedDraft") else "whole")
+        usage = record.usage
+        out.append((usage.input if usage else 0, usage.output if usage else 0, how))
+    return out
+
+
 def entries(pi: PiRpc, kind: str) -> list[dict[str, Any]]:
     return [e for e in read_jsonl(pi.session_file()) if e.get("type") == kind]
 
@@ -197,7 +215,8 @@ def test_pi_compacts_with_compactor(pi: PiRpc, llm: StreamingModel, client: Comp
     first = entries(pi, "compaction")[-1]
     assert "Compactor summary" in first["summary"] and first["fromHook"] is True
     assert written_by_compactor(client, sid, first)
-    print(f"threshold compaction: the draft {used_draft(client, first)}")
+    print(f"threshold compaction: the draft {used_draft(client, first)}; drafts in the band "
+          f"(input, output model tokens): {draft_costs(client, sid)}")
     differences += cut_differs(first, tmp_path)  # pi's cut, through the draft
     assert end[0]["result"]["estimatedTokensAfter"] > 0
     assert "Compactor summary" in next_request_text(pi, llm)
