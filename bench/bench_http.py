@@ -16,6 +16,13 @@ each iteration times:
 * ``summarize``: ``POST /v1/summarize`` (a summarize job through the worker's router) against
   ``client.summarize(...).wait()``; the model's own 50 ms is the floor of both.
 
+Then the load runs (bench/_http_load.py): ``wrk`` at c = 1 / 64 / 1 024 against
+``compactor serve`` (``--workers`` 1 and 2) and, in the same run and interleaved, its ceiling:
+FastAPI serving one Redis call (bench/ceiling_app.py) with as many processes; requests per
+second, p50/p99, CPU per request, 429s and 503s, each as a ratio to the ceiling.
+
+    .venv/bin/python bench/bench_http.py --load-seconds 4 --reps 2 --concurrency 1,64,1024
+
 Writes ``bench/results/http.json``.
 """
 
@@ -33,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _http_load import load_runs
 from _loopback import SAMPLE, loopback_model, wait_for_workers, workers
 from _report import Report, percentile
 
@@ -47,7 +55,8 @@ PROMPT = "[User]: fix the importer in src/importer.py; keep the tests green\n" *
 def _serve(redis_url: str, port: int) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMPACTOR_")}
     env.update({"COMPACTOR_REDIS_URL": redis_url,
-                "COMPACTOR_API_TOKENS": f'{{"{TOKEN}": "default"}}'})
+                "COMPACTOR_API_TOKENS": f'{{"{TOKEN}": "default"}}',
+                "COMPACTOR_API_RATE_PER_S": "0"})  # one tenant's load: docs/security.md
     return subprocess.Popen([sys.executable, "-m", "worker", "serve", "--port", str(port),
                              "--log-level", "warning"], cwd=REPO, env=env)
 
@@ -102,6 +111,13 @@ def _pair(report: Report, name: str, via_http: list[float], via_client: list[flo
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("-n", type=int, default=300)
+    parser.add_argument("--load-seconds", type=float, default=4.0)
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--concurrency", default="1,64,1024")
+    parser.add_argument("--sessions", type=int, default=2000, help="sessions the load uses")
+    parser.add_argument("--load-only", action="store_true", help="skip the one-connection part")
+    parser.add_argument("--before", type=Path, default=None,
+                        help="also load compactor serve of this tree (git archive <commit>)")
     args = parser.parse_args()
     report = Report("http")
     with embedded_redis() as url:
@@ -114,12 +130,17 @@ def main() -> None:
             client.warm()
             api = Api(port)
             try:
-                _enqueue(report, api, client, args.n)
-                with loopback_model(0.05) as model, workers(url, model.base_url):
-                    wait_for_workers(url, 1)
-                    _summaries(report, api, client, max(20, args.n // 10))
+                if not args.load_only:
+                    _enqueue(report, api, client, args.n)
+                    with loopback_model(0.05) as model, workers(url, model.base_url):
+                        wait_for_workers(url, 1)
+                        _summaries(report, api, client, max(20, args.n // 10))
             finally:
                 api.close()
+            load_runs(report, url, client, TOKEN, _free_port,
+                      concurrencies=[int(c) for c in args.concurrency.split(",")],
+                      seconds=args.load_seconds, reps=args.reps, sessions=args.sessions,
+                      before=args.before)
         finally:
             client.close()
             server.terminate()
@@ -149,7 +170,7 @@ def _enqueue(report: Report, api: Api, client: CompactionClient, n: int) -> None
     _pair(report, "compact", http_compact, client_compact,
           "POST /v1/sessions/{id}/compact -> 202 (one uvicorn process)")
     _pair(report, "append", http_append, client_append,
-          "POST /v1/sessions/{id}/entries, 2 messages (append + revision read)")
+          "POST /v1/sessions/{id}/entries, 2 messages (one round trip)")
 
 
 def _summaries(report: Report, api: Api, client: CompactionClient, n: int) -> None:

@@ -25,14 +25,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi.responses import JSONResponse
 
-from api_client.client.sync_client import stream_start
-from api_client.contract.errors import BrokerUnavailableError
+from api_client.contract.errors import BrokerUnavailableError, InvalidRequestError
 from api_client.contract.job_records import decode_event
 from api_client.contract.keys import KeyLayout
 from api_client.contract.redis_conn import make_async_redis
@@ -49,6 +49,7 @@ WAITERS_CODE = "too_many_waiters"
 _READ_COUNT = 500  # entries one read takes from a stream
 _RETRY_S = 1.0  # pause after a failed read before the next one
 _StreamId = tuple[int, int]
+_STREAM_ID = re.compile(r"\d+(-\d+)?")
 
 
 class TooManyWaiters(Exception):
@@ -128,11 +129,11 @@ class Fanout:
         """A follower of ``key`` from ``since`` (``start``, ``now`` or a stream id; None: now).
         Raises :class:`TooManyWaiters`, or InvalidRequestError for a bad ``since``.
         :meth:`unfollow` it when done."""
-        start = stream_start(since, None)
+        start = _start(since)
         self._admit()
         try:
             await self._wait_ready()
-            if start in (None, "$"):
+            if start is None:
                 last = await self._reads.xrevrange(key, count=1)
                 start = str(last[0][0]) if last else "0-0"
         except BaseException:
@@ -182,6 +183,9 @@ class Fanout:
                 log.warning("event reader: %s", err)
                 await asyncio.sleep(_RETRY_S)
                 continue
+            if not reply:  # a quiet while: read every followed stream once more, so an event
+                for key in list(self._followers):  # whose global copy was lost still gets out
+                    self._ring(key)
             for key, entries in reply or ():
                 if entries:
                     cursors[key] = str(entries[-1][0])
@@ -243,6 +247,18 @@ class Fanout:
         finally:
             del self._fetching[key]
             self._dirty.discard(key)
+
+
+def _start(since: str | None) -> str | None:
+    """The stream id after which ``since`` begins (None: the stream's last, i.e. ``now``)."""
+    if since in (None, "now", "$"):
+        return None
+    if since == "start":
+        return "0-0"
+    if not _STREAM_ID.fullmatch(str(since)):
+        raise InvalidRequestError(
+            f"since={since!r}: 'start', 'now' or a stream id such as '1700000000000-0'")
+    return since
 
 
 def _deliver(entries: list[Any], followers: set[Follower]) -> None:

@@ -72,16 +72,16 @@ async def get_job(job_id: str, state: State,
                                                "COMPACTOR_API_MAX_WAIT_S)")] = 0) -> JSONResponse:
     """The job record (state, kind, reason, times, attempts, model, usage; the entry or result
     once it succeeded, the error once it failed)."""
-    handle = await state.client.job(job_id)
+    jobs = state.client.jobs  # one read of the record (JobNotFoundError: 404)
     if wait <= 0:
-        record = await handle.record()
+        record = await jobs.get(job_id)
     else:  # the process's one reader wakes it (api_client.server.fanout)
         try:
             async with state.fanout.job_end(job_id) as ended:
-                record = await handle.record()
+                record = await jobs.get(job_id)
                 if not record.state.terminal:
                     await asyncio.wait({ended}, timeout=min(wait, state.settings.api_max_wait_s))
-                    record = await handle.record()
+                    record = await jobs.get(job_id)
         except TooManyWaiters as err:
             return waiters_refused(err)
     body = record.to_wire()

@@ -1,4 +1,4 @@
-"""``compactor serve --workers N``: N processes on one listening socket (docs/operations.md
+"""``compactor serve --workers N``: N processes on one listening socket (docs/http-api.md
 "Serving processes").
 
 The parent binds the socket, then forks N children; each runs uvicorn with its own event loop,

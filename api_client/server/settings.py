@@ -23,7 +23,7 @@ class ServerSettings(BaseSettings):
     api_tokens: SecretStr | None = None
     api_host: str = "127.0.0.1"
     api_port: int = Field(default=8080, ge=0, le=65_535)
-    # Serving processes on the one port (``--workers``; docs/operations.md "Serving
+    # Serving processes on the one port (``--workers``; docs/http-api.md "Serving
     # processes"): about one per core the server may use. Each has its own pools and reader.
     api_workers: int = Field(default=1, ge=1)
     # Larger request bodies are refused with 413 before they are read to the end (a session

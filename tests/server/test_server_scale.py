@@ -1,4 +1,4 @@
-"""The HTTP tier scales out (docs/operations.md "Serving processes"): ``compactor serve
+"""The HTTP tier scales out (docs/http-api.md "Serving processes"): ``compactor serve
 --workers N`` is N processes on one port, each with its own event reader, stopped together;
 an append over HTTP is one Redis round trip (the script's reply carries the revision)."""
 
