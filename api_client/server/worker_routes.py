@@ -68,7 +68,9 @@ async def worker_lost(client: AsyncCompactionClient, record: JobRecord) -> bool:
         return False
     holder = await client.redis.get(client.layout.job(record.id).lease)
     if holder is None:
-        return True
+        # The job may have ended since ``record`` was read (its worker released the lease as it
+        # finished): lost only if it still runs (else a client gives up on a finished job).
+        return (await client.jobs.get(record.id)).state is JobState.RUNNING
     worker_id = str(holder.decode() if isinstance(holder, bytes) else holder).rpartition("/")[0]
     return (await _read(client, worker_id))[1]
 
