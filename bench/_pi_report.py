@@ -132,5 +132,6 @@ def row(report: Report, label: str, case: Case,
             "cut_matches": matched, "cut_offsets": [c.cut_offset for c in by_compactor],
             "kept_tokens": [[c.kept_tokens, c.pi_kept_tokens] for c in by_compactor],
             "turns": [[a.turns, s.turns] for a, s in pairs],  # alone, with Compactor
+            "summary_tokens": [[a.summary_tokens, s.summary_tokens] for a, s in pairs],
             "alone_stalls_ms": [round(c.stall_ms) for c in alone],
             "compactor_stalls_ms": [round(c.stall_ms) for c in served]}
