@@ -61,10 +61,10 @@ from functools import lru_cache
 from typing import Any
 
 from api_client.client.jobs import check_context_window
-from api_client.client.json_templates import SLOTS, Template, escaped, template
 from api_client.contract.agent_settings import AgentSettings, plan_key
 from api_client.contract.errors import CompactionLoopError, InvalidRequestError
 from api_client.contract.job_records import event_fields
+from api_client.contract.json_templates import SLOTS, Template, escaped, template
 from api_client.contract.keys import KeyLayout
 from api_client.contract.lua_scripts import CLIENT_SCRIPTS
 from api_client.contract.redis_flows import Command, Flow, Pipeline, Script, cmd

@@ -17,8 +17,7 @@ import redis
 import redis.asyncio
 from pydantic import ValidationError
 
-from api_client.client.admission import admission
-from api_client.client.task_messages import task_push
+from api_client.contract.admission import admission, due_ms
 from api_client.contract.agent_settings import AgentSettings
 from api_client.contract.errors import (
     InstructionsTooLongError,
@@ -44,6 +43,7 @@ from api_client.contract.redis_flows import (
 )
 from api_client.contract.session.validate import check_entry_id, check_json_value
 from api_client.contract.settings import ClientSettings
+from api_client.contract.task_messages import task_push
 from api_client.contract.wire import (
     CompactReason,
     JobEvent,
@@ -192,11 +192,6 @@ def check_context_window(value: object) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise InvalidRequestError(f"context_window must be a positive int, not {value!r}")
     return value
-
-
-def due_ms(settings: ClientSettings) -> int:
-    """When the workers' sweep first looks at a new job (``requeue_after_s`` from now)."""
-    return int((time.time() + settings.requeue_after_s) * 1000)
 
 
 def parse_enqueue(reply: Sequence[Any], route: Route, pushed: bool = False) -> EnqueueResult:

@@ -23,12 +23,12 @@ from api_client.client.draft_apply import (
     refuse,
     uses_draft,
 )
-from api_client.client.jobs import EnqueueResult, _JobCore, due_ms, parse_enqueue
+from api_client.client.jobs import EnqueueResult, _JobCore, parse_enqueue
 from api_client.client.speculation import agent_view, look, near, next_step
 from api_client.client.summaries import SummaryInput, summary_record
-from api_client.client.task_messages import task_push
 from api_client.client.thresholds import should_compact
 from api_client.client.transport import BrokerMode, ClientFlow, OnBroker, Publish
+from api_client.contract.admission import due_ms
 from api_client.contract.agent_settings import AgentSettings
 from api_client.contract.errors import (
     BrokerUnavailableError,
@@ -42,6 +42,7 @@ from api_client.contract.redis_flows import Pipeline, Script, cmd
 from api_client.contract.session.context import LlmContext, llm_context
 from api_client.contract.settings import ClientSettings
 from api_client.contract.snapshots import load_snapshot
+from api_client.contract.task_messages import task_push
 from api_client.contract.usage import DayUsage, last_days, read_usage
 from api_client.contract.wire import (
     DRAFT_APPLIED_ROUTE,

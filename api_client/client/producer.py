@@ -1,6 +1,6 @@
 """The send-only Celery app of the client, for RabbitMQ brokers (kombu publishes); a Redis broker
 takes the task message from the client's own scripts and pipelines instead
-(:mod:`api_client.client.task_messages`), so a client on Redis never imports Celery."""
+(:mod:`api_client.contract.task_messages`), so a client on Redis never imports Celery."""
 
 from __future__ import annotations
 

@@ -18,10 +18,10 @@ import redis
 from client.conftest import seed_sessions
 
 from api_client import AsyncCompactionClient, ClientSettings, CompactionClient
-from api_client.client.task_messages import event_channel, task_push
 from api_client.contract.errors import EntryNotFoundError, JobConflictError, SessionNotFoundError
 from api_client.contract.keys import KeyLayout
 from api_client.contract.redis_conn import redis_db, same_redis
+from api_client.contract.task_messages import event_channel, task_push
 from api_client.contract.wire import (
     CompactReason,
     JobKind,

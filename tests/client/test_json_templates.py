@@ -8,8 +8,8 @@ import pytest
 
 from api_client import ClientSettings
 from api_client.client.draft_apply import _call, _record, apply_draft
-from api_client.client.json_templates import SLOTS, escaped, quoted, template
 from api_client.contract.errors import InvalidIdError, InvalidRequestError
+from api_client.contract.json_templates import SLOTS, escaped, quoted, template
 from api_client.contract.keys import KeyLayout
 from api_client.contract.wire import CompactReason, EventType, JobEvent, JobState
 

@@ -25,13 +25,13 @@ from recovery.recovery_support import RedisServer, WorkerProcess, model_env, wai
 from runtime.runtime_model_server import ModelServer
 
 from api_client import ClientSettings, CompactionClient, JobHandle
-from api_client.client.task_messages import task_push
 from api_client.contract.errors import (
     JobCancelledError,
     JobFailedError,
     QuotaExceededError,
 )
 from api_client.contract.keys import KeyLayout
+from api_client.contract.task_messages import task_push
 from api_client.contract.wire import (
     CompactReason,
     JobKind,

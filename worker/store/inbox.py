@@ -19,13 +19,12 @@ from typing import Any
 
 import redis
 
-from api_client.client.admission import admission
-from api_client.client.jobs import due_ms
-from api_client.client.task_messages import task_push
+from api_client.contract.admission import admission, due_ms
 from api_client.contract.job_records import quota_exceeded
 from api_client.contract.keys import TENANT_NAME, KeyLayout, split_tenant, tenant_of_job
 from api_client.contract.lua_scripts import CLIENT_SCRIPTS, lua
 from api_client.contract.redis_conn import redis_db
+from api_client.contract.task_messages import task_push
 from api_client.contract.wire import JobRecord, Route
 from worker.settings import WorkerSettings
 from worker.store.leases import guarded

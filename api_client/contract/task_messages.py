@@ -30,7 +30,7 @@ import uuid
 from dataclasses import dataclass
 from functools import lru_cache
 
-from api_client.client.json_templates import quoted
+from api_client.contract.json_templates import quoted
 from api_client.contract.wire import Route, queue_list, shown_kwargs
 
 __all__ = ["BrokerPush", "event_channel", "task_push"]

@@ -18,7 +18,7 @@ from api_client.contract.keys import KeyLayout
 from api_client.contract.settings import ClientSettings
 from api_client.contract.wire import CompactReason, JobKind, Route
 
-__all__ = ["Admission", "admission"]
+__all__ = ["Admission", "admission", "due_ms"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,3 +55,8 @@ def admission(layout: KeyLayout, settings: ClientSettings, session_id: str, kind
     return Admission((layout.tenant_queued(tenant), layout.tenant_quota(tenant),
                       layout.tenant_usage(tenant, day)), " ".join(map(str, fields)),
                      layout.fair_index(route.queue, route.priority))
+
+
+def due_ms(settings: ClientSettings) -> int:
+    """When the workers' sweep first looks at a new job (``requeue_after_s`` from now)."""
+    return int((time.time() + settings.requeue_after_s) * 1000)
