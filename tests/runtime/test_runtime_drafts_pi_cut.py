@@ -240,3 +240,27 @@ def test_a_draft_in_flight_of_an_earlier_state_is_not_waited_for(
     assert record.result and "joinedDraft" not in record.result
     assert_pis_cut(entry, "pi-1.6", state)
     spec.wait(30)
+
+
+def test_a_draft_whose_cut_did_not_move_is_carried_to_the_next_state(
+        client: CompactionClient, fresh_model: ModelServer) -> None:
+    """The next turn's draft, pi's cut unmoved: stored again for the new state without a model
+    call, then applied by the client on that state."""
+    agent = agent_of("pi-1.6")
+    sid = session_of(client, 8)
+    first = planned_draft(client, sid, agent)
+    client.sessions.append(sid, {"role": "user", "content": [{"type": "text", "text": "ok"}],
+                                 "timestamp": 99})
+    state = current_state(client, sid)
+    asked = fresh_model.requests
+    spec = client.compact(sid, reason="speculative", context_window=WINDOW, agent=agent)
+    assert spec.wait(30) is None
+    assert (spec.record().result or {}).get("carriedDraft") == first["jobId"]
+    carried = client.transport.run(read_draft(client.layout, sid))
+    assert carried is not None and carried["snapshotLeafId"] == state.leaf_id
+    assert carried["summary"] == first["summary"] and fresh_model.requests == asked
+    handle = client.compact(sid, reason="threshold", context_window=WINDOW, agent=agent)
+    assert handle.from_draft  # the state it was planned on (carried to)
+    entry = handle.wait(30)
+    assert isinstance(entry, dict)
+    assert_pis_cut(entry, "pi-1.6", state)

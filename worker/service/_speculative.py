@@ -101,15 +101,13 @@ def run_speculative(ctx: JobContext) -> JobSuccess:
 
 def _still_exact(ctx: JobContext, path: Sequence[Entry],
                  leaf: str | None) -> Mapping[str, Any] | None:
-    """With the agent's own cut: the stored draft of an earlier state whose cut is still the
-    agent's cut of ``path`` (the turns since did not move it), else None."""
+    """With the agent's own cut: the stored draft whose cut is still the agent's cut of
+    ``path`` (planned on this state, or the turns since did not move it), else None."""
     drafts, version = ctx.rt.drafts, ctx.cut_version
     if drafts is None or version not in PI_VERSIONS or ctx.record.instructions:
         return None
     draft = drafts.get(ctx.session_id)
-    if not draft or draft.get("agentKey", "") != plan_key(ctx.record.agent):
-        return None
-    if draft.get("snapshotLeafId") == leaf:
+    if not draft or draft.get("agentKey", "") != plan_key(ctx.record.agent) or leaf is None:
         return None
     exact = draft_is_exact(path, draft, ctx.compaction_settings, ctx.tokenizer, str(version))
     return draft if exact else None
