@@ -99,7 +99,10 @@ def model_server() -> Iterator[FakeLLMServer]:
 @pytest.fixture(scope="module")
 def worker_settings(module_redis: str, model_server: FakeLLMServer) -> WorkerSettings:
     candidate = ModelCandidate.model_validate(openai(model_server, MODEL, api_key="sk-test"))
-    return runtime_settings(module_redis, models=[candidate], lease_ttl_s=1.0, **FAST)
+    # The default lease (3 s): a shorter one can expire while a loaded machine stalls its
+    # renewal, and the sweep sends the running job again (under a CPU hog, the cancelled job's
+    # task then never reached a final state in Flower).
+    return runtime_settings(module_redis, models=[candidate], lease_ttl_s=3.0, **FAST)
 
 
 @pytest.fixture(scope="module")
@@ -199,9 +202,9 @@ def test_a_job_waiting_for_another_workers_lease_is_retry_then_success(
     client.redis.set(lease, "other-worker", px=60_000)
     app.send_task(TASK_COMPACT, args=[job], queue="compactor.compact", task_id=job)
     final_state(flower, job, {"RETRY"})
-    # Longer than Celery's default of 3 retries (lease_ttl_s = 1 s here): the delivery keeps
-    # waiting for the lease, it does not give up as a FAILURE while the other worker runs.
-    eventually(lambda: DELIVERIES.count(job, "RETRY") >= 5, 30, "five retries")
+    # Longer than Celery's default of 3 retries: the delivery keeps waiting for the lease (a
+    # retry a lease period later), it does not give up as a FAILURE while the other worker runs.
+    eventually(lambda: DELIVERIES.count(job, "RETRY") >= 5, 90, "five retries")
     assert DELIVERIES.count(job, "FAILURE") == 0
     client.redis.delete(lease)
     task = final_state(flower, job, {"SUCCESS", "FAILURE"})
