@@ -59,7 +59,7 @@ class LoopbackModel:
                 body = json.dumps({"choices": [{"index": 0, "finish_reason": "stop", "message": {
                     "role": "assistant", "content": "## Goal\nBenchmark summary."}}],
                     "usage": {"prompt_tokens": prompt // 4, "completion_tokens": 10}}).encode()
-                # Head and body in one write: written apart, the body waits ~40 ms for the
+                # Head and body in one write: written apart, the body waits for the
                 # client's delayed ACK (Nagle), a stall a production endpoint does not have.
                 head = (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                         f"Content-Length: {len(body)}\r\n\r\n").encode()

@@ -6,7 +6,7 @@ client, interleaved, as ratios to the client's own time.
 Stands up a private redis-server, ``compactor serve`` (its own process, one uvicorn worker,
 bearer token on) and, for the summaries, one ``compactor worker`` (threads) with a loopback
 model answering after 50 ms. Over one keep-alive HTTP/1.1 connection (the stdlib's
-``http.client``: httpx alone adds ~0.4 ms a request here, which is no cost of the server),
+``http.client``: httpx alone adds its own time to each request, which is no cost of the server),
 each iteration times:
 
 * ``compact`` of a new job (a fresh imported session each time): ``POST .../compact`` → 202

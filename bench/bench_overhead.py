@@ -224,7 +224,7 @@ def write_texts(name: str, folder: Path) -> None:
     file, into ``folder``. Each growth has its own words (salt): the file growths copy the
     context growths' messages and more, and the same words would be counted already. Made by
     the parent: a child that measured the context ran the worker's counting code before its
-    cold plan, which then took 10-15 % less time than a worker's first plan."""
+    cold plan, which then took less time than a worker's first plan."""
     from api_client.contract.session import load_session
 
     text = load_session((FIXTURES / f"{name}.jsonl").read_text(encoding="utf-8")).to_jsonl()
@@ -245,8 +245,8 @@ def _held(name: str, folder: Path) -> tuple[list[Any], list[list[Any]]]:
 
 def _settled() -> None:
     """Collect the set-up's garbage before a measured plan. Else the first plan paid for the
-    objects the child made before it: a full collection of 22-35 ms inside large-session's
-    cold plan (a fifth of it), which made every ratio to the cold plan look better."""
+    objects the child made before it: a full collection inside large-session's
+    cold plan, which made every ratio to the cold plan look better."""
     gc.collect()
 
 
@@ -268,7 +268,7 @@ def child_grown(name: str, tokenizer_name: str, folder: Path,
                 plan_caches: bool = True) -> dict[str, Any]:
     """A fresh process's cold plan of the first grown session (the one ``child`` re-plans).
     The process holds what ``child``'s does when it plans cold (the session and its growths,
-    as stored): a cold plan here took 20-30 % less time in a process that held only the
+    as stored): a cold plan here took less time in a process that held only the
     session, so like is compared with like."""
     from worker.store.entry_cache import EntryCache
 

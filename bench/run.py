@@ -21,9 +21,9 @@ REPO = BENCH.parent
 BUDGET_S = float(os.environ.get("COMPACTOR_BENCH_BUDGET_S", "240"))  # per benchmark
 # Benchmarks that need more: bench_scale builds and imports 30 MB sessions and starts two
 # worker processes per size, variant and repetition (~10 min); bench_drafts replays four live
-# sessions through three compactions each, one after the other, at a turn a second (~5 min);
-# bench_pi talks with pi 1.6 and 0.73 at 2 s a turn, and waits out the no-worker case (~6 min);
-# bench_throughput runs one and two workers and an open-loop batch at 100 ms and 2 s (~3 min).
+# sessions through three compactions each, one after the other, at a turn a second;
+# bench_pi talks with pi 1.6 and 0.73 at 2 s a turn, and waits out the no-worker case;
+# bench_throughput runs one and two workers and an open-loop batch at 100 ms and 2 s.
 LONGER_S = {"bench_scale": 1500.0, "bench_drafts": 600.0, "bench_pi": 900.0,
             "bench_throughput": 600.0}
 

@@ -1,4 +1,4 @@
-"""SPEC Appendix A: every must-match / must-not-match example, as tables."""
+"""docs/rules.md "Model errors": every must-match / must-not-match example, as tables."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def stop(input_: int, cache_read: int = 0, cache_write: int = 0,
 
 
 OVERFLOW_TEXTS = [
-    # table A.1.1, one example per pattern
+    # one example per overflow pattern
     "prompt is too long: 213462 tokens > 200000 maximum",
     "input is too long for requested model",
     "Your input exceeds the context window of this model",
@@ -48,7 +48,7 @@ OVERFLOW_TEXTS = [
     "token limit exceeded",
     "request_too_large",
     "Request exceeds the maximum size",  # pattern 17, Compactor only
-    # A.1.5 extras
+    # further texts that must count as overflow
     "PROMPT IS TOO LONG",
     "400 status code (no body)",
     "413 (no body)",
@@ -181,7 +181,7 @@ def test_usage_limit_texts(text: str, expected: bool) -> None:
         ("retry-after: Thu, 01 Jan 2026 00:01:00 GMT", None),
         ("retry-after: soon", None),
         ("no hint", None),
-        # beyond the SPEC table
+        # beyond the documented examples
         ("retry-after: 2026-01-01T00:00:10Z", 10000),
         ("retry-after: 2025-12-31T23:59:00Z", 0),  # a past date clamps at 0
         ("x-ratelimit-reset-ms: 1767225500000", 0),

@@ -1,4 +1,4 @@
-"""JavaScript-compatible JSON and string lengths (SPEC §18).
+"""JavaScript-compatible JSON and string lengths (docs/rules.md "JavaScript compatibility").
 
 Token estimates and serialised tool calls must match the reference agent to the character, so
 ``JSON.stringify`` is reproduced rather than approximated with ``json.dumps``.

@@ -62,8 +62,8 @@ class PromptLayout:
 class SummaryRequest:
     purpose: Purpose
     system_prompt: str
-    prompt: str  # the exact user-message text (SPEC §10.2 / §11.3)
-    max_tokens: int  # SPEC §10.1 budgets
+    prompt: str  # the exact user-message text (docs/compaction.md "Summary prompts")
+    max_tokens: int  # docs/compaction.md "Summary budgets"
     reasoning: bool  # ask for high reasoning effort (False for branch)
     conversation: tuple[Message, ...] = ()  # LLM messages behind `prompt` (convert_to_llm output)
     previous_summary: str | None = None

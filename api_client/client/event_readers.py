@@ -1,4 +1,4 @@
-"""Job events on Redis Streams: a stream per session and a global one (ARCHITECTURE "Events").
+"""Job events on Redis Streams: a stream per session and a global one (docs/rules.md "Job events").
 
 A stream entry has the fields ``type``, ``job`` and ``data`` (the :class:`JobEvent` JSON).
 Readers tail a stream (``XREAD``) or share it through a consumer group (``XREADGROUP`` +

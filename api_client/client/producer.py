@@ -27,7 +27,7 @@ __all__ = ["TaskProducer"]
 
 
 class TaskProducer:
-    """A send-only Celery app built on first use (importing celery costs ~100 ms)."""
+    """A send-only Celery app built on first use (importing celery is costly)."""
 
     def __init__(self, settings: ClientSettings) -> None:
         self.settings = settings

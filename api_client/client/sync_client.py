@@ -121,7 +121,7 @@ class CompactionClient:
                              plan.draft_ready)
 
     def prune(self, session_id: str) -> JobHandle:
-        """Enqueue a tool-output prune pass (SPEC §8)."""
+        """Enqueue a tool-output prune pass (docs/compaction.md "Pruning")."""
         return self._handle(self.transport.run(
             self.flows.enqueue(session_id, Request(JobKind.PRUNE))))
 

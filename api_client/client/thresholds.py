@@ -17,12 +17,14 @@ class _CompactionPolicy(Protocol):
 
 def should_compact(context_tokens: int, context_window: int,
                    settings: _CompactionPolicy | None = None) -> bool:
-    """SPEC §12.3 step 10 with Q16: threshold compaction is due when the context holds strictly
+    """docs/rules.md "Threshold and overflow checks": threshold compaction is due when the context
+    holds strictly
     more than ``context_window - reserve_tokens`` tokens.
 
     A window ≤ 0 (unknown) never triggers, and neither do disabled settings
     (``compaction_enabled`` / ``enabled`` false). ``settings`` is a :class:`ClientSettings` or
-    anything with ``reserve_tokens``; None uses the SPEC §14 default (16 384). The caller still
+    anything with ``reserve_tokens``; None uses the default of
+    docs/rules.md "Settings and constants" (16 384). The caller still
     applies the Q17 guards it alone can see (no threshold check right after a compaction).
     """
     if settings is not None:

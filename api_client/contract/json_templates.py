@@ -6,7 +6,7 @@ session id and time differ between two such calls, so :func:`template` renders t
 with stand-ins for them (:data:`SLOTS`) and :meth:`Template.fill` puts the call's values in:
 the same bytes the models would write (``tests/client/test_json_templates.py`` checks it over
 ids that need JSON escaping). Kept because bench_enqueue shows it: rendering through the models
-on every call made ``compact()`` 30 % slower (issue 28).
+on every call made ``compact()`` measurably slower (issue 28).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Classifiers for model errors (SPEC Appendix A with the §16 changes). Pure, stdlib only.
+"""Classifiers for model errors (docs/rules.md "Model errors"). Pure, stdlib only.
 
 Shared by the client (a platform asks "is this assistant message an overflow?") and the
 workers (the router decides whether a failed call is an overflow, transient or permanent).
@@ -23,7 +23,7 @@ __all__ = [
 
 _I = re.IGNORECASE
 
-# A.1.1 patterns 1-17 except 8, which carries the Q19 guard.
+# The "too long" phrasings of docs/rules.md "Model errors" but one, which carries the Q19 guard.
 _OVERFLOW = re.compile(
     "|".join(
         (
@@ -53,7 +53,7 @@ _RATE_WORDS = re.compile(r"\brequests\b|rate.?limit|\bper (second|minute|hour|da
 # Cerebras and Mistral answer an overflow with an empty 400/413; anchored at the start.
 _NO_BODY = re.compile(r"^4(00|13)\s*(status code)?\s*\(no body\)", _I)
 
-# A.2.1 with Q18: the status codes only as whole numbers.
+# Transient errors with Q18: the status codes only as whole numbers.
 _RETRYABLE = re.compile(
     r"overloaded|rate.?limit|usage.?limit|too many requests|\b(429|500|502|503|504)\b"
     r"|service.?unavailable|server error|internal error|connection.?error|fetch failed|retry delay",
@@ -70,7 +70,7 @@ _JS_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?|0x[0-9a-f]+|0o[0-7]
 
 
 def is_overflow_text(text: str) -> bool:
-    """Case A of A.1.1 on an error text alone (no stop reason, no usage)."""
+    """The error-text case of an overflow alone (no stop reason, no usage)."""
     if not text:
         return False
     if _OVERFLOW.search(text):
@@ -81,7 +81,7 @@ def is_overflow_text(text: str) -> bool:
 
 
 def is_context_overflow(message: Mapping[str, Any], context_window: int | None = None) -> bool:
-    """A.1: does this assistant message report a context overflow?
+    """Does this assistant message report a context overflow?
 
     Case A needs ``stopReason == "error"`` and a matching ``errorMessage``; case B (silent
     overflow) needs ``stopReason == "stop"``, a truthy window and input + cacheRead above it.
@@ -105,17 +105,17 @@ def _number(value: Any) -> float:
 
 
 def is_retryable_error_text(text: str) -> bool:
-    """A.2.1 (with Q18): does this error text describe a transient failure?"""
+    """Q18 applied: does this error text describe a transient failure?"""
     return bool(text) and _RETRYABLE.search(text) is not None
 
 
 def is_usage_limit_text(text: str) -> bool:
-    """A.2.2: an account usage limit (another credential may help)."""
+    """An account usage limit (another credential may help)."""
     return bool(text) and _USAGE_LIMIT.search(text) is not None
 
 
 def parse_retry_after_ms(text: str, now_ms: int) -> int | None:
-    """A.2.3: the retry hint inside an error text, in ms (clamped at 0), or None.
+    """The retry hint inside an error text, in ms (clamped at 0), or None.
 
     ``now_ms`` is the current epoch time in ms; it is a parameter so the function stays pure.
     """

@@ -208,7 +208,7 @@ class SyncShell(_Shell["redis.Redis[str]"]):
     def _evalsha(self, call: Script, pack: _Pack) -> Any:
         """EVALSHA packed in C and sent on a pooled connection. Kept because ``make bench``
         shows it: redis-py's ``execute_command`` (its retry wrapper, hooks and per-argument
-        packing) made ``compact()`` 1.45x slower (bench_enqueue, issue 28). The same retry rule
+        packing) made ``compact()`` measurably slower (bench_enqueue, issue 28). The same retry rule
         as :func:`~api_client.contract.redis_conn.make_redis`: one immediate retry on a dropped
         connection; a timeout is not re-sent."""
         script = self._script(call)

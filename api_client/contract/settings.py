@@ -152,7 +152,8 @@ class ClientSettings(BaseSettings):
     # Emit Celery's task-sent event so Flower sees jobs from "sent" on (one more publish).
     send_sent_event: bool = True
 
-    # SPEC §14 compaction settings used by should_compact (and by the worker's planner).
+    # Compaction settings (docs/rules.md "Settings and constants") used by should_compact (and by
+    # the worker's planner).
     compaction_enabled: bool = True
     reserve_tokens: int = Field(default=16_384, ge=0)
     keep_recent_tokens: int = Field(default=20_000, ge=0)

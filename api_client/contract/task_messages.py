@@ -62,7 +62,7 @@ def _q(value: object) -> str:
 
 
 # The envelopes as templates, bound once per route: only ids, tags, time and body change per
-# call. Kept because bench_enqueue shows it: without the per-route binding compact() took 15 %
+# call. Kept because bench_enqueue shows it: without the per-route binding compact() took
 # longer (issue 28).
 _EVENT_BODY = (
     '{{"hostname": {origin}, "utcoffset": {utcoffset}, "pid": {pid}, "clock": {clock}, '

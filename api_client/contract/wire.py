@@ -243,7 +243,8 @@ def terminal_event_type(kind: JobKind, state: JobState) -> EventType:
 
 
 def failure_message(reason: CompactReason | str | None, message: str | None) -> str:
-    """SPEC §12.4 step 8: the error text of a failed automatic compaction; manual: as is."""
+    """docs/rules.md "Automatic compaction": the error text of a failed automatic compaction;
+    manual: as is."""
     text = message or "compaction failed"
     if reason == CompactReason.OVERFLOW:
         return f"Context overflow recovery failed: {text}"
@@ -257,8 +258,9 @@ def job_error_text(kind: JobKind, state: JobState, reason: CompactReason | str |
     """The error text a job of ``kind`` ending ``cancelled`` or ``failed`` carries (record, event,
     and the raised :class:`JobCancelledError` / :class:`JobFailedError`), on either side.
 
-    SPEC §12.2 names a cancelled compaction "Compaction cancelled"; a branch summary is no
-    compaction. A failed compaction reads as SPEC §12.4 step 8 (:func:`failure_message`).
+    docs/rules.md "Automatic compaction" names a cancelled compaction "Compaction cancelled"; a
+    branch summary is no
+    compaction. A failed compaction reads as that section says (:func:`failure_message`).
     """
     if state is JobState.CANCELLED:
         return {JobKind.BRANCH_SUMMARY: "Branch summary cancelled",
@@ -378,7 +380,7 @@ class JobRecord(_Wire):
 
 
 class JobEvent(_Wire):
-    """One job event (ARCHITECTURE "Events"; SPEC §12.7 for the compaction fields).
+    """One job event (docs/rules.md "Job events").
 
     ``state`` is set only on a job's completion event (exactly one per job, published by
     :meth:`JobStore.finish` together with the state change). ``stream_id`` is filled on read.

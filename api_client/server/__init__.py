@@ -1,4 +1,5 @@
-"""``compactor serve``: the HTTP API (ARCHITECTURE layer 7), an ASGI app over the asyncio client.
+"""``compactor serve``: the HTTP API (the outermost layer, docs/rules.md "Layers"), an ASGI app over
+the asyncio client.
 
 It imports the public client (``api_client``) and the contract, never ``worker``; it needs the
 ``server`` extra (FastAPI, uvicorn). :func:`api_client.server.asgi.create_app` builds the app,

@@ -47,7 +47,7 @@ def server_state(request: Request) -> ServerState:
 
 
 async def state_of(request: Request) -> ServerState:
-    """The dependency (``async``: FastAPI runs a plain ``def`` one in a thread, ~0.1 ms)."""
+    """The dependency (``async``: FastAPI runs a plain ``def`` one in a thread)."""
     return server_state(request)
 
 

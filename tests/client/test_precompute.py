@@ -30,7 +30,7 @@ def test_band_is_clamped(threshold: int, band: int) -> None:
     (170_000, 0, S, False),                        # unknown window
     (170_000, 200_000, S.model_copy(update={"precompute_enabled": False}), False),
     (170_000, 200_000, S.model_copy(update={"compaction_enabled": False}), False),
-    (170_000, 200_000, None, True),                # SPEC defaults
+    (170_000, 200_000, None, True),                # the default settings
     (150_000, 200_000, S.model_copy(update={"precompute_band_min_tokens": 40_000}), True),
     (10_000, 16_000, S, False),                    # window under the reserve
 ])

@@ -1,4 +1,4 @@
-"""SPEC §7 file-operation tracking, the tag block (§16 Q8) and its stripping (§16 Q20)."""
+"""File-operation tracking, the tag block and its stripping (docs/rules.md "File operations")."""
 
 from __future__ import annotations
 

@@ -221,7 +221,8 @@ def test_planned_messages_are_those_after_the_last_compaction() -> None:
 
 
 def test_planned_messages_for_a_prune_pass_add_the_older_tool_results() -> None:
-    # The prune pass counts every tool result on the path (SPEC §8), also before the last
+    # The prune pass counts every tool result on the path (docs/compaction.md "Pruning"), also
+    # before the last
     # compaction: a cold automatic job primes those too; older user/assistant text it does not.
     from api_client.contract.session import parse_entry
     from worker.compaction import plan_prune, planned_messages

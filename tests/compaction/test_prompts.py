@@ -1,4 +1,5 @@
-"""Prompt templates (SPEC §15) and prompt assembly (SPEC §10.1, §10.2, §11.3)."""
+"""Prompt templates and prompt assembly (docs/compaction.md "Summary prompts",
+"Summary budgets")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SPEC §6: serializeConversation over convert_to_llm output."""
+"""serializeConversation over convert_to_llm output (docs/rules.md "Serialised conversation")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""SPEC §16 Q22: every context built after a compaction keeps each tool result after its call."""
+"""docs/compaction.md "Tool pairs": every context built after a compaction keeps each tool result
+after its call."""
 
 from __future__ import annotations
 
@@ -118,14 +119,14 @@ BIG = CompactionSettings(keep_recent_tokens=110)
     ("items", "settings", "first_kept", "summarized"),
     [
         # (a) the session fits the keep budget: tool results no call on the path ever made stay
-        # kept and the plan is §9.3's, with nothing to summarize.
+        # kept and the plan is the plain cut's, with nothing to summarize.
         ([user("go"), result("zz"), user("more"), call("a"), result("a"), result("yy"),
           assistant("done")], CompactionSettings(), "e0", ()),
         ([user("go"), call("a"), result("b"), result("a"), assistant("done")],
          CompactionSettings(), "e0", ()),
         ([user("go"), NO_ID, assistant("done")], CompactionSettings(), "e0", ()),
         ([result("zz"), result("yy"), user("go"), call("a"), result("a"), result("xx"),
-          assistant("done")], CompactionSettings(), "e2", ("e0", "e1")),  # §9.3: cps[0]
+          assistant("done")], CompactionSettings(), "e2", ("e0", "e1")),  # the first cut point
         ([user("go"), assistant("ok"), comp("e0"), user("more"), result("zz"), assistant("x")],
          CompactionSettings(), "e3", ("e0", "e1")),  # Q5 only
         # (c) a session that needs compacting: such results do not move the cut either.

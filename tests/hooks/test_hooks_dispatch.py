@@ -1,4 +1,5 @@
-"""Dispatch rules of SPEC §13 over plugins registered in a real pluggy manager."""
+"""Dispatch rules (docs/hooks.md "Dispatch rules (as in the reference agent)") over plugins
+registered in a real pluggy manager."""
 
 from __future__ import annotations
 

@@ -394,7 +394,8 @@ EXTRACTIVE: dict[str, Any] = {"provider": "extractive"}
 
 
 def serialize(messages: Any) -> str:
-    """A small stand-in for SPEC §6, enough for the tests' user/assistant text messages."""
+    """A small stand-in for docs/rules.md "Serialised conversation", enough for the tests'
+    user/assistant text messages."""
     parts = []
     for message in messages:
         content = message.get("content")

@@ -1,4 +1,5 @@
-"""The deterministic no-LLM summarizer: SPEC §15 sections from the conversation itself."""
+"""The deterministic no-LLM summarizer: the sections of docs/compaction.md "Summary formats" from
+the conversation itself."""
 
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ def provider(http: HttpContext, spec: dict[str, Any], **settings: Any) -> Provid
     return build_providers(config, http, environ={"MY_KEY": "sk-from-env"})[0]
 
 
-# --- request bodies (SPEC §10 shape) --------------------------------------------------------
+# --- request bodies (docs/compaction.md "Summary prompts") -----------------------------
 def test_openai_body_is_system_plus_one_user_message(llm_server: FakeLLMServer,
                                                      http: HttpContext) -> None:
     p = provider(http, openai(llm_server, "gpt-x", reasoning=True, api_key_env="MY_KEY"))
@@ -192,7 +192,7 @@ ERROR_TABLE = [
                                      "context size, try increasing it",
                                      "type": "exceed_context_size_error"}}),
      E.ContextOverflow, None),  # llama.cpp server
-    # Cerebras/Mistral: 400 with no body (SPEC A.1.1)
+    # Cerebras/Mistral: 400 with no body (docs/rules.md "Model errors")
     ("openai", error(400), E.ContextOverflow, None),
     ("openai", error(400, {"error": {"message": "Unknown parameter: foo",
                                      "type": "invalid_request_error"}}),

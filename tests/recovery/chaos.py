@@ -2,7 +2,7 @@
 keeps appending and asking for compactions. Afterwards every job ended exactly once (one
 completion event, at most one entry), no acknowledged append is lost and no job is stuck.
 
-``make chaos`` runs it for a few minutes; tests/recovery/test_recovery_chaos.py runs a ~30 s
+``make chaos`` runs it for a few minutes; tests/recovery/test_recovery_chaos.py runs a short
 version. ``python -m recovery.chaos --duration 180`` (with ``PYTHONPATH=tests``).
 """
 

@@ -1,4 +1,4 @@
-"""The ~20 s chaos run of the default suite (``make chaos`` runs the long one): 2 workers plus
+"""The short chaos run of the default suite (``make chaos`` runs the long one): 2 workers plus
 one in its own network namespace, 200 jobs on 50 sessions while an agent keeps appending, a
 worker SIGKILLed, Redis restarted (AOF), the namespaced worker cut off from Redis."""
 

@@ -246,7 +246,7 @@ def test_automatic_compaction_with_nothing_to_do_ends_quietly(client: Compaction
     client.prune(sid).wait(30)
     rev = client.sessions.revision(sid)
     handle = client.compact(sid, reason="overflow")
-    assert handle.wait(30) is None  # already compacted: no entry, no error (SPEC §12.4 step 2)
+    assert handle.wait(30) is None  # already compacted: no entry, no error
     [end] = completions(client, sid, handle.id)
     assert (end.state.value if end.state else None, end.will_retry, end.error) == (
         "succeeded", False, None)

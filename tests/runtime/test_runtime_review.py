@@ -63,7 +63,8 @@ def test_prune_planned_before_the_agent_rewound_is_replanned(
         app: CompactorCelery, client: CompactionClient, demo_text: str,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The agent navigates back between the prune plan and its commit: the planned results are
-    now the newest on the path (protected by SPEC §8), so the plan must not be applied."""
+    now the newest on the path (protected: docs/compaction.md "Pruning"), so the plan must not be
+    applied."""
     sid = new_session(client, demo_text)
     snap = client.sessions.load(sid)
     path = snap.session.tree().path_to(snap.leaf_id)
@@ -79,7 +80,7 @@ def test_prune_planned_before_the_agent_rewound_is_replanned(
 
     def agent_rewinds_then_commit(job_id: str, *args: Any, **kwargs: Any) -> Any:
         if job_id.startswith(sid) and client.sessions.load(sid).leaf_id == snap.leaf_id:
-            client.sessions.navigate(sid, path[rewind].parent_id)  # SPEC §11.4: back to a user turn
+            client.sessions.navigate(sid, path[rewind].parent_id)  # back to a user turn
         return rewrite(job_id, *args, **kwargs)
 
     monkeypatch.setattr(commits, "rewrite", agent_rewinds_then_commit)

@@ -1,4 +1,5 @@
-"""SPEC §16 Q22 end to end: a compaction committed while a tool ran never orphans its result."""
+"""docs/compaction.md "Tool pairs" end to end: a compaction committed while a tool ran never orphans
+its result."""
 
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ def test_the_router_retries_a_transient_failure(http: httpx.Client,
     answer = http.post("/v1/summarize", json={"systemPrompt": "s", "prompt": PROMPT})
     assert answer.json() == {"summary": "after a retry"}
     assert model_server.count(MODEL) - before == 2
-    assert asked(model_server)["max_tokens"] == 13_107  # 0.8 × reserve_tokens: SPEC §10.1
+    assert asked(model_server)["max_tokens"] == 13_107  # 0.8 × reserve_tokens
 
 
 def test_a_model_that_refuses_is_a_502_problem(http: httpx.Client,

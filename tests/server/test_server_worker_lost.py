@@ -1,7 +1,7 @@
 """``workerLost`` (docs/recovery.md "Worker liveness") is not said of a job that ended between
 the read of its record and the read of its lease: its worker released the lease as it finished.
 Said, the pi extension gave up on a finished compaction and pi's built-in ran again (seen once
-in bench_pi: a 6 s stall where Compactor's job had taken 2 s)."""
+in bench_pi: a stall far longer than Compactor's job had taken)."""
 
 from __future__ import annotations
 

@@ -275,7 +275,7 @@ def test_a_committed_compaction_reports_tokens_and_the_model() -> None:
     ("reason", "state", "error"),
     [
         (MANUAL, "failed", "Already compacted"),
-        (THRESHOLD, "succeeded", None),  # automatic compaction ends quietly (SPEC §12.4 step 2)
+        (THRESHOLD, "succeeded", None),  # automatic compaction ends quietly
         (OVERFLOW, "succeeded", None),
     ],
 )

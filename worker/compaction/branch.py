@@ -1,5 +1,5 @@
 """Branch summaries: collecting the abandoned path and budgeting it
-(SPEC §11.1-11.2, §11.4, Q14)."""
+(docs/compaction.md "Branch summaries")."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def collect_entries_for_branch_summary(
 
 
 def branch_budget(context_window: int | None, reserve_tokens: int) -> int:
-    """SPEC §11.3 step 1 with Q14: never below 4 096 tokens."""
+    """Never below 4 096 tokens (docs/compaction.md "Branch summaries")."""
     window = context_window or DEFAULT_CONTEXT_WINDOW
     return max(MINIMUM_BRANCH_BUDGET, window - reserve_tokens)
 
@@ -120,7 +120,8 @@ def prepare_branch_entries(
 
 
 def branch_destination(tree: SessionTree, target_id: str) -> str | None:
-    """SPEC §11.4 step 6: a user message or custom_message target goes back to its parent."""
+    """docs/compaction.md "Branch navigation": a user message or custom_message target goes back to
+    its parent."""
     target = tree.get(target_id)
     if (isinstance(target, CustomMessageEntry)
             or (isinstance(target, MessageEntry) and target.role == "user")):

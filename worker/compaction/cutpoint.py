@@ -1,4 +1,4 @@
-"""Valid cut points, turn starts and the cut point (SPEC §9.1-9.3 with §16 Q1-Q4)."""
+"""Valid cut points, turn starts and the cut point (docs/compaction.md "Cut point")."""
 
 from __future__ import annotations
 

@@ -2,10 +2,11 @@
 
 A stored draft that no longer fits the window still summarises a prefix of the path: everything
 before its cut point, as of its snapshot. Laid on the path right after its snapshot leaf, as if
-it had been committed there, it turns the next plan into the iterative update of SPEC §9.4
-(with §16 Q5): its summary is the ``<previous-summary>``, and only its kept range and what was
-appended since are summarised. The laid entry is never written: the compaction planned this way
-cuts at a real entry of the path, and its summary covers everything before that cut (the
+it had been committed there, it turns the next plan into the iterative update of
+docs/compaction.md "Preparation" (with Q5): its summary is the ``<previous-summary>``, and
+only its kept range and what was appended since are summarised. The laid entry is never
+written: the compaction planned this way cuts at a real entry of the path, and its summary
+covers everything before that cut (the
 draft's span through the previous summary, the rest through the new span).
 
 A draft is a base only for the path it was planned on: its snapshot leaf on the path with

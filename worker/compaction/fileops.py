@@ -1,4 +1,4 @@
-"""File-operation tracking and the file-list tag block (SPEC §7, §16 Q8 and Q20)."""
+"""File-operation tracking and the file-list tag block (docs/rules.md "File operations")."""
 
 from __future__ import annotations
 
@@ -107,7 +107,7 @@ def compute_file_lists(ops: FileOps) -> tuple[list[str], list[str]]:
 
 
 def format_file_operations(read: Iterable[str], modified: Iterable[str]) -> str:
-    """The tag block appended to a summary: Compactor's documented layout (§16 Q8).
+    """The tag block appended to a summary: Compactor's documented layout (Q8).
 
     A blank line, then a ``<read-files>`` and/or a ``<modified-files>`` block with one path per
     line, the two separated by a blank line; ``""`` when both lists are empty.
@@ -121,7 +121,7 @@ def format_file_operations(read: Iterable[str], modified: Iterable[str]) -> str:
 
 
 def strip_file_operation_tags(summary: str) -> str:
-    """Remove trailing file-operation tag blocks from a previous summary (§16 Q20).
+    """Remove trailing file-operation tag blocks from a previous summary (Q20).
 
     Handles Compactor's layout and the reference's glued one, and repeats because the reference
     can leave several blocks behind.

@@ -4,7 +4,7 @@ Where the facts come from and where they are looked up:
 
 * compaction: the summarised messages (history and turn prefix) plus the facts carried from the
   previous summary's block; looked up in the new summary (file-operation tags included) and the
-  kept messages, serialised as the model would read them (SPEC §6).
+  kept messages, serialised as the model would read them (docs/rules.md "Serialised conversation").
 * hook compaction (``fromExtension``): the same facts and lookup; the block (and the plan's
   file-operation tags, when the hook wrote none) is appended to the hook's summary too, since a
   lost fact is lost whoever wrote the summary. The counts go into ``details.facts`` only when

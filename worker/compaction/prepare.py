@@ -1,4 +1,4 @@
-"""``prepareCompaction`` (SPEC §9.4 with §16 Q5 and Q20) and the usage helpers of §2.5."""
+"""``prepareCompaction`` (docs/compaction.md "Preparation") and the usage helpers."""
 
 from __future__ import annotations
 
@@ -102,7 +102,8 @@ def _mapped(path: Sequence[Entry], start: int, end: int) -> list[tuple[str, Mess
 def planned_messages(path: Sequence[Entry], *, prune: bool = False) -> list[Message]:
     """The messages a plan counts: those after the path's last compaction entry (what a cold
     job primes its token counts for; the older ones are summarized already). With ``prune``
-    also the tool results before it: the prune pass counts every tool result (SPEC §8)."""
+    also the tool results before it: the prune pass counts every tool result
+    (docs/compaction.md "Pruning")."""
     start = last_compaction_index(path) + 1
     planned = [m for _, m in _mapped(path, start, len(path))]
     return [*older_tool_results(path), *planned] if prune else planned
@@ -171,7 +172,8 @@ def measured_messages(path: Sequence[Entry], start: int | None = None) -> list[M
 
 def _adjusted_keep(path: Sequence[Entry], start: int | None, keep: int,
                    tokenizer: Tokenizer) -> int:
-    """Compactor's own keep (SPEC §9.4 step 4): scaled down by how much more the provider
+    """Compactor's own keep (docs/compaction.md "Preparation"): scaled down by how much more the
+    provider
     counted (the last usage) than the tokenizer counts of the same context, the whole context
     that usage measured (:func:`measured_messages`; docs/compaction.md), never only the
     entries after the last compaction. An agent's own cut is never scaled (pi has no such
@@ -227,7 +229,8 @@ def _file_lists(path: Sequence[Entry], prev_idx: int,
 
 def _carried_facts(previous: Entry | None) -> tuple[tuple[str, str], ...]:
     """The previous summary's fact block, and, for a hook's compaction, the paths of the tags
-    Compactor appended to it: its file lists are not merged into the next ones (SPEC §7), so
+    Compactor appended to it: its file lists are not merged into the next ones
+    (docs/rules.md "File operations"), so
     the ledger carries them as facts instead."""
     if not isinstance(previous, CompactionEntry):
         return ()
@@ -243,7 +246,7 @@ def _orphans_a_result(path: Sequence[Entry], first: int) -> bool:
 
 
 def _own_cut(path: Sequence[Entry], keep: int, tokenizer: Tokenizer) -> AgentCut | None:
-    """Compactor's own cut (SPEC §9 with Q1-Q5 and Q22), as path indices."""
+    """Compactor's own cut (docs/compaction.md "Cut point", "Tool pairs"), as path indices."""
     prev_idx = last_compaction_index(path)
     start, end = prev_idx + 1, len(path)
     cut = _tool_pair_cut(path, find_cut_point(path, start, end, keep, tokenizer), prev_idx, end)

@@ -1,4 +1,5 @@
-"""Prompt templates and the assembly of every summary request (SPEC §10, §11.3, §15).
+"""Prompt templates and the assembly of every summary request
+(docs/compaction.md "Summary prompts").
 
 Templates are ``prompts/<name>.md``, written for Compactor. They use ``string.Template``
 placeholders (``$name`` / ``${name}``; a literal dollar is ``$$``); trailing whitespace of a file
@@ -61,7 +62,7 @@ class PromptTemplateError(ConfigurationError):
     """A prompt template is missing, malformed, or rendered with the wrong variables."""
 
 
-# --- budgets (SPEC §10.1; products are floating-point, then floored as in §18) ---------------
+# --- budgets (docs/compaction.md "Summary budgets"; products floored as JavaScript does) --
 
 
 def history_max_tokens(reserve: int) -> int:
@@ -137,7 +138,7 @@ def branch_preamble(summary_format: SummaryFormat | None = None) -> str:
 
 
 def with_branch_preamble(model_text: str, summary_format: SummaryFormat | None = None) -> str:
-    """The stored branch summary before its tag block: preamble, blank line, text (§16 Q10;
+    """The stored branch summary before its tag block: preamble, blank line, text (Q10;
     pi's preamble ends with the same blank line)."""
     return branch_preamble(summary_format) + "\n\n" + model_text
 
@@ -150,7 +151,7 @@ def branch_context_intro() -> str:
     return render("branch-summary-context")
 
 
-# --- assembly (SPEC §10.2, §11.3) ----------------------------------------------------------
+# --- assembly (docs/compaction.md "Summary prompts") ---------------------------------
 
 
 CONVERSATION_OPEN = "<conversation>\n"  # every summary prompt opens with the conversation
@@ -246,7 +247,7 @@ def build_history_prompt(
 ) -> str:
     """The user message of the history summary. Empty strings count as "not given".
 
-    ``previous_summary`` loses any trailing file-operation tags (§16 Q20; idempotent, so a
+    ``previous_summary`` loses any trailing file-operation tags (Q20; idempotent, so a
     summary already stripped by the preparation is unchanged). A pi format lays the prompt out
     as pi's ``generateSummary`` does: conversation, previous summary, prompt, custom focus.
     """
@@ -270,7 +271,7 @@ def build_turn_prefix_prompt(conversation: str | Conversation, *,
                              custom_instructions: str | None = None) -> str:
     """The user message of the split-turn prefix summary.
 
-    Compactor's and pi 0.73's take no options (§10.2); pi 1.6's is laid out under
+    Compactor's and pi 0.73's take no options; pi 1.6's is laid out under
     ``# Conversation`` / ``# Instructions`` headings and ends with the custom focus, as pi
     1.6's ``generateTurnPrefixSummary`` does. ``previous_summary`` is only set on the chunked
     path, when a prefix too large for the summarizer's window is summarised part by part.
@@ -297,7 +298,7 @@ def build_branch_prompt(conversation: str | Conversation, *,
                         custom_instructions: str | None = None,
                         summary_format: SummaryFormat | None = None) -> str:
     """The user message of a branch summary. Compactor's: custom instructions replace the
-    prompt (§11.3); a pi format's: they are the focus added after it, as pi's
+    prompt; a pi format's: they are the focus added after it, as pi's
     ``generateBranchSummary`` does without ``replaceInstructions``."""
     if summary_format is None:
         return _joined(conversation, custom_instructions or render("branch-summary"))

@@ -1,4 +1,4 @@
-"""Tool-output pruning plan (SPEC §8, protecting ``skill`` and ``read`` [PRODUCT])."""
+"""Tool-output pruning plan (docs/compaction.md "Pruning"; ``skill`` and ``read`` protected)."""
 
 from __future__ import annotations
 

@@ -5,12 +5,13 @@ A job reads the leaf's path newest first (``worker.store.paths``) and stops once
 at; these predicates say when. They are what makes a steady job's cost follow the size of its
 context, not of its session.
 
-* The compaction plan (SPEC §9.4, §16 Q5, Q22) looks at the path after the previous
+* The compaction plan (docs/compaction.md "Preparation") looks at the path after the previous
   compaction's kept boundary, the previous compaction itself, the last assistant usage
   (searched over the whole path, so the part read must hold one), and, for the tool results it
   may keep, the calls that made them (a result whose call lies further back is read until the
   call is found).
-* The prune pass (SPEC §8) walks every tool result of the path; the session's prune watermark
+* The prune pass (docs/compaction.md "Pruning") walks every tool result of the path; the session's
+  prune watermark
   names an entry up to which no tool result is left to prune (each is pruned, or of a protected
   tool, since the prune that recorded it), and neither the notices' counts nor the protection
   window need anything older: once a plan passed it, the results older than the watermark

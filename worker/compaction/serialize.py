@@ -1,6 +1,7 @@
-"""Conversation serialization for summary prompts (SPEC §6).
+"""Conversation serialization for summary prompts (docs/rules.md "Serialised conversation").
 
-The input is the output of ``convert_to_llm`` (SPEC §5): only ``user``, ``assistant`` and
+The input is the output of ``convert_to_llm`` (docs/rules.md "Conversion for the model"): only
+``user``, ``assistant`` and
 ``toolResult`` messages reach the model, so any other role is ignored here.
 """
 

@@ -1,4 +1,5 @@
-"""The summarisation control flow (SPEC §10.3, §11.3 with §16 Q6, Q10) over a ``Summarizer``.
+"""The summarisation control flow (docs/compaction.md "Summary control flow", "Branch summaries")
+over a ``Summarizer``.
 
 No retries here: the model layer is the one place that retries model calls. The summary format
 (``agent.summaryFormat``, docs/compaction.md "Summary formats") picks the prompts; the max-token
@@ -255,7 +256,7 @@ def _history_result(prep: Preparation, summarizer: Summarizer, opts: RequestOpti
 
 
 def _history_text(prep: Preparation, result: SummaryResult | None) -> str:
-    # Q6 for split turns; §10.3 steps 3-4 otherwise
+    # Q6 for split turns; steps 2-3 of docs/compaction.md "Summary control flow" otherwise
     return result.text if result is not None else prep.previous_summary or NO_PRIOR_HISTORY
 
 
@@ -371,7 +372,8 @@ def summarize_branch(
     summary_format: SummaryFormat | None = None,
     max_tokens: int | None = None,
 ) -> BranchOutcome:
-    """SPEC §11.3: None as summary when there is nothing to summarise (not an error).
+    """docs/compaction.md "Branch summaries": None as summary when there is nothing to summarise
+    (not an error).
     ``summary_format``: the agent's prompt and preamble (None: Compactor's); ``max_tokens``
     replaces the branch budget."""
     prep = prepare_branch_entries(entries, branch_budget(context_window, reserve_tokens), tokenizer)

@@ -1,4 +1,4 @@
-"""Tool calls and their results stay together (SPEC §16 Q22).
+"""Tool calls and their results stay together (docs/compaction.md "Tool pairs").
 
 A provider rejects a request whose ``toolResult`` does not follow the assistant message holding
 its ``toolCall`` (a permanent 400). The reference agent's cut can start a kept range with a tool
@@ -61,7 +61,8 @@ def orphaned_tool_results(messages: Iterable[Message]) -> list[int]:
 
 
 def _kept_messages(path: Sequence[Entry], first: int) -> Iterator[tuple[int, Message]]:
-    # What the new compaction's context keeps; earlier compactions contribute nothing (SPEC §4).
+    # What the new compaction's context keeps; earlier compactions contribute nothing
+    # (docs/rules.md "Context building").
     return ((i, e.message) for i, e in islice(enumerate(path), first, None)
             if isinstance(e, MessageEntry))
 
@@ -103,7 +104,8 @@ def _caller_index(path: Sequence[Entry], result: Message, before: int, floor: in
 
 
 def _pull_in_metadata(path: Sequence[Entry], cut: int, floor: int) -> int:
-    # SPEC §9.3 step 4, bounded by the lowest index this planner may keep.
+    # The pull-in of docs/compaction.md "Cut point", bounded by the lowest index this planner may
+    # keep.
     while cut > floor and not isinstance(path[cut - 1], (CompactionEntry, MessageEntry)):
         cut -= 1
     return cut

@@ -1,4 +1,5 @@
-"""The reference agent's hook contract (SPEC §13) in the workers, with pluggy, and over HTTP.
+"""The reference agent's hook contract (docs/hooks.md "The five events") in the workers, with
+pluggy, and over HTTP.
 
 Plugins mark functions with :data:`hookimpl` and are loaded from the entry-point group
 ``compactor.hooks`` or from ``module:object`` paths in :class:`HookSettings`; the service calls

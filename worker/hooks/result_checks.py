@@ -1,4 +1,4 @@
-"""Validation of hook-supplied results, which the reference agent stores unchecked (SPEC §12.2).
+"""Validation of hook-supplied results, which the reference agent stores unchecked (docs/hooks.md).
 
 Pure functions: the hook runner calls them on every hook-supplied compaction and branch summary,
 and the service may call them again right before it commits.
@@ -26,7 +26,7 @@ def validate_compaction(
 ) -> dict[str, Any]:
     """Check a hook's ``compaction`` against the path; return it as plain JSON.
 
-    The result keeps only the SPEC keys and is marked ``fromExtension: true``.
+    The result keeps only the documented keys and is marked ``fromExtension: true``.
     Raises :class:`HookValidationError` naming the first problem found.
     """
 

@@ -1,6 +1,7 @@
-"""Typed hook results and the normalisation of plain-dict results onto them (SPEC §13).
+"""Typed hook results and the normalisation of plain-dict results onto them
+(docs/hooks.md "The five events").
 
-Hooks may return these classes or dicts with the SPEC keys; the runner turns both into the
+Hooks may return these classes or dicts with the documented keys; the runner turns both into the
 classes below. A result that carries nothing (no cancel, no compaction, ...) is no answer: it does
 not replace an earlier hook's result.
 """

@@ -1,4 +1,4 @@
-"""Dispatch of the five hook events with the rules of SPEC §13.
+"""Dispatch of the five hook events with the rules of docs/hooks.md.
 
 pluggy's own call loop runs the last-registered implementation first and stops at the first
 non-None result only with ``firstresult``; the reference agent's rules differ, so the runner walks
@@ -95,7 +95,8 @@ class HookRunner:
         *,
         session_id: str | None = None,
     ) -> BeforeCompactResult | None:
-        """SPEC §12.2 step 4. A hook compaction comes back validated against the path."""
+        """docs/rules.md "Manual compaction": a hook compaction comes back validated against the
+        path."""
         impls = self.implementations("session_before_compact")
         if not impls:
             return None
@@ -125,7 +126,7 @@ class HookRunner:
         *,
         cancel: CancelSignal | None = None,
     ) -> CompactingResult | None:
-        """SPEC's ``session.compacting``: the last result that carries something wins."""
+        """The reference's ``session.compacting``: the last result that carries something wins."""
         impls = self.implementations("session_compacting")
         if not impls:
             return None
@@ -148,7 +149,8 @@ class HookRunner:
         *,
         session_id: str | None = None,
     ) -> BeforeTreeResult | None:
-        """SPEC §11.4 step 4. A summary is returned (validated) only if one was asked for."""
+        """docs/compaction.md "Branch navigation": a summary is returned (validated) only if one was
+        asked for."""
         impls = self.implementations("session_before_tree")
         if not impls:
             return None
@@ -321,7 +323,8 @@ class _HookCall:
 
 
 def tree_preparation(value: Mapping[str, Any] | TreePreparation) -> TreePreparation:
-    """The read-only tree plan from the service's dict (SPEC §11.4 step 3 keys) or as given."""
+    """The read-only tree plan from the service's dict (the keys of docs/hooks.md "The five events")
+    or as given."""
     if isinstance(value, TreePreparation):
         entries: Sequence[Any] = value.entries_to_summarize
         plan = value

@@ -1,13 +1,15 @@
-"""The five hook events of SPEC §13 as pluggy hook specifications (project name ``compactor``).
+"""The five hook events (docs/hooks.md "The five events") as pluggy hook specifications (project
+name ``compactor``).
 
 Implementations are plain functions or methods marked with :data:`hookimpl`; each may accept any
 subset of the arguments of its specification, by name. Every input is read-only: entries are frozen
 dataclasses whose JSON is a :class:`types.MappingProxyType`, lists are tuples. Hooks return
-``None`` (no answer), a typed result from :mod:`worker.hooks.results`, or a plain dict with the SPEC
+``None`` (no answer), a typed result from :mod:`worker.hooks.results`, or a plain dict with the
+documented
 keys (``cancel``, ``compaction``, ``context``, ``prompt``, ``preserveData``, ``summary``).
 
 Unlike pluggy's own call loop, the :class:`~worker.hooks.runner.HookRunner` calls the
-implementations itself, in load order, with the dispatch rules of SPEC §13.
+implementations itself, in load order, with the dispatch rules of docs/hooks.md.
 """
 
 from __future__ import annotations
@@ -47,14 +49,14 @@ EVENTS = (
 
 
 class CancelSignal(Protocol):
-    """The job's cancel token (SPEC's ``signal``): hooks may poll it during long work."""
+    """The job's cancel token (the reference's ``signal``): hooks may poll it during long work."""
 
     def is_cancelled(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
 class TreePreparation:
-    """SPEC §11.4 step 3: what a tree navigation is about to do."""
+    """docs/compaction.md "Branch navigation": what a tree navigation is about to do."""
 
     target_id: str
     old_leaf_id: str | None
@@ -75,9 +77,10 @@ class HookSpecs:
         signal: CancelSignal | None,
         session_id: str | None,
     ) -> Any:
-        """Before a compaction is summarised (SPEC §12.2 step 4).
+        """Before a compaction is summarised (docs/rules.md "Manual compaction").
 
-        ``preparation`` is the plan of SPEC §9.4 (file lists and the previous summary included),
+        ``preparation`` is the plan of docs/compaction.md "Preparation" (file lists and the previous
+        summary included),
         ``branch_entries`` the root→leaf path. Return ``{"cancel": True}`` to cancel the job, or
         ``{"compaction": {summary, shortSummary?, firstKeptEntryId, tokensBefore, details?,
         preserveData?}}`` to supply the compaction yourself: no model call is then made and the
@@ -91,7 +94,7 @@ class HookSpecs:
         messages: Sequence[Mapping[str, Any]],
         signal: CancelSignal | None,
     ) -> Any:
-        """Before the model is asked for a summary (SPEC's ``session.compacting``).
+        """Before the model is asked for a summary (the reference's ``session.compacting``).
 
         ``messages`` are the messages to summarise followed by the turn prefix. Return
         ``{"context": [lines], "prompt": text, "preserveData": {...}}`` (every key optional):
@@ -116,7 +119,8 @@ class HookSpecs:
         signal: CancelSignal | None,
         session_id: str | None,
     ) -> Any:
-        """Before a tree navigation (SPEC §11.4 step 4), fired even without a summary request.
+        """Before a tree navigation (docs/compaction.md "Branch navigation"), fired even without a
+        summary request.
 
         Return ``{"cancel": True}`` to leave the session as it is, or
         ``{"summary": {summary, details?}}`` to supply the branch summary (used only when the
@@ -132,4 +136,5 @@ class HookSpecs:
         from_extension: bool | None,
         session_id: str | None,
     ) -> None:
-        """Notification after a tree navigation was committed (SPEC §11.4 step 8)."""
+        """Notification after a tree navigation was committed
+        (docs/compaction.md "Branch navigation")."""

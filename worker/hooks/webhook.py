@@ -4,7 +4,8 @@ Request: ``POST <url>`` with a JSON body ``{"event", "sessionId", ...event input
 and the headers ``X-Compactor-Event``, ``X-Compactor-Delivery`` (a fresh id per request),
 ``X-Compactor-Timestamp`` (unix seconds) and ``X-Compactor-Signature: sha256=<hex>``, the
 HMAC-SHA256 with the shared secret over ``<timestamp>.<body bytes>``: the timestamp is signed so
-a captured request cannot be replayed later. Response: a JSON object with the SPEC §13 keys, or
+a captured request cannot be replayed later. Response: a JSON object with the keys of
+docs/hooks.md "The five events", or
 an empty body / 204 for no answer. A non-2xx status, a body that is not a JSON object (or is
 nested past the entries' 64 levels), a body over ``max_response_bytes`` or no whole answer
 within the deadline counts as a raising hook (logged and skipped). The deadline is wall-clock

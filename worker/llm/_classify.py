@@ -1,4 +1,5 @@
-"""HTTP status + provider error body -> the typed error the router acts on (SPEC A with §16)."""
+"""HTTP status + provider error body -> the typed error the router acts on
+(docs/rules.md "Model errors")."""
 
 from __future__ import annotations
 
@@ -56,7 +57,8 @@ def caused_by_request(err: ModelCallError) -> bool:
 def error_text(status: int, body: bytes) -> str:
     """The provider's own words: ``type code: message`` from the usual JSON error shapes.
 
-    An empty body reads ``<status> status code (no body)``, the shape SPEC A.1.1 tests for.
+    An empty body reads ``<status> status code (no body)``, the shape docs/rules.md "Model errors"
+    reads as overflow.
     """
     if not body.strip():
         return f"{status} status code (no body)"

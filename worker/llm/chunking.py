@@ -73,7 +73,7 @@ class RequestCounter:
         Both tokenizers count at most one token per UTF-8 byte (a cl100k token is at least one
         byte; chars/4 counts UTF-16 units), so the byte length bounds the count. A character is
         at least one byte: a prompt of more characters than ``budget`` is counted without
-        encoding it first (0.5 ms for a 500 kB prompt with one character beyond ASCII).
+        encoding it first (encoding a large prompt is not free).
         """
         system, prompt = request.system_prompt, request.prompt
         if len(system) + len(prompt) <= budget and (

@@ -1,6 +1,7 @@
 """What to do after one failed model attempt: a pure function of the failure and the policy.
 
-Defaults, and why they differ from the reference (SPEC §12.4: 2 000 ms base, 3 retries, a
+Defaults, and why they differ from the reference (docs/rules.md "Automatic compaction": 2 000 ms
+base, 3 retries, a
 30 s wait cap before switching candidate):
 
 * ``base_delay_ms`` 1 000, ``factor`` 2, ``max_backoff_ms`` 8 000, jitter ±20 %: waits of about

@@ -4,7 +4,8 @@ For one ``SummaryRequest`` it walks the candidates in order (primary first) and,
 asks ``retry_policy.decide`` what to do with a failure: back off and retry, move to the next
 candidate, or stop. Context overflow is never retried unchanged on the same model: a later
 candidate with a larger window gets the request, else the conversation is summarized in chunks
-that fit (SPEC §10.2 update prompt per chunk, via ``request.rechunk``). A server that still
+that fit (docs/compaction.md "Summary prompts": the update prompt per chunk, via
+``request.rechunk``). A server that still
 refuses a chunk (its tokenizer counts more than ours) gets the chunks re-planned smaller, at
 most ``max_shrinks`` times per candidate. Candidates that keep failing are cooled down for all
 workers (``cooldown``); a per-job budget caps the HTTP attempts, the re-planned ones included.

@@ -146,7 +146,8 @@ class LlmSettings(BaseSettings):
     # Tokens: a summary longer than slack × its output budget (by our tokenizer) is refused and
     # the next candidate tried. The slack covers the gap between our count and the model's own.
     llm_summary_slack: float = Field(default=1.5, ge=1.0)
-    # "Header-Name: value" sent to the remote summarization endpoint (SPEC §10.4).
+    # "Header-Name: value" sent to the remote summarization endpoint
+    # (docs/compaction.md "Remote summarization endpoint").
     remote_auth_header: SecretStr | None = None
 
     def retry_policy(self) -> RetryPolicy:

@@ -1,4 +1,5 @@
-"""A branch-summary job: SPEC §11.4 navigateTree from the current leaf to a target, with summary."""
+"""A branch-summary job: navigateTree (docs/compaction.md "Branch navigation") from the current leaf
+to a target, with summary."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ class Move:
     entry: JsonObject | None          # the branch_summary to write, None: only move the leaf
     from_extension: bool | None
     calls: tuple[SummaryResult, ...] = ()
-    noop: bool = False                # target == leaf: nothing happens, no hooks (§11.4 step 1)
+    noop: bool = False                # target == leaf: nothing happens, no hooks
 
 
 def _context_window(ctx: JobContext) -> int:

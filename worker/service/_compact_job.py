@@ -1,4 +1,5 @@
-"""A compaction job (SPEC §12.2 manual, §12.4 automatic) on a Redis session."""
+"""A compaction job (docs/rules.md "Manual compaction", "Automatic compaction") on a Redis
+session."""
 
 from __future__ import annotations
 
@@ -77,7 +78,8 @@ def _plan(ctx: JobContext,
     prep, base = extended or (prepare_compaction(path, ctx.compaction_settings, ctx.tokenizer,
                                                  version=ctx.cut_version), None)
     if prep is None and _reason(ctx) is CompactReason.MANUAL:
-        # Automatic compaction ends quietly when there is nothing to do (SPEC §12.4 step 2).
+        # Automatic compaction ends quietly when there is nothing to do
+        # (docs/rules.md "Automatic compaction").
         if no_plan_reason(path) == "already compacted":
             raise AlreadyCompactedError()
         raise NothingToCompactError()
@@ -134,7 +136,7 @@ def _reach(ctx: JobContext, prune: bool) -> Reach:
 
 
 def _draft(ctx: JobContext, prep: Preparation, path: Sequence[Entry]) -> Draft:
-    """Hooks, then the model (SPEC §12.2 steps 4-6)."""
+    """Hooks, then the model (docs/rules.md "Manual compaction")."""
     hooks, sid = ctx.rt.hooks, ctx.session_id
     before = hooks.before_compact(prep, path, ctx.record.instructions, ctx.control, session_id=sid)
     if before is not None and before.cancel:
@@ -206,9 +208,8 @@ def _draft_key(progress: Progress, draft: Draft) -> str:
 def _prime(ctx: JobContext, snap: PathSnapshot) -> None:
     """A session this process has not seen: the text its plan will tokenize is counted ahead
     on several threads (``prime_counts``): its messages, the tool results before the last
-    compaction for the prune pass (automatic reasons; before-compaction's cold plan 309-329 →
-    240-270 ms), and the long parts of the summary prompt's conversation (median of 8 cold
-    plans: large-session 250 → 209 ms, before-compaction 341 → 276 ms). Counts another
+    compaction for the prune pass (automatic reasons), and the long parts of the summary
+    prompt's conversation: both shorten a cold plan (``make bench``). Counts another
     worker stored for the session are loaded first, and what this job had to tokenize is
     stored for the next (``Runtime.token_counts``). A session seen before is counted as the
     plan goes unless at least half of it is new (``worth_priming``)."""
@@ -286,7 +287,7 @@ def run_compact(ctx: JobContext) -> JobSuccess:
     progress = Progress(joined=join_running_draft(ctx))  # a draft in flight: wait for it
     draft, outcome = with_replans(ctx, "compaction", lambda n: _round(ctx, progress, n))
     if draft is None or outcome is None:
-        # Nothing to compact: the reference ends with no result and no retry (§12.4 step 2).
+        # Nothing to compact: the reference ends with no result and no retry.
         result = {**progress.pruned.to_result(), "durationMs": ctx.control.elapsed_ms()}
         return JobSuccess(result=result, event={"result": result, "will_retry": False})
     ride_out(ctx.control, "count", lambda: count_compaction(ctx))

@@ -150,7 +150,8 @@ def _label(call: SummaryResult) -> str:
 def compaction_entry(*, summary: str, short_summary: str | None, first_kept_entry_id: str,
                      tokens_before: int, details: Any, preserve_data: Any,
                      from_extension: bool) -> JsonObject:
-    """A compaction entry without id/parentId (the commit script adds them, SPEC §1.3)."""
+    """A compaction entry without id/parentId (the commit script adds them:
+    docs/rules.md "Session file")."""
     entry: JsonObject = {"type": "compaction", "timestamp": now_iso(), "summary": summary}
     if short_summary is not None:
         entry["shortSummary"] = short_summary
@@ -166,7 +167,8 @@ def compaction_entry(*, summary: str, short_summary: str | None, first_kept_entr
 
 def branch_summary_entry(*, destination: str | None, summary: str, details: Any,
                          from_extension: bool) -> JsonObject:
-    """SPEC §1.4 branchWithSummary: ``fromId`` is the destination, or ``"root"``."""
+    """branchWithSummary (docs/rules.md "Tree, leaf and labels"): ``fromId`` is the destination, or
+    ``"root"``."""
     entry: JsonObject = {"type": "branch_summary", "timestamp": now_iso(),
                          "fromId": destination or "root", "summary": summary}
     if details is not None:

@@ -1,4 +1,5 @@
-"""Tool-output pruning (SPEC §8): the prune job, and the prune pass of automatic compactions."""
+"""Tool-output pruning (docs/compaction.md "Pruning"): the prune job, and the prune pass of
+automatic compactions."""
 
 from __future__ import annotations
 

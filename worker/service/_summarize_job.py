@@ -19,7 +19,8 @@ __all__ = ["run_summarize", "summary_request"]
 
 def summary_request(data: Any, reserve_tokens: int) -> SummaryRequest:
     """The router's request for a record's ``input`` (``systemPrompt``, ``prompt``,
-    ``maxTokens``; without ``maxTokens`` a history summary's budget, SPEC §10.1)."""
+    ``maxTokens``; without ``maxTokens`` a history summary's budget,
+    docs/compaction.md "Summary budgets")."""
     if not isinstance(data, dict) or not isinstance(data.get("prompt"), str):
         raise InvalidRequestError("the summarize job's record has no prompt")
     system, prompt = data.get("systemPrompt") or "", data["prompt"]

@@ -181,7 +181,8 @@ class Drafts(Protocol):
 
 
 class Hooks(Protocol):
-    """The hook events the service dispatches (SPEC §13); ``worker.hooks.HookRunner``."""
+    """The hook events the service dispatches (docs/hooks.md "The five events");
+    ``worker.hooks.HookRunner``."""
 
     def has_hooks(self, event: str) -> bool:
         """Does any hook handle ``event`` (``session_before_compact`` gets the whole branch)?"""

@@ -33,7 +33,7 @@ __all__ = ["CommitOutcome", "CommitStatus", "CommitStore", "entry_line_parts", "
 _CANDIDATES = 4
 # A prune rewrites its lines in steps of at most this many lines / bytes of new JSON, so that no
 # script keeps Redis from the other clients for long (a 20 000-entry session's first threshold
-# compaction prunes ~6 800 lines: one script of 76 000 arguments held Redis for 180 ms).
+# compaction prunes thousands of lines: one script of all of them held Redis far too long).
 REWRITE_STEP_LINES = 500
 REWRITE_STEP_BYTES = 256 << 10
 # How long the rewriting marker outlives the last step: the steps follow each other at once,

@@ -1,4 +1,5 @@
--- Branch navigation with an optional branch_summary entry (SPEC §11.4 steps 6-7), atomically.
+-- Branch navigation with an optional branch_summary entry (docs/compaction.md "Branch navigation"),
+-- atomically.
 -- Applies only if the leaf is still the snapshot's leaf (the summarised branch is exactly the
 -- one being left). With a summary line, the entry is appended under the destination and
 -- becomes the leaf; without one, the leaf moves to the destination ('' = reset).

@@ -1,4 +1,4 @@
--- Conditional append of a compaction entry (ARCHITECTURE "Job lifecycle and invariants").
+-- Conditional append of a compaction entry (docs/rules.md "Invariants").
 -- The entry becomes a child of the CURRENT leaf only if the snapshot's leaf is still on the
 -- current leaf's path and no compaction entry was added on it since; the job's effect is
 -- recorded in the same step, so a job appends at most one entry however often it runs.

@@ -1,4 +1,5 @@
--- Rewrite pruned tool results in place (SPEC §8), in one step or, for many lines, in bounded
+-- Rewrite pruned tool results in place (docs/compaction.md "Pruning"), in one step or, for many
+-- lines, in bounded
 -- steps that still apply as one (worker/store/_commits.py ``rewrite``).
 -- The first step decides, atomically: the job may still commit, the lines are still those the
 -- plan read (the rewrites counter, +1 on every rewrite of stored lines, is the value the plan

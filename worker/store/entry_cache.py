@@ -8,8 +8,8 @@ entry whose stored JSON has not changed (same session, id, line and text), so th
 identity-keyed memos (``worker.memo``) hit across jobs.
 
 The cache keeps each entry's stored text beside the parsed entry and compares the texts: a
-snapshot checks every entry, and comparing before-compaction's 2.4 MB takes 0.15 ms where a
-SHA-256 of it took 1.55 ms (with the CPU's SHA instructions). The texts are kept as the
+snapshot checks every entry, and comparing the texts is cheaper than hashing them (even with
+the CPU's SHA instructions). The texts are kept as the
 ``str`` objects the store returned. A ``str`` holding one character beyond Latin-1 takes 2-4
 bytes a character (before-compaction's texts: 3.8 MB as ``str``, 2.4 MB as UTF-8), but
 keeping those as UTF-8 meant encoding the new text on every load to compare it: 3.5 M
@@ -22,8 +22,8 @@ a snapshot's entries or messages in place (the service never does; it builds new
 
 Kept per session, as the last snapshot's lines: entry ids, texts and parsed entries in three
 lists. A snapshot compares its lines with them list against list, not entry by entry through a
-map (an entry keyed by (session, id) cost ~1 µs a line: 1.0-1.4 ms of a large-session job,
-against ~0.15 ms now). An entry is reused where the line holds the same id and the same text;
+map (an entry keyed by (session, id) cost a lookup a line, several times what the lists
+cost). An entry is reused where the line holds the same id and the same text;
 an entry that moved to another line is parsed again, as before.
 
 A job that reads only the part of a session's path it needs (``worker.store.paths``) finds its

@@ -45,7 +45,7 @@ class RedisTokenCounts:
         key = self.layout.session(session_id).token_counts
         try:
             # In pages (HSCAN): a never-compacted 20 000-entry session stores ~30 000 counts, and
-            # one HGETALL of them held Redis ~7 ms (issue 34: no command of a session is long).
+            # one HGETALL of them held Redis too long (issue 34: no command of a session is long).
             stored = dict(self.redis.hscan_iter(key, count=_BATCH))
         except redis.RedisError as err:
             log.warning("session %s: token counts not loaded: %s", session_id, err)

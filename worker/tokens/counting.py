@@ -1,4 +1,5 @@
-"""Token counting (SPEC §3 with §16 Q1): the reference's chars/4 estimate and cl100k_base.
+"""Token counting (docs/rules.md "Token counting"): the reference's chars/4 estimate and
+cl100k_base.
 
 Both tokenizers count the same text of a message; they differ only in how text becomes a
 number. The ``tiktoken`` tokenizer counts cl100k_base tokens with the counter of
@@ -119,7 +120,8 @@ class Tokenizer(Protocol):
     name: str
 
     def count(self, message: Message) -> int:
-        """Tokens of one agent message, as the reference counts it (SPEC §3, §16 Q1)."""
+        """Tokens of one agent message, as the reference counts it
+        (docs/rules.md "Token counting")."""
         ...
 
     def count_text(self, text: str) -> int:
@@ -368,8 +370,8 @@ def total_tokens(tokenizer: Tokenizer, messages: Iterable[Message]) -> int:
 def worth_priming(parsed_chars: int, stored_chars: int) -> bool:
     """Should a job prime its counts (``JobTokenizer.prime``), having parsed ``parsed_chars``
     of a session's ``stored_chars`` anew? When that is a lot, and at least half the session:
-    priming a 10 % growth cost more than it saved (walk, digests, hand-off; median of 6
-    re-plans of before-compaction, 220 kB of new JSON: 54.1 against 48.8 ms)."""
+    priming a small growth cost more than it saved (walk, digests, hand-off; re-plans of
+    before-compaction)."""
     return parsed_chars >= PRIME_MIN_CHARS and 2 * parsed_chars >= stored_chars
 
 

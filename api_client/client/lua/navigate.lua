@@ -1,5 +1,5 @@
 -- include: _retention
--- Move the leaf (SPEC §1.4 branch / resetLeaf) and bump the revision.
+-- Move the leaf (branch / resetLeaf: docs/rules.md "Tree, leaf and labels") and bump the revision.
 -- KEYS: header, entries, leaf, rev
 -- ARGV[1]: the new leaf id, or '' to reset (the next append makes a new root),
 --   ARGV[2]: the session's retention in s (0 = forever)

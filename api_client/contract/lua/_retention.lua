@@ -1,4 +1,4 @@
--- Retention (ARCHITECTURE "Redis layout"): every key of a session expires once the session has
+-- Retention (docs/storage.md "Redis layout"): every key of a session expires once the session has
 -- been idle for COMPACTOR_SESSION_TTL_S, so every script that writes a session ends its writing
 -- paths with retain(<any key of the session>, ttl s): the TTLs of all the session's keys are
 -- refreshed in the same atomic step as the write. Included with `-- include: _retention`

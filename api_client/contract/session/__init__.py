@@ -1,4 +1,5 @@
-"""The session model shared by client and workers: pure, no I/O (SPEC §1-2)."""
+"""The session model shared by client and workers: pure, no I/O (docs/rules.md "Session file" to
+"Messages")."""
 
 from api_client.contract.session._entries import (
     KNOWN_ENTRY_TYPES,

@@ -1,4 +1,4 @@
-"""Typed views over session entries (SPEC §1.2-1.3, §2).
+"""Typed views over session entries (docs/rules.md "Session file", "Messages").
 
 An entry keeps the JSON object it was read from (``raw``) so that unknown types and unknown
 fields survive a load/export round trip untouched; the typed properties only read from it.

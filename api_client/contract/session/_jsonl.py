@@ -1,4 +1,5 @@
-"""Lenient JSONL loading and lossless export of pi sessions (SPEC §1.1, §1.5)."""
+"""Lenient JSONL loading and lossless export of pi sessions (docs/rules.md "Session file",
+"Version migrations")."""
 
 from __future__ import annotations
 

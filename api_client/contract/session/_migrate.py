@@ -1,4 +1,4 @@
-"""Version migrations v1 → v2 → v3 (SPEC §1.5, with §16 Q12/Q13)."""
+"""Version migrations v1 → v2 → v3 (docs/rules.md "Version migrations")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The session tree: ids, parent walks with a cycle guard, leaf, children, labels (SPEC §1.4)."""
+"""The session tree: ids, parent walks with a cycle guard, leaf, children, labels
+(docs/rules.md "Tree, leaf and labels")."""
 
 from __future__ import annotations
 
@@ -14,14 +15,15 @@ __all__ = ["SessionTree"]
 
 @dataclass(frozen=True)
 class SessionTree:
-    """Index over entries in file order. ``leaf_id`` defaults to the last entry (SPEC §1.4)."""
+    """Index over entries in file order. ``leaf_id`` defaults to the last entry
+    (docs/rules.md "Tree, leaf and labels")."""
 
     entries: Sequence[Entry]
     source: str = "<session>"
     by_id: dict[str, Entry] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        # A later duplicate id replaces an earlier one (SPEC §4 step 1).
+        # A later duplicate id replaces an earlier one (docs/rules.md "Context building").
         object.__setattr__(self, "by_id", {e.id: e for e in self.entries if e.id})
 
     @property
@@ -129,7 +131,7 @@ class SessionTree:
         return result
 
     def common_ancestor(self, a: str | None, b: str | None) -> str | None:
-        """Deepest entry on both paths (SPEC §11.1 step 2)."""
+        """Deepest entry on both paths (docs/compaction.md "Branch summaries")."""
         on_a = {e.id for e in self.path_to(a)}
         for entry in reversed(self.path_to(b)):
             if entry.id in on_a:

@@ -1,5 +1,7 @@
-"""``buildSessionContext`` (SPEC §4): the messages a leaf sends to the model, before conversion,
-and :func:`llm_context`, the same after ``convertToLlm`` (SPEC §5): what a platform sends."""
+"""``buildSessionContext`` (docs/rules.md "Context building"): the messages a leaf sends to the
+model, before conversion,
+and :func:`llm_context`, the same after ``convertToLlm`` (docs/rules.md "Conversion for the model"):
+what a platform sends."""
 
 from __future__ import annotations
 

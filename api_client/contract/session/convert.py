@@ -1,8 +1,9 @@
-"""Entry → message mappings (SPEC §2.4) and ``convertToLlm`` (SPEC §5).
+"""Entry → message mappings (docs/rules.md "Messages") and ``convertToLlm``
+(docs/rules.md "Conversion for the model").
 
 Messages stay JSON dicts: what the model receives is exactly what the session stores. The
 reference normalises whitespace inside the context wrappers; Compactor inserts summaries
-verbatim (§16 Q9).
+verbatim (Q9 of docs/differences.md).
 
 The two context wrappers are the prompt templates ``compaction-summary-context`` and
 ``branch-summary-context`` (``prompts/*.md``, the one home of every prompt text). Installed wheels
@@ -176,7 +177,8 @@ def _exit_note(message: Message, cancelled_text: str, failed_text: str) -> str:
 
 
 def _meta_notice(message: Message) -> str:
-    # Display detail (SPEC §5 allows our own format): one bracketed line after a blank line.
+    # Display detail (our own format: docs/rules.md "Conversion for the model"): one bracketed line
+    # after a blank line.
     meta = message.get("meta")
     if not isinstance(meta, dict) or not meta:
         return ""

@@ -9,7 +9,8 @@ Two kinds of checks, each raising its own :class:`~api_client.contract.errors.In
   (:class:`NestingTooDeepError`). The walk is iterative, so depth never becomes a
   ``RecursionError``.
 * **the entry follows the reference agent's schema** where the planner and the models rely on
-  it (SPEC §2): a message has a string ``role``; ``user`` / ``custom`` / ``hookMessage`` content is
+  it (docs/rules.md "Messages"): a message has a string ``role``; ``user`` / ``custom`` /
+  ``hookMessage`` content is
   a string or a list of blocks, ``assistant`` content a list of blocks, ``toolResult`` has a
   non-empty ``toolCallId`` and content; every block is an object with a string ``type``, text
   blocks carry string ``text``, tool calls a string ``id`` and ``name``

@@ -1,4 +1,5 @@
-"""Facts the extractive summarizer reads off a conversation of LLM messages (SPEC §5 output)."""
+"""Facts the extractive summarizer reads off a conversation of LLM messages
+(docs/rules.md "Conversion for the model")."""
 
 from __future__ import annotations
 
@@ -88,7 +89,7 @@ class _Collector:
         wrapped = _WRAPPED.search(text)
         if wrapped and text.lstrip().find("<summary>") > 0:
             self.facts.embedded_summaries.append(wrapped.group(1))
-        elif text.startswith(("Ran `", "Ran Python:")):  # a command the user ran (SPEC §5)
+        elif text.startswith(("Ran `", "Ran Python:")):  # a command the user ran
             self.facts.steps.append(ToolStep("user command", clip(first_line(text[4:]), 160)))
             for marker in ("Command exited with code", "Execution failed with code"):
                 if marker in text:

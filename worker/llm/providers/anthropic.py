@@ -77,7 +77,8 @@ class AnthropicProvider:
                                     f"{reply.body[:200]!r}", **who) from err
         if not isinstance(data, dict) or not isinstance(data.get("content"), list):
             raise UnexpectedResponse("Model response has no content list", **who)
-        # SPEC §10.3: the text blocks joined with newlines; thinking blocks are not the summary.
+        # docs/compaction.md "Summary control flow": the text blocks joined with newlines; thinking
+        # blocks are not the summary.
         texts = [b["text"] for b in data["content"]
                  if isinstance(b, dict) and b.get("type") == "text"
                  and isinstance(b.get("text"), str)]

@@ -1,4 +1,5 @@
-"""The deterministic, no-LLM summarizer: SPEC §15 sections read off the conversation itself.
+"""The deterministic, no-LLM summarizer: the sections of docs/compaction.md "Summary formats" read
+off the conversation itself.
 
 It is the offline default and the floor of a fallback chain, so its output is bounded (every
 list and line is capped) whatever the input size, and it never fails on odd messages.
@@ -246,7 +247,7 @@ def _render(sections: dict[str, list[str]],
 
 
 def _render_branch(sections: dict[str, list[str]]) -> str:
-    """SPEC §15.6's exact format: every section present, an explicit marker when empty."""
+    """The branch summary's exact format: every section present, an explicit marker when empty."""
     fixed = {k: v for k, v in sections.items() if k in _ORDER[:8]}
 
     def placeholder(key: str) -> list[str]:

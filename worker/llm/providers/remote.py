@@ -1,4 +1,5 @@
-"""The reference agent's remote summarization endpoint (SPEC §10.4):
+"""The reference agent's remote summarization endpoint
+(docs/compaction.md "Remote summarization endpoint"):
 POST {systemPrompt, prompt} -> {summary}."""
 
 from __future__ import annotations
