@@ -1,7 +1,7 @@
 """A session's token counts in Redis, so a worker new to the session need not tokenize it.
 
 A cold job (a session this process has not seen: ``worker.service._compact_job._prime``) tokenizes
-the whole session, 150-350 ms for the reference agent's large sessions. With a fleet of workers
+the whole session, a real cost for the reference agent's large sessions. With a fleet of workers
 most jobs of a session land on a process that has not seen it. The counts are a pure function
 of the text (cl100k), so the first worker to count a session writes them here, keyed by the
 same digest as the process cache (``worker.tokens.cache.content_key``), and the next cold worker
