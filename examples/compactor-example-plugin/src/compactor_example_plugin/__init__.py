@@ -113,7 +113,8 @@ def session_compacting(session_id: str | None, messages: Sequence[Mapping[str, A
     _record("session_compacting", session_id=session_id, messages=len(messages))
     answer = _setting("compacting")
     _misbehave(answer)
-    # A plain dict with the SPEC keys is as good as the typed result.
+    # A plain dict with the documented keys (docs/hooks.md "The five events") is as good as the
+    # typed result.
     return dict(answer) if isinstance(answer, Mapping) and "sleep" not in answer else None
 
 
