@@ -155,3 +155,22 @@ def test_a_prompt_larger_than_the_budget_left_is_not_sent(
         assert len(model_server.seen) == seen
     finally:
         raw.hdel(layout.tenant_quota("acme"), "tokens_per_day")
+
+
+def test_admission_counts_what_calls_under_way_have_reserved(
+        acme: httpx.Client, raw: redis.Redis[str], module_redis: str,
+        model_server: FakeLLMServer) -> None:
+    """With the day's budget held by calls under way (their reservations), a new summary is
+    429 at admission, before a job is made (before: admitted, it ran and spent past it)."""
+    layout = CompactionClient(module_redis, tenant="acme").layout
+    usage = layout.tenant_usage("acme", time.strftime("%Y-%m-%d", time.gmtime()))
+    raw.hset(layout.tenant_quota("acme"), "tokens_per_day", 500)
+    raw.hset(usage, "reserved_tokens", 500)
+    seen = len(model_server.seen)
+    try:
+        refused = acme.post("/v1/summarize", json={"prompt": "a short one"})
+        body = _refused(refused, 429, "quota_exceeded")
+        assert body["quota"] == "tokens_per_day" and len(model_server.seen) == seen
+    finally:
+        raw.hdel(layout.tenant_quota("acme"), "tokens_per_day")
+        raw.delete(usage)

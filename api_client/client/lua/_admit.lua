@@ -53,10 +53,12 @@ local function budget_refusal(usage, p, tokens_day, usd_day)
   if p.budget == 'draft' then
     share = p.draft_share
   end
+  -- reserved_tokens: what the model calls under way have reserved (worker/service/
+  -- _model_budget.py); they count as spent until their real spend replaces them.
   local u = redis.call('HMGET', usage, 'input_tokens', 'output_tokens', 'draft_input_tokens',
-                       'draft_output_tokens', 'usd', 'draft_usd')
+                       'draft_output_tokens', 'usd', 'draft_usd', 'reserved_tokens')
   local tokens = (tonumber(u[1]) or 0) + (tonumber(u[2]) or 0) + (tonumber(u[3]) or 0)
-    + (tonumber(u[4]) or 0)
+    + (tonumber(u[4]) or 0) + math.max(0, tonumber(u[7]) or 0)
   local usd = (tonumber(u[5]) or 0) + (tonumber(u[6]) or 0)
   if tokens_day > 0 and tokens >= tokens_day * share then
     return over('tokens_per_day', tokens_day * share, tokens)
