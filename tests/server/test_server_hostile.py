@@ -114,7 +114,7 @@ def test_token_bucket() -> None:
 
 def test_a_tenant_over_its_rate_gets_429_and_the_others_do_not(
         module_redis: str, worker: CompactorCelery) -> None:
-    settings = server_settings({TOKEN: "default", ACME: "acme"}, api_rate_per_s=0.1,
+    settings = server_settings({TOKEN: "default", ACME: "acme"}, api_rate_per_s=0.01,
                                api_rate_burst=3)
     with running_api(module_redis, settings) as url, tenant_http(url, TOKEN) as flood, \
             tenant_http(url, ACME) as other:
