@@ -75,6 +75,13 @@ RUNS ?= 5
 flake-hunt: install-test-plugins
 	RUNS=$(RUNS) PY=$(PY) .ci/flake-hunt
 
+# Schemathesis (--checks all) against a real `compactor serve` (token, private Redis, worker) for
+# FUZZ_S seconds; the test suite runs a short seeded pass (docs/http-api.md "The OpenAPI document").
+FUZZ_S ?= 900
+.PHONY: fuzz-api
+fuzz-api:
+	PYTHONPATH=tests $(PY) -m helpers.openapi_fuzz --max-time $(FUZZ_S) --keep build/fuzz-api
+
 demo:
 	$(VENV)/bin/compactor demo
 

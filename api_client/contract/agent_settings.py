@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 __all__ = [
-    "MAX_AGENT_TOKENS", "AgentSettings", "SummaryFormat", "TokenizerName", "plan_key",
+    "MAX_AGENT_TOKENS", "AgentSettings", "JsonInt", "SummaryFormat", "TokenizerName",
+    "plan_key",
 ]
 
 MAX_AGENT_TOKENS = 10_000_000
@@ -26,7 +27,17 @@ TokenizerName = Literal["estimate", "tiktoken"]
 # The agent version whose summary prompts and headings to follow; absent: Compactor's own.
 SummaryFormat = Literal["pi-1.6", "pi-0.73"]
 
-_Tokens = Annotated[int, Field(gt=0, le=MAX_AGENT_TOKENS, strict=True)]
+
+
+def _integral(value: object) -> object:
+    """JSON has one number type: ``536.0`` is the integer 536 (JSON Schema says so too);
+    ``536.5``, ``"536"`` and ``true`` stay refused (strict)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+# A JSON integer as docs/openapi.json's "type": "integer" says: 5 or 5.0, not true or "5".
+JsonInt = Annotated[int, Field(strict=True), BeforeValidator(_integral)]
+_Tokens = Annotated[JsonInt, Field(gt=0, le=MAX_AGENT_TOKENS)]
 
 
 class AgentSettings(BaseModel):

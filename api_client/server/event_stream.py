@@ -21,6 +21,7 @@ from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import Response, StreamingResponse
 
 from api_client import AsyncEventReader, JobEvent, SessionNotFoundError
+from api_client.client.sync_client import stream_start
 from api_client.server.fanout import Fanout, Follower, TooManyWaiters, waiters_refused
 from api_client.server.server_state import ServerState, authorize, state_of
 
@@ -93,6 +94,9 @@ async def _follow(fanout: Fanout, follower: Follower,
 async def _stream(state: ServerState, session_id: str | None, since: str | None, follow: bool,
                   last_event_id: str | None) -> Response:
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    for position in (since, last_event_id):  # both checked, though Last-Event-ID wins
+        if position is not None:
+            stream_start(position, None)  # InvalidRequestError: 400
     if follow:
         layout = state.client.layout
         key = layout.session(session_id).events if session_id else layout.global_events

@@ -61,7 +61,10 @@ def complete(document: dict[str, Any], codes: Iterable[str]) -> dict[str, Any]:
     schemas["ProblemBody"] = problem
     for (name, prop), pattern in _PROPERTY_PATTERNS.items():
         _string_pattern(schemas[name]["properties"][prop], pattern)
-    schemas["ChatCompletionRequest"]["properties"]["messages"].update(_CHAT_MESSAGES)
+    chat = schemas["ChatCompletionRequest"]["properties"]
+    chat["messages"].update(_CHAT_MESSAGES)
+    chat["stream"]["const"] = False  # true: 400, this endpoint answers once
+    _integer_bounds(schemas)
     for operation in _operations(document):
         for parameter in operation.get("parameters", []):
             pattern = _parameter_pattern(parameter["name"], parameter["in"])
@@ -83,6 +86,28 @@ def complete(document: dict[str, Any], codes: Iterable[str]) -> dict[str, Any]:
 def _operations(document: dict[str, Any]) -> Iterable[dict[str, Any]]:
     for path in document.get("paths", {}).values():
         yield from path.values()
+
+
+_BOUNDS = {"gt": "exclusiveMinimum", "ge": "minimum", "lt": "exclusiveMaximum", "le": "maximum"}
+
+
+def _integer_bounds(node: Any) -> None:
+    """An integer's bounds in JSON Schema's words, as ints: pydantic writes the bounds of a
+    validated int (``JsonInt``) as ``gt``/``le``, and ``le=10_000_000`` as ``10000000.0``."""
+    if isinstance(node, dict):
+        if node.get("type") == "integer":
+            for pydantic_word, word in _BOUNDS.items():
+                if pydantic_word in node:
+                    node[word] = node.pop(pydantic_word)
+            for bound in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+                value = node.get(bound)
+                if isinstance(value, float) and value.is_integer():
+                    node[bound] = int(value)
+        for child in node.values():
+            _integer_bounds(child)
+    elif isinstance(node, list):
+        for child in node:
+            _integer_bounds(child)
 
 
 def _parameter_pattern(name: str, where: str) -> str:

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from api_client import AgentSettings, DayUsage, JobState
+from api_client.contract.agent_settings import JsonInt
 
 __all__ = [
     "AppendEntries", "Appended", "BranchSummaryRequest", "CancelResult", "ChatCompletion",
@@ -79,7 +80,7 @@ _AGENT = ("the agent's own compaction settings (docs/compaction.md): the worker 
 class CompactRequest(_Camel):
     reason: Literal["manual", "threshold", "overflow", "speculative"] = "manual"
     instructions: str | None = None
-    context_window: int | None = Field(default=None, gt=0)
+    context_window: JsonInt | None = Field(default=None, gt=0)
     agent: AgentSettings | None = Field(default=None, description=_AGENT)
 
 
@@ -110,7 +111,7 @@ class CancelResult(_Camel):
 class SummarizeRequest(_Camel):
     system_prompt: str = ""
     prompt: str
-    max_tokens: int | None = Field(default=None, gt=0)
+    max_tokens: JsonInt | None = Field(default=None, gt=0)
 
 
 class Summary(_Camel):
@@ -139,9 +140,9 @@ class ChatCompletionRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
     messages: list[ChatMessage] = Field(min_length=1)
     model: str | None = None
-    max_tokens: int | None = Field(default=None, gt=0)
-    max_completion_tokens: int | None = Field(default=None, gt=0)
-    stream: bool = False
+    max_tokens: JsonInt | None = Field(default=None, gt=0)
+    max_completion_tokens: JsonInt | None = Field(default=None, gt=0)
+    stream: bool = Field(default=False, strict=True)  # 0 or "false" is not a boolean
 
 
 class ChatChoiceMessage(BaseModel):
