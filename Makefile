@@ -100,7 +100,7 @@ recovery-bench:
 # The deployment image, versioned: <version>-<git sha> (-dirty with uncommitted changes), or
 # IMAGE_TAG=<version> for a release. Builds with docker when its daemon answers (docker info), else
 # prints the command;
-# then prints how to push it and point compose and Kubernetes at it (README "Deploying").
+# then prints how to push it and point compose and Kubernetes at it (docs/deploying.md "Deploying").
 IMAGE_NAME ?= compactor
 IMAGE_VERSION = $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE_TAG ?= $(IMAGE_VERSION)-$(shell git rev-parse --short=12 HEAD 2>/dev/null || echo nogit)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
