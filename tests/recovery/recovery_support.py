@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from helpers.waits import wait_until as poll_until
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -24,15 +26,9 @@ def free_port() -> int:
 
 
 def wait_until(check: Callable[[], Any], timeout: float, what: str, step: float = 0.1) -> Any:
-    """Poll ``check`` until it returns something truthy; AssertionError naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(step)
+    """:func:`helpers.waits.wait_until`, polling every 0.1 s unless told (a recovery waits on
+    processes and servers, not on one Redis key)."""
+    return poll_until(check, timeout, what, step)
 
 
 class RedisServer:
