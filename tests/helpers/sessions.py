@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import Any
 
 from api_client.contract.session import Entry, Session, SessionTree, parse_entry
@@ -43,6 +45,21 @@ def chain(*items: dict[str, Any], start: int = 0) -> list[Entry]:
         parent = raw["id"]
         entries.append(parse_entry(raw))
     return entries
+
+
+def turns_jsonl(session_id: str, texts: Sequence[str]) -> str:
+    """A JSONL session of one chain of plain turns: a user message of each even text, an
+    assistant's of each odd one (no tools); entry ids are the index in hex (``0000000a``)."""
+    lines = [json.dumps({"type": "session", "version": 3, "id": session_id, "timestamp": TS,
+                         "cwd": "/"})]
+    parent = None
+    for i, text in enumerate(texts):
+        entry_id = f"{i:08x}"
+        lines.append(json.dumps({"type": "message", "id": entry_id, "parentId": parent,
+                                 "timestamp": TS,
+                                 "message": user(text) if i % 2 == 0 else assistant(text)}))
+        parent = entry_id
+    return "\n".join(lines) + "\n"
 
 
 def tree(entries: list[Entry]) -> SessionTree:

@@ -6,7 +6,6 @@ same time; and no command that walks a whole session on the job path."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
 
@@ -18,7 +17,7 @@ from runtime.runtime_support import new_session, runtime_settings
 from api_client import CompactionClient
 from api_client.contract.keys import KeyLayout
 from api_client.contract.session import Entry
-from helpers.sessions import assistant, user
+from helpers.sessions import assistant, turns_jsonl, user
 from helpers.waits import wait_until
 from worker.settings import WorkerSettings
 from worker.store import paths
@@ -39,19 +38,8 @@ def worker_settings(module_redis: str, model: ModelServer) -> WorkerSettings:
 
 def turns(count: int = 40) -> str:
     """A session of plain user/assistant turns (80 entries, no tools)."""
-    ts = "2026-01-01T00:00:00.000Z"
-    lines = [json.dumps({"type": "session", "version": 3, "id": "cmds", "timestamp": ts,
-                         "cwd": "/"})]
-    parent = None
-    for i in range(2 * count):
-        text = f"turn {i} " + "the parser splits amounts by locale " * 12
-        message = ({"role": "user", "content": text, "timestamp": 1} if i % 2 == 0 else
-                   {"role": "assistant", "provider": "p", "model": "m", "stopReason": "stop",
-                    "timestamp": 1, "content": [{"type": "text", "text": text}]})
-        lines.append(json.dumps({"type": "message", "id": f"{i:08x}", "parentId": parent,
-                                 "timestamp": ts, "message": message}))
-        parent = f"{i:08x}"
-    return "\n".join(lines) + "\n"
+    return turns_jsonl("cmds", [f"turn {i} " + "the parser splits amounts by locale " * 12
+                                for i in range(2 * count)])
 
 
 def commandstats(raw: redis.Redis[str]) -> dict[str, int]:

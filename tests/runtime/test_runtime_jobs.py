@@ -17,6 +17,7 @@ from runtime.runtime_support import (
 
 from api_client import CompactionClient, JobFailedError, PruneResult, SessionNotFoundError
 from api_client.contract.wire import TASK_COMPACT, route_for
+from helpers.sessions import turns_jsonl
 from worker.app import CompactorCelery
 from worker.compaction import get_tokenizer, plan_prune
 from worker.store import CommitStore
@@ -255,20 +256,8 @@ def test_automatic_compaction_with_nothing_to_do_ends_quietly(client: Compaction
 
 def large_session_text(turns: int = 40) -> str:
     """A JSONL session of well over PRIME_MIN_CHARS characters (a worker primes its counts)."""
-    ts = "2026-01-01T00:00:00.000Z"
-    lines = [json.dumps({"type": "session", "version": 3, "id": "big", "timestamp": ts,
-                         "cwd": "/"})]
-    parent = None
-    for i in range(2 * turns):
-        text = " ".join(f"word{i}x{j}" for j in range(400))
-        message: dict[str, Any] = (
-            {"role": "user", "content": text, "timestamp": 1} if i % 2 == 0 else
-            {"role": "assistant", "content": [{"type": "text", "text": text}], "provider": "p",
-             "model": "m", "stopReason": "stop", "timestamp": 1})
-        lines.append(json.dumps({"type": "message", "id": f"{i:08x}", "parentId": parent,
-                                 "timestamp": ts, "message": message}))
-        parent = f"{i:08x}"
-    return "\n".join(lines) + "\n"
+    return turns_jsonl("big", [" ".join(f"word{i}x{j}" for j in range(400))
+                               for i in range(2 * turns)])
 
 
 def test_a_large_sessions_token_counts_are_stored_for_the_next_worker(
