@@ -33,6 +33,7 @@ from api_client.server.auth import DEFAULT_TENANT, TokenTable
 from api_client.server.body_limit import BodyLimit
 from api_client.server.fanout import WAITERS_CODE, Fanout
 from api_client.server.guards import GUARD_CODES, TenantGuards
+from api_client.server.inflight import OVERLOADED_CODE, InFlightLimit
 from api_client.server.openapi_doc import complete
 from api_client.server.problems import MEDIA_TYPE, PROBLEMS, error_body, problem_body
 from api_client.server.server_state import BearerAuth, ServerState, server_state
@@ -59,7 +60,7 @@ _ADDRESS = re.compile(r"\[[0-9A-Fa-f:.]+\](?::\d+)?|\b\d{1,3}(?:\.\d{1,3}){3}(?:
 def problem_codes() -> set[str]:
     """Every ``code`` a problem body may carry."""
     return ({p.code for p in PROBLEMS.values()} | set(_HTTP_CODES.values()) | set(_OWN_CODES)
-            | set(GUARD_CODES) | {WAITERS_CODE})
+            | set(GUARD_CODES) | {WAITERS_CODE, OVERLOADED_CODE})
 
 
 def _problem(status: int, body: dict[str, Any], headers: dict[str, str] | None = None
@@ -188,4 +189,6 @@ def create_app(settings: ServerSettings | None = None,
     app.add_middleware(BodyLimit, max_bytes=server.api_max_body_bytes)
     app.add_middleware(TenantGuards, settings=server, local_only=not tokens.entries)
     app.add_middleware(BearerAuth, tokens=tokens)  # outermost: no body is read before it
+    # Outside it all, reading nothing: an overloaded process sheds load first (429).
+    app.add_middleware(InFlightLimit, limit=server.api_inflight_max)
     return app

@@ -37,6 +37,10 @@ class ServerSettings(BaseSettings):
     # socket and a few hundred bytes: no Redis connection, docs/http-api.md "Many waiters");
     # past it a new one is 429 too_many_waiters with Retry-After. 0 = no limit.
     api_waiters_max: int = Field(default=10_000, ge=0)
+    # Other requests one process works on at once (server.inflight); past it 429 overloaded with
+    # Retry-After. An event loop serves them one at a time: a few hundred keep each one's wait
+    # well under the per-command Redis timeout. 0 = no limit.
+    api_inflight_max: int = Field(default=256, ge=0)
     # /v1/summarize and /v1/chat/completions wait this long for their job, then cancel it and
     # answer 504; above the workers' job deadline (300 s) so the job's own end comes first.
     api_summarize_timeout_s: float = Field(default=330.0, gt=0)

@@ -1,9 +1,13 @@
 """The HTTP tier scales out (docs/http-api.md "Serving processes"): ``compactor serve
 --workers N`` is N processes on one port, each with its own event reader, stopped together;
-an append over HTTP is one Redis round trip (the script's reply carries the revision)."""
+an append over HTTP is one Redis round trip (the script's reply carries the revision); an
+overloaded process sheds requests with 429 (COMPACTOR_API_INFLIGHT_MAX), never 503."""
 
 from __future__ import annotations
 
+import json
+import select
+import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 import redis
-from server.server_support import TOKEN, running_api
+from server.server_support import TOKEN, running_api, server_settings
 
 from helpers.serve_process import TOKEN as SERVE_TOKEN
 from helpers.serve_process import ServeProcess
@@ -94,3 +98,46 @@ def test_an_append_is_one_round_trip_and_returns_its_revision(module_redis: str)
         second = second.json()
         assert second["revision"] == first["revision"] + 1
         assert second["revision"] == int(raw.get(f"compactor:session:{{{name}}}:rev") or 0)
+
+
+def test_past_the_inflight_cap_a_request_is_429_overloaded_before_it_is_read(
+        module_redis: str) -> None:
+    """Two appends whose bodies have not come yet hold the two places of the process; a third
+    request is 429 at once, a long poll still goes (waiters have their own cap), and once the two
+    bodies arrive a request goes again."""
+    settings = server_settings(api_inflight_max=2)
+    with running_api(module_redis, settings) as url, \
+            httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+        name = f"s-{uuid.uuid4().hex[:10]}"
+        assert http.put(f"/v1/sessions/{name}/jsonl", content=DEMO).status_code == 201
+        body = json.dumps({"entries": MESSAGES}).encode()
+        head = (f"POST /v1/sessions/{name}/entries HTTP/1.1\r\nHost: x\r\n"
+                f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n").encode()
+        port = int(url.rsplit(":", 1)[1])
+        held: list[socket.socket] = []
+        answers: list[httpx.Response] = []
+
+        def both_held() -> bool:
+            """Two heads without their bodies in flight (one that met a poll of ours in flight
+            was refused: it is answered, so another takes its place), and a poll refused."""
+            for sock in [s for s in held if select.select([s], [], [], 0)[0]]:
+                held.remove(sock)
+                sock.close()
+            while len(held) < 2:
+                held.append(socket.create_connection(("127.0.0.1", port)))
+                held[-1].sendall(head)
+            answers.append(http.get(f"/v1/sessions/{name}"))
+            return answers[-1].status_code == 429
+
+        wait_until(both_held, what="both places taken")
+        over = answers[-1]
+        assert over.json()["code"] == "overloaded" and over.headers["retry-after"] == "1"
+        waiter = http.get(f"/v1/jobs/{name}:{0:016x}", params={"wait": 0.1})
+        assert waiter.status_code == 404, waiter.text  # a waiter: not counted here
+        for sock in held:
+            sock.sendall(body)
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+            sock.close()
+        assert wait_until(lambda: http.get(f"/v1/sessions/{name}").status_code == 200,
+                          what="the places back")
