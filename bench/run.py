@@ -25,7 +25,7 @@ BUDGET_S = float(os.environ.get("COMPACTOR_BENCH_BUDGET_S", "240"))  # per bench
 # bench_pi talks with pi 1.6 and 0.73 at 2 s a turn, and waits out the no-worker case;
 # bench_throughput runs one and two workers and an open-loop batch at 100 ms and 2 s.
 LONGER_S = {"bench_scale": 1500.0, "bench_drafts": 600.0, "bench_pi": 900.0,
-            "bench_throughput": 600.0}
+            "bench_throughput": 600.0, "bench_http": 900.0}  # http: its wrk load runs
 
 
 def discover(selected: list[str]) -> list[Path]:
