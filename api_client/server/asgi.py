@@ -176,7 +176,7 @@ def create_app(settings: ServerSettings | None = None,
                   # operationId = the handler's name (create_session): stable for generators.
                   generate_unique_id_function=lambda route: route.name,
                   description="Sessions, compaction jobs and their events over HTTP; "
-                              "README \"From any language\".")
+                              "docs/http-api.md \"The HTTP API\".")
     for module in (session_routes, job_routes, event_stream, model_routes, usage_routes,
                    worker_routes):
         app.include_router(module.router)
