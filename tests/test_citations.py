@@ -3,8 +3,9 @@
 No tracked file cites a document that is not in the repository (the specification or the
 architecture notes the project started from); every ``docs/<page>.md "<heading>"`` citation in
 the code, the tests, the Lua scripts, the extension and the docs names a page and a heading
-(or a paragraph's bold lead) that exist; and every numbered difference the code names (``Q22``)
-is listed in docs/differences.md "Numbered differences"."""
+(or a paragraph's bold lead) that exist; a README section cited is in the README; and every
+numbered difference the code names (``Q22``) is listed in docs/differences.md "Numbered
+differences"."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ OUTSIDE = re.compile("SPEC" + r" ?(?:§|Q\d)|" + "ARCH" + "ITECTURE")
 # Figures and history may quote what they like; test_readme.py spells out its own check.
 OUTSIDE_ALLOWED = {"docs/benchmarks.md", "tests/test_readme.py"}
 CITATION = re.compile(r'docs/([\w.-]+\.md) "([^"\n]+)"')
+README_CITATION = re.compile(r'README[,:]? "([^"\n]+)"')
 CODE = (".py", ".lua", ".ts", ".mjs", ".js", ".md", ".toml", ".yaml", ".yml", ".sh")
 LABEL = re.compile(r"\bQ(\d{1,2})\b")
 
@@ -63,6 +65,15 @@ def test_every_docs_citation_names_a_real_page_and_heading() -> None:
     wrong = [f"{path}: docs/{page} \"{heading}\"" for path, page, heading in citations
              if not (DOCS / page).is_file() or heading not in headings(page)]
     assert wrong == [], "citations of no heading:\n" + "\n".join(wrong)
+
+
+def test_every_readme_citation_names_a_readme_heading() -> None:
+    """The README is a front door: a section that moved to docs/ is cited there."""
+    text = re.sub(r"^```.*?^```$", "", _text("README.md"), flags=re.S | re.M)
+    titles = {t.strip() for t in re.findall(r"^#+ (.*)$", text, re.M)}
+    wrong = [f"{path}: README \"{heading}\"" for path in tracked() if path != "README.md"
+             for heading in README_CITATION.findall(_text(path)) if heading not in titles]
+    assert wrong == [], "cite the docs/ page instead:\n" + "\n".join(wrong)
 
 
 @pytest.mark.parametrize("line", [
