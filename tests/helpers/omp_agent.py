@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from helpers.pi_model import Call, StreamingModel
+from helpers.tcp_proxy import RecordingProxy
 
 __all__ = ["OMP_SUMMARY_PROMPT", "OmpModel", "OmpRpc", "OmpUnavailable", "RecordingProxy",
            "ensure_omp", "write_omp_agent_dir"]
@@ -115,58 +115,6 @@ class OmpModel(StreamingModel):
         n = len(self.calls)
         return " ".join(f"Step {n}.{i}: the parser reads field {i * 7 % 13} of line {i}."
                         for i in range(self.reply_chars // 45))
-
-
-class RecordingProxy:
-    """127.0.0.1:<port> forwarded to 127.0.0.1:<target_port>, keeping every byte each way: what
-    reached the server (``sent()``) and what it answered (``answered()``)."""
-
-    def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = int(self._listener.getsockname()[1])
-        self._lock = threading.Lock()
-        self._sent, self._answered = bytearray(), bytearray()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def sent(self) -> bytes:
-        with self._lock:
-            return bytes(self._sent)
-
-    def answered(self) -> bytes:
-        with self._lock:
-            return bytes(self._answered)
-
-    def close(self) -> None:
-        self._listener.close()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(("127.0.0.1", self.target_port))
-            threading.Thread(target=self._pipe, args=(client, server, self._sent),
-                             daemon=True).start()
-            threading.Thread(target=self._pipe, args=(server, client, self._answered),
-                             daemon=True).start()
-
-    def _pipe(self, source: socket.socket, sink: socket.socket, kept: bytearray) -> None:
-        try:
-            while data := source.recv(1 << 16):
-                with self._lock:
-                    kept.extend(data)
-                sink.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for sock in (source, sink):
-                sock.close()
 
 
 class OmpRpc:
