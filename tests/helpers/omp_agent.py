@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from helpers.agent_rpc import AgentUnavailable, Record, RpcChild, npm_reachable
 from helpers.pi_model import Call, StreamingModel
 from helpers.tcp_proxy import RecordingProxy
 
@@ -31,30 +28,15 @@ BIN = PACKAGE / "node_modules" / ".bin"
 # oh-my-pi's summarization calls open with this system prompt (pi-agent-core's
 # compaction/prompts/summarization-system.md): a local summary is told from a turn by it.
 OMP_SUMMARY_PROMPT = "Summarize user–AI coding-assistant conversations"
-Record = dict[str, Any]
 
 
-class OmpUnavailable(RuntimeError):
+class OmpUnavailable(AgentUnavailable):
     """oh-my-pi is not installed and cannot be: ``npm_reachable`` says whether npm was why."""
-
-    def __init__(self, message: str, npm_reachable: bool) -> None:
-        super().__init__(message)
-        self.npm_reachable = npm_reachable
 
 
 def _installed() -> bool:
     return all(p.exists() for p in (BIN / "omp", BIN / "bun",
                                     PACKAGE / "node_modules" / ".installed"))
-
-
-def _npm_reachable() -> bool:
-    npm = shutil.which("npm")
-    if npm is None:
-        return False
-    try:
-        return subprocess.run([npm, "ping"], capture_output=True, timeout=30).returncode == 0
-    except subprocess.TimeoutExpired:
-        return False
 
 
 def ensure_omp() -> Path:
@@ -65,7 +47,7 @@ def ensure_omp() -> Path:
         if not _installed():
             tail = (run.stderr or run.stdout).strip().splitlines()[-5:]
             raise OmpUnavailable("make omp did not install oh-my-pi: " + " | ".join(tail),
-                                 _npm_reachable())
+                                 npm_reachable())
     return BIN
 
 
@@ -117,65 +99,27 @@ class OmpModel(StreamingModel):
                         for i in range(self.reply_chars // 45))
 
 
-class OmpRpc:
+class OmpRpc(RpcChild):
     """``omp --mode rpc`` as a child process; every stdout record is kept (``records``)."""
+
+    name = "omp"
 
     def __init__(self, bin_dir: Path, agent_dir: Path, workdir: Path) -> None:
         for folder in (workdir, agent_dir / "home"):
             folder.mkdir(parents=True, exist_ok=True)
-        self.log_path = agent_dir / "omp-stderr.log"
         env = {k: v for k, v in os.environ.items() if not k.startswith(("COMPACTOR_", "PI_"))}
         env.update({"PI_CODING_AGENT_DIR": str(agent_dir), "PI_NATIVE_VARIANT": "baseline",
                     "HOME": str(agent_dir / "home"),  # nothing of the user's ~/.omp
                     "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"})
         args = [str(bin_dir / "omp"), "--mode", "rpc", "--model", "loop/m", "--no-tools",
                 "--no-lsp", "--no-title", "--no-extensions", "--no-skills", "--no-rules"]
-        self._stderr = self.log_path.open("wb")
-        self.proc = subprocess.Popen(args, cwd=workdir, env=env, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self._stderr)
-        self.records: list[Record] = []
-        self._changed = threading.Condition()
-        self._ids = 0
-        threading.Thread(target=self._read, name="omp-rpc", daemon=True).start()
+        super().__init__(args, workdir, env, agent_dir / "omp-stderr.log")
 
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue  # not a record (oh-my-pi writes its records one a line)
-            with self._changed:
-                self.records.append(record)
-                self._changed.notify_all()
-        with self._changed:
-            self._changed.notify_all()
-
-    def wait_for(self, match: Callable[[Record], bool], since: int = 0,
-                 timeout: float = 60) -> Record:
-        """The first record at index >= ``since`` that ``match``es (waits for it)."""
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while True:
-                for record in self.records[since:]:
-                    if match(record):
-                        return record
-                left = deadline - time.monotonic()
-                if left <= 0 or self.proc.poll() is not None:
-                    raise AssertionError(f"omp: no matching record within {timeout:g} s "
-                                         f"(exit {self.proc.poll()}); log:\n{self.log()[-2000:]}")
-                self._changed.wait(left)
-
-    def command(self, command: Record, timeout: float = 60) -> Record:
-        """Send ``command``; its response (``success`` checked by the caller)."""
-        self._ids += 1
-        cid = f"c{self._ids}"
-        mark = len(self.records)
-        assert self.proc.stdin is not None
-        self.proc.stdin.write((json.dumps({"id": cid, **command}) + "\n").encode())
-        self.proc.stdin.flush()
-        return self.wait_for(lambda r: r.get("type") == "response" and r.get("id") == cid,
-                             mark, timeout)
+    def _parse(self, line: bytes) -> Record | None:
+        try:
+            return super()._parse(line)
+        except ValueError:
+            return None  # not a record (oh-my-pi writes its records one a line)
 
     def prompt(self, message: str, timeout: float = 60) -> int:
         """Send a prompt and wait for the end of its agent run; the index its records start at."""
@@ -187,14 +131,6 @@ class OmpRpc:
 
     def compact(self, timeout: float = 60) -> Record:
         return self.command({"type": "compact"}, timeout)
-
-    def events(self, kind: str, since: int = 0) -> list[Record]:
-        with self._changed:
-            return [r for r in self.records[since:] if r.get("type") == kind]
-
-    def log(self) -> str:
-        self._stderr.flush()
-        return self.log_path.read_text(encoding="utf-8", errors="replace")
 
     def close(self) -> None:
         if self.proc.poll() is None:

@@ -12,13 +12,14 @@ import json
 import os
 import shutil
 import subprocess
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from helpers.agent_rpc import AgentUnavailable, Record, RpcChild, npm_reachable
 
 __all__ = ["EXTENSION", "NAVIGATE", "PROBE", "PiInstall", "PiRpc", "PiUnavailable", "ensure_pi",
            "find_pi", "find_pi_073", "read_jsonl", "running_pi", "write_agent_dir"]
@@ -31,15 +32,10 @@ EXTENSION = PACKAGE / "src" / "index.ts"
 NAVIGATE = PACKAGE / "test" / "navigate.ts"
 # A test's probe: pi's own preparation of each compaction, a JSON line each in $PI_PROBE_FILE.
 PROBE = PACKAGE / "test" / "probe.ts"
-Record = dict[str, Any]
 
 
-class PiUnavailable(RuntimeError):
+class PiUnavailable(AgentUnavailable):
     """pi is not installed and cannot be: ``npm_reachable`` says whether npm was the cause."""
-
-    def __init__(self, message: str, npm_reachable: bool) -> None:
-        super().__init__(message)
-        self.npm_reachable = npm_reachable
 
 
 @dataclass(frozen=True)
@@ -73,16 +69,6 @@ def find_pi_073() -> PiInstall | None:
     return PiInstall(found.node, cli, version="0.73", approve=False, settles=False)
 
 
-def _npm_reachable() -> bool:
-    npm = shutil.which("npm")
-    if npm is None:
-        return False
-    try:
-        return subprocess.run([npm, "ping"], capture_output=True, timeout=30).returncode == 0
-    except subprocess.TimeoutExpired:
-        return False
-
-
 def ensure_pi() -> PiInstall:
     """pi as installed by ``make pi`` (which runs now when it is missing)."""
     found = find_pi()
@@ -94,7 +80,7 @@ def ensure_pi() -> PiInstall:
     if found is not None:
         return found
     tail = (run.stderr or run.stdout).strip().splitlines()[-5:]
-    raise PiUnavailable("make pi did not install pi: " + " | ".join(tail), _npm_reachable())
+    raise PiUnavailable("make pi did not install pi: " + " | ".join(tail), npm_reachable())
 
 
 def write_agent_dir(path: Path, model_url: str, *, context_window: int, reserve_tokens: int,
@@ -120,15 +106,16 @@ def read_jsonl(path: Path | str) -> list[Record]:
             if line.strip()]
 
 
-class PiRpc:
+class PiRpc(RpcChild):
     """``pi --mode rpc`` as a child process. Every stdout record is kept with the time it was
     read (``at``, monotonic), so a caller can time events such as compaction_start -> _end."""
+
+    name = "pi"
 
     def __init__(self, install: PiInstall, agent_dir: Path, workdir: Path, *,
                  extensions: tuple[Path, ...] = (), env: dict[str, str] | None = None,
                  log: Path | None = None, approve: bool = True) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
-        self.log_path = log or agent_dir / "pi-stderr.log"
         self.install = install
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("COMPACTOR_")}
         full_env.update({"PI_CODING_AGENT_DIR": str(agent_dir), "PI_OFFLINE": "1",
@@ -140,50 +127,13 @@ class PiRpc:
             args += ["-e", str(extension)]
         if extensions and approve and install.approve:
             args.append("--approve")
-        self._stderr = self.log_path.open("wb")
-        self.proc = subprocess.Popen(args, cwd=workdir, env=full_env, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self._stderr)
-        self.records: list[Record] = []
-        self._changed = threading.Condition()
-        self._ids = 0
-        threading.Thread(target=self._read, name="pi-rpc", daemon=True).start()
+        super().__init__(args, workdir, full_env, log or agent_dir / "pi-stderr.log")
 
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:  # binary: splits on LF only, as RPC framing requires
-            record = json.loads(line)
+    def _parse(self, line: bytes) -> Record | None:
+        record = super()._parse(line)
+        if record is not None:
             record["at"] = time.monotonic()
-            with self._changed:
-                self.records.append(record)
-                self._changed.notify_all()
-        with self._changed:
-            self._changed.notify_all()
-
-    def wait_for(self, match: Callable[[Record], bool], since: int = 0,
-                 timeout: float = 60) -> Record:
-        """The first record at index >= ``since`` that ``match``es (waits for it)."""
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while True:
-                for record in self.records[since:]:
-                    if match(record):
-                        return record
-                left = deadline - time.monotonic()
-                if left <= 0 or self.proc.poll() is not None:
-                    raise AssertionError(f"pi: no matching record within {timeout:g} s "
-                                         f"(exit {self.proc.poll()}); log:\n{self.log()[-2000:]}")
-                self._changed.wait(left)
-
-    def command(self, command: Record, timeout: float = 60) -> Record:
-        """Send ``command``; its response (``success`` checked by the caller)."""
-        self._ids += 1
-        cid = f"c{self._ids}"
-        mark = len(self.records)
-        assert self.proc.stdin is not None
-        self.proc.stdin.write((json.dumps({"id": cid, **command}) + "\n").encode())
-        self.proc.stdin.flush()
-        return self.wait_for(lambda r: r.get("type") == "response" and r.get("id") == cid,
-                             mark, timeout)
+        return record
 
     def prompt(self, message: str, timeout: float = 60) -> list[Record]:
         """Send a prompt and wait until pi settles; the records from the prompt on."""
@@ -226,20 +176,12 @@ class PiRpc:
     def session_file(self) -> Path:
         return Path(self.state()["sessionFile"])
 
-    def events(self, kind: str, since: int = 0) -> list[Record]:
-        with self._changed:
-            return [r for r in self.records[since:] if r.get("type") == kind]
-
     def notices(self) -> list[str]:
         """What extensions told the user: pi forwards ``ctx.ui.notify`` in RPC mode as
         ``extension_ui_request`` records (method ``notify``)."""
         with self._changed:
             return [str(r.get("message", "")) for r in self.records
                     if r.get("type") == "extension_ui_request" and r.get("method") == "notify"]
-
-    def log(self) -> str:
-        self._stderr.flush()
-        return self.log_path.read_text(encoding="utf-8", errors="replace")
 
     def close(self) -> None:
         """Close stdin (pi's orderly shutdown), then wait; kill when it does not end."""
