@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers.pi_agent import PiUnavailable, ensure_pi
+from helpers.ci import agent_installed
+from helpers.pi_agent import ensure_pi
 
 pytestmark = pytest.mark.integration
 
@@ -24,12 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_bench_pi_quick_mode_runs(tmp_path: Path) -> None:
-    try:
-        ensure_pi()
-    except PiUnavailable as err:
-        if err.npm_reachable or os.environ.get("CI"):
-            pytest.fail(f"pi is not installed: {err}")
-        pytest.skip(f"pi is not installed and npm's registry is unreachable ({err})")
+    agent_installed(ensure_pi, "pi")
     env = {**os.environ, "COMPACTOR_BENCH_RESULTS": str(tmp_path)}
     run = subprocess.run([sys.executable, "bench/bench_pi.py", "--quick"], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=180)

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from helpers.pi_agent import EXTENSION, PiUnavailable, ensure_pi
+from helpers.ci import agent_installed
+from helpers.pi_agent import EXTENSION, ensure_pi
 from helpers.pi_model import StreamingModel
 
 REPO = Path(__file__).resolve().parents[1]
@@ -23,12 +24,7 @@ WRAPPER = REPO / "integrations" / "pi" / "bin" / "pi"
 
 @pytest.fixture(scope="module")
 def installed() -> None:
-    try:
-        ensure_pi()
-    except PiUnavailable as err:
-        if err.npm_reachable or os.environ.get("CI"):
-            pytest.fail(f"pi is not installed: {err}")
-        pytest.skip(f"pi is not installed and npm's registry is unreachable ({err})")
+    agent_installed(ensure_pi, "pi")
 
 
 def _run(command: Path, path_first: str) -> subprocess.CompletedProcess[str]:

@@ -28,10 +28,10 @@ from pydantic import SecretStr
 from runtime.runtime_support import runtime_settings
 
 from api_client.server.summarize_url import summarize_url, url_secret
+from helpers.ci import agent_installed
 from helpers.omp_agent import (
     OmpModel,
     OmpRpc,
-    OmpUnavailable,
     RecordingProxy,
     ensure_omp,
     write_omp_agent_dir,
@@ -54,12 +54,7 @@ COMPACTOR_SUMMARY = "(Compactor summary)"  # in every summary the worker's model
 
 @pytest.fixture(scope="module")
 def omp_bin() -> Path:
-    try:
-        return ensure_omp()
-    except OmpUnavailable as err:
-        if err.npm_reachable or os.environ.get("CI"):
-            pytest.fail(f"oh-my-pi is not installed: {err}")
-        pytest.skip(f"oh-my-pi is not installed and npm's registry is unreachable ({err})")
+    return agent_installed(ensure_omp, "oh-my-pi")
 
 
 @pytest.fixture(scope="module")

@@ -31,13 +31,13 @@ from recovery.recovery_support import WorkerProcess, model_env, worker_env
 from runtime.runtime_support import entries_of_type, runtime_settings, session_events
 
 from api_client import CompactionClient
+from helpers.ci import agent_installed
 from helpers.pi_agent import (
     EXTENSION,
     NAVIGATE,
     PROBE,
     PiInstall,
     PiRpc,
-    PiUnavailable,
     ensure_pi,
     find_pi_073,
     read_jsonl,
@@ -63,12 +63,7 @@ INSTRUCTIONS = "Keep the parser decisions"
 
 @pytest.fixture(scope="module")
 def pi_install() -> PiInstall:
-    try:
-        return ensure_pi()
-    except PiUnavailable as err:
-        if err.npm_reachable or os.environ.get("CI"):
-            pytest.fail(f"pi is not installed: {err}")
-        pytest.skip(f"pi is not installed and npm's registry is unreachable ({err})")
+    return agent_installed(ensure_pi, "pi")
 
 
 @pytest.fixture(scope="module")
