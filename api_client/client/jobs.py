@@ -41,6 +41,7 @@ from api_client.contract.redis_flows import (
     SyncShell,
     cmd,
 )
+from api_client.contract.reservations import release
 from api_client.contract.session.validate import check_entry_id, check_json_value
 from api_client.contract.settings import ClientSettings
 from api_client.contract.task_messages import task_push
@@ -232,16 +233,19 @@ class _JobCore:
         if not indexed and str(reply[0]) != "created":
             yield cmd("zrem", self.layout.jobs_due, job_id)
             yield cmd("zrem", self._queued(session_id), job_id)
+            yield release(self.layout, job_id)  # what its admission reserved
         result = parse_enqueue(reply, call.route, indexed)
         return result if indexed else replace(result, tag=tag)
 
     def _admit(self, session_id: str, kind: JobKind | str, reason: CompactReason | str | None,
-               job_id: str, route: Route) -> Flow[int]:
+               job_id: str, route: Route,
+               summary_input: Mapping[str, Any] | None = None) -> Flow[int]:
         """``admit.lua`` on the tenant's keys (the enqueue script runs without the admission):
         the job's fair tag, or QuotaExceededError when the tenant is over a quota."""
         job_kind = JobKind(kind)
         why = CompactReason(reason or "manual") if job_kind is JobKind.COMPACT else None
-        admitted = admission(self.layout, self.settings, session_id, job_kind, why, route)
+        admitted = admission(self.layout, self.settings, session_id, job_kind, why, route,
+                             summary_input)
         tenant = self.layout.resolve(session_id)[0]
         queued, quota, usage = admitted.keys
         tag = yield Script("admit", [queued], [admitted.policy, job_id, quota, usage],
@@ -278,6 +282,8 @@ class _JobCore:
         changed, before, _ = yield Script("finish", keys, args, job_rescue(job_id))
         if int(changed):
             yield global_copy(self.layout, self.settings, event)
+            if not self.settings.tenant_inbox:  # (else the workers' sweep gives it back)
+                yield release(self.layout, job_id)  # the model budget it held
             return JobState.CANCELLED
         return JobState(before)
 

@@ -188,7 +188,7 @@ class Orchestration:
             yield cmd("zadd", self.layout.jobs_due, {record.id: due_ms(self.settings)}, nx=True)
             # The tenant's quotas and fair order hold for summaries too (over budget: refused).
             tag = yield from self.jobs._admit(record.session_id, JobKind.SUMMARIZE, None,
-                                              record.id, route)
+                                              record.id, route, record.input)
         yield Pipeline((cmd("hset", key, mapping=record.to_redis()),
                         cmd("expire", key, self.settings.job_pending_ttl_s)))
         try:

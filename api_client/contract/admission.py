@@ -11,10 +11,13 @@ served); a job that then coalesces into one already queued leaves the tenant's q
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from api_client.contract.keys import KeyLayout
+from api_client.contract.reservations import admission_estimate
 from api_client.contract.settings import ClientSettings
 from api_client.contract.wire import CompactReason, JobKind, Route
 
@@ -44,17 +47,25 @@ def _budget(settings: ClientSettings, kind: JobKind, reason: CompactReason | Non
 
 
 def admission(layout: KeyLayout, settings: ClientSettings, session_id: str, kind: JobKind,
-              reason: CompactReason | None, route: Route) -> Admission:
+              reason: CompactReason | None, route: Route,
+              summary_input: Mapping[str, Any] | None = None) -> Admission:
+    """The admission of a new job; ``summary_input``: a summarize job's request (its prompt
+    and output budget are its reservation: api_client/contract/reservations.py)."""
     tenant = layout.resolve(session_id)[0]
     now = time.time()
     day = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%d")
     fields = (int(now * 1000), route.priority, settings.fair_delay_ms, settings.weight,
               settings.queued_jobs_max, settings.tokens_per_day, settings.usd_per_day,
               _budget(settings, kind, reason), settings.draft_budget_share,
-              settings.job_pending_ttl_s)
+              settings.job_pending_ttl_s, *_reservation(kind, summary_input))
     return Admission((layout.tenant_queued(tenant), layout.tenant_quota(tenant),
                       layout.tenant_usage(tenant, day)), " ".join(map(str, fields)),
                      layout.fair_index(route.queue, route.priority))
+
+
+def _reservation(kind: JobKind, summary_input: Mapping[str, Any] | None) -> tuple[int, int]:
+    tokens, fit = admission_estimate(kind, summary_input)
+    return tokens, int(fit)
 
 
 def due_ms(settings: ClientSettings) -> int:

@@ -26,6 +26,7 @@ from api_client.contract.errors import (
 )
 from api_client.contract.keys import DEFAULT_TENANT, INFLIGHT_SPECULATIVE, JOB_KINDS, KeyLayout
 from api_client.contract.redis_flows import Command, Flow, Rescue, Script, cmd
+from api_client.contract.reservations import release
 from api_client.contract.settings import ClientSettings
 from api_client.contract.wire import JobEvent, JobRecord, JobState, TokenUsage, now_iso
 
@@ -183,4 +184,5 @@ def finish_job(layout: KeyLayout, settings: ClientSettings, job_id: str,
         # (the workers' key: a client on the tenant's own ACL user leaves it to their sweep).
         if not settings.tenant_inbox:
             yield cmd("zrem", layout.queued_of_job(job_id), job_id)
+            yield release(layout, job_id)  # the model budget it held (reservations.py)
     return bool(changed)

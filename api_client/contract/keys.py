@@ -270,6 +270,12 @@ class KeyLayout:
         settings' defaults)."""
         return self._tenant_key(tenant, "quota")
 
+    def tenant_reserved(self, tenant: str) -> str:
+        """hash: job id → ``<tokens> <until Unix ms> <owner>``, the model budget each job of
+        the tenant holds (``api_client/contract/reservations.py``); ``_admit.lua`` names it
+        from the quota key (``…:quota`` → ``…:reserved``)."""
+        return self._tenant_key(tenant, "reserved")
+
     def tenant_queued(self, tenant: str) -> str:
         """zset: job id → its route's priority x 1e13 + when it was queued (Unix ms), for each
         queued job of the tenant (fair order and the ``queued_jobs`` quota; a job leaves it

@@ -19,7 +19,14 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Request, Response
 
-from api_client import AsyncJobHandle, CompactorError, InvalidRequestError, JobTimeoutError
+from api_client import (
+    AsyncJobHandle,
+    CompactorError,
+    InvalidRequestError,
+    JobFailedError,
+    JobTimeoutError,
+)
+from api_client.contract.reservations import quota_refusal
 from api_client.server.schemas import (
     ChatChoice,
     ChatChoiceMessage,
@@ -69,7 +76,15 @@ async def _result(request: Request, handle: AsyncJobHandle, timeout_s: float) ->
 async def _summarize(request: Request, state: ServerState, system_prompt: str, prompt: str,
                      max_tokens: int | None) -> tuple[AsyncJobHandle, dict[str, Any]]:
     handle = await state.client.summarize(system_prompt, prompt, max_tokens=max_tokens)
-    result = await _result(request, handle, state.settings.api_summarize_timeout_s)
+    try:
+        result = await _result(request, handle, state.settings.api_summarize_timeout_s)
+    except JobFailedError as err:
+        # Refused by its worker for the tenant's model budget: answered as admission does
+        # (429 quota_exceeded with resetsAt), not as a failed model (docs/security.md).
+        refused = quota_refusal((await handle.record()).result)
+        if refused is None:
+            raise
+        raise refused from err
     assert isinstance(result, dict) and isinstance(result.get("summary"), str)
     return handle, result
 

@@ -131,6 +131,7 @@ def test_parallel_summaries_never_spend_past_the_tokens_per_day(
         for answer in refused:
             assert answer.json()["code"] in ("quota_exceeded", "job_failed"), answer.text
         spent = raw.hmget(usage, "input_tokens", "output_tokens", "reserved_tokens")
+        assert raw.hlen(layout.tenant_reserved("acme")) == 0  # every reservation given back
         print(f"served {len(served)}, refused {len(refused)} "
               f"({sorted({a.json()['code'] for a in refused})}), spent {spent[:2]} of 500")
         assert int(spent[0] or 0) + int(spent[1] or 0) <= 500
@@ -165,12 +166,13 @@ def test_admission_counts_what_calls_under_way_have_reserved(
     layout = CompactionClient(module_redis, tenant="acme").layout
     usage = layout.tenant_usage("acme", time.strftime("%Y-%m-%d", time.gmtime()))
     raw.hset(layout.tenant_quota("acme"), "tokens_per_day", 500)
-    raw.hset(usage, "reserved_tokens", 500)
+    held = layout.tenant_reserved("acme")  # another job's, until an hour from now
+    raw.hset(held, "acme~other:1", f"500 {int(time.time() * 1000) + 3_600_000} -")
     seen = len(model_server.seen)
     try:
-        refused = acme.post("/v1/summarize", json={"prompt": "a short one"})
+        refused = acme.post("/v1/summarize", json={"prompt": "a short one", "maxTokens": 10})
         body = _refused(refused, 429, "quota_exceeded")
         assert body["quota"] == "tokens_per_day" and len(model_server.seen) == seen
     finally:
         raw.hdel(layout.tenant_quota("acme"), "tokens_per_day")
-        raw.delete(usage)
+        raw.delete(usage, held)

@@ -10,12 +10,16 @@ spend what the compactions an agent waits for need. Manual compactions, branch s
 summaries, admitted at enqueue (the client refuses them over budget), are checked again here
 and refused over it (a job that got past admission in a race, or a record nobody admitted).
 
-Before each model call (:class:`BudgetedSummarizer`) an estimate of the call's tokens (its
-prompt's characters / 4, plus its output budget) is reserved in the tenant's day, in one step
-with the check against ``tokens_per_day`` (spent + reserved + this call): parallel jobs cannot
-together pass the budget, and a prompt larger than what is left is never sent. What a delivery
-reserved is given back when it ends (:func:`account`), as its real spend is counted. A worker
-killed mid-call leaves its reservation in that day's count (the day's budget is the bound).
+Admission reserved an estimate for the job (api_client/contract/reservations.py). Before each
+model call (:class:`BudgetedSummarizer`) an estimate of the call's tokens (its prompt's
+characters / 4, plus its output budget) is reserved for the job by this delivery, in one step
+with the check against ``tokens_per_day`` (spent + every reservation + this call): the
+delivery's calls replace the admission's estimate (and a dead delivery's calls), so nothing is
+counted twice; parallel jobs cannot together pass the budget, and a prompt larger than what is
+left is never sent. The job's reservation is given back when its delivery ends it
+(:func:`account`), after its real spend is counted; a delivery that stops without ending it
+gives back only its own. A worker killed mid-call holds it until the job's next delivery
+replaces it, the job ends (the sweep's end included), or the job's deadline passes.
 
 When a delivery ends (:func:`account`), what its model calls cost is added to its tenant's day,
 drafts apart, and to the per-tenant metrics: before the job's end is published, so that whoever
@@ -26,6 +30,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -174,6 +180,8 @@ class BudgetedSummarizer:
                        if ctx.record.reason is CompactReason.SPECULATIVE else 1.0)
         self._lock = threading.Lock()
         self.reserved = 0
+        self.owner = uuid.uuid4().hex[:16]  # this delivery's token on its reservation
+        self._until = time.time() + ctx.rt.settings.job_deadline_s + ctx.rt.settings.lease_ttl_s
 
     @property
     def spend(self) -> Spend | None:
@@ -194,7 +202,7 @@ class BudgetedSummarizer:
         assert store is not None
         done, spent, held, limit = store.reserve(  # type: ignore[attr-defined]
             ctx.record.tenant, self._day, wanted, int(ctx.rt.settings.tokens_per_day),
-            self._share)
+            self._share, job_id=ctx.job_id, owner=self.owner, until=self._until)
         if not done:
             log.info("job %s: a call of ~%d tokens refused: tenant %s has spent %d and "
                      "reserved %d of %g", ctx.job_id, wanted, ctx.record.tenant, spent, held,
@@ -206,12 +214,26 @@ class BudgetedSummarizer:
         return self.inner.summarize(request, cancel)
 
     def settle(self) -> None:
-        """Give back what the calls reserved (the delivery's real spend is counted instead)."""
+        """Give back what this delivery's calls reserved (its real spend is counted instead):
+        a delivery that stops without ending the job (taken over) leaves the job's own."""
         with self._lock:
             tokens, self.reserved = self.reserved, 0
         if tokens and self._ctx.rt.usage is not None:
             self._ctx.rt.usage.release(  # type: ignore[attr-defined]
-                self._ctx.record.tenant, self._day, tokens)
+                self._ctx.record.tenant, self._ctx.job_id, self.owner)
+
+
+def _release_job(ctx: JobContext) -> None:
+    """The job ends: whatever it holds goes (admission's estimate, any delivery's calls)."""
+    store = ctx.rt.usage
+    if store is None or getattr(store, "release", None) is None:
+        return
+    try:
+        ride_out(ctx.control, "usage", lambda: store.release(  # type: ignore[attr-defined]
+            ctx.record.tenant, ctx.job_id))
+    except WAIT_FOR_REDIS as err:
+        log.warning("job %s: reservation of tenant %s not given back: %s", ctx.job_id,
+                    ctx.record.tenant, err)
 
 
 def job_spend(ctx: JobContext) -> Spend | None:
@@ -236,13 +258,20 @@ def bill(ctx: JobContext, draft_cost_usd: float | None = None) -> dict[str, Any]
 def account(ctx: JobContext, spend: Spend | None, *, ended: bool) -> None:
     """Add the delivery's spend to its tenant's day and metrics (``ended``: this delivery
     ends the job, which then counts as one). A Redis that stays away loses the count, not the
-    job: its end is written next, or waited for as the job's end always is."""
-    if isinstance(ctx.summarizer, BudgetedSummarizer):
+    job: its end is written next, or waited for as the job's end always is. The reservation
+    goes after the spend is counted, so that one of them always counts."""
+    _count(ctx, spend, ended=ended)
+    if ended:
+        _release_job(ctx)
+    elif isinstance(ctx.summarizer, BudgetedSummarizer):
         try:
             ride_out(ctx.control, "usage", ctx.summarizer.settle)
         except WAIT_FOR_REDIS as err:
             log.warning("job %s: reservation of tenant %s not given back: %s", ctx.job_id,
                         ctx.record.tenant, err)
+
+
+def _count(ctx: JobContext, spend: Spend | None, *, ended: bool) -> None:
     if spend is None:
         return
     record, usage = ctx.record, spend.usage

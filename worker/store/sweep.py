@@ -65,13 +65,15 @@ class SweepStore:
         guarded(job_id, lambda: self.redis.zrem(self.layout.jobs_due, job_id))
 
     def dequeue(self, job_id: str) -> None:
-        """Out of its tenant's queued jobs (an ended job a client could not take out) and its
-        admitted ones (``worker/store/inbox.py``)."""
+        """Out of its tenant's queued jobs (an ended job a client could not take out), its
+        admitted ones (``worker/store/inbox.py``) and the model budget it held
+        (``api_client/contract/reservations.py``)."""
         key = self.layout.queued_of_job(job_id)
         admitted = self.layout.tenant_admitted(tenant_of_job(job_id))
         pipe = self.redis.pipeline(transaction=False)
         pipe.zrem(key, job_id)
         pipe.hdel(admitted, job_id)
+        pipe.hdel(self.layout.tenant_reserved(tenant_of_job(job_id)), job_id)
         guarded(job_id, pipe.execute)
 
     def look(self, job_id: str) -> JobLook:

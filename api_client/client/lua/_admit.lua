@@ -9,7 +9,11 @@
 --   policy: ARGV string of space-separated fields, in this order:
 --     now (Unix ms), priority (the route's), delay (fair_delay_ms), weight, queued_max,
 --     tokens_per_day, usd_per_day, budget ('refuse' | 'draft' | 'none'), draft_share,
---     pending_ttl_s
+--     pending_ttl_s, estimate (tokens the job reserves), fit (1: refused unless spent + reserved
+--     + estimate stays within the budget; 0: while any budget is left)
+-- The tenant's reservations (hash <quota key's prefix>:reserved, job id -> '<tokens> <until ms>
+-- <owner>': api_client/contract/reservations.py) count as spent; an admitted job's estimate
+-- is written there (owner '-') until its worker's calls replace it or it ends.
 -- Returns the job's fair tag (Unix ms: see place()), or the error reply
 -- 'COMPACTOR_QUOTA <quota> <limit> <value>' (nothing was written).
 --
@@ -28,7 +32,8 @@ local function policy_of(text)
   return {now = tonumber(f[1]), priority = tonumber(f[2]), delay = tonumber(f[3]),
           weight = tonumber(f[4]), queued_max = tonumber(f[5]), tokens_day = tonumber(f[6]),
           usd_day = tonumber(f[7]), budget = f[8], draft_share = tonumber(f[9]),
-          pending_ttl = tonumber(f[10])}
+          pending_ttl = tonumber(f[10]), estimate = tonumber(f[11]) or 0,
+          fit = f[12] == '1'}
 end
 
 local function over(quota, limit, value)
@@ -45,7 +50,39 @@ local function trim(queued, p)
   end
 end
 
-local function budget_refusal(usage, p, tokens_day, usd_day)
+-- The tokens the tenant's jobs hold (fields whose time is up count for nothing) and those
+-- fields (dropped once the job is admitted: the script's first write must be its ZADD). A
+-- caller whose ACL user may not reach the hash (a tenant's own user on the line before issue
+-- 39, docs/tenants.md) admits without reservations: pcall, here and in reserve().
+local function held_tokens(reserved, now)
+  local total, expired = 0, {}
+  local all = redis.pcall('HGETALL', reserved)
+  if all['err'] then
+    return 0, {}, false
+  end
+  for i = 1, #all, 2 do
+    local tokens, till = string.match(all[i + 1], '^(%d+) (%d+)')
+    if tokens and tonumber(till) > now then
+      total = total + tonumber(tokens)
+    else
+      expired[#expired + 1] = all[i]
+    end
+  end
+  return total, expired, true
+end
+
+local function reserve(reserved, expired, job_id, p)
+  for _, field in ipairs(expired) do
+    redis.call('HDEL', reserved, field)
+  end
+  if p.estimate > 0 then
+    local till = p.now + p.pending_ttl * 1000
+    redis.call('HSET', reserved, job_id, p.estimate .. ' ' .. till .. ' -')
+    redis.call('EXPIRE', reserved, 172800)  -- RESERVED_KEY_TTL_S
+  end
+end
+
+local function budget_refusal(usage, p, tokens_day, usd_day, held)
   if p.budget == 'none' then
     return nil
   end
@@ -53,13 +90,16 @@ local function budget_refusal(usage, p, tokens_day, usd_day)
   if p.budget == 'draft' then
     share = p.draft_share
   end
-  -- reserved_tokens: what the model calls under way have reserved (worker/service/
-  -- _model_budget.py); they count as spent until their real spend replaces them.
+  -- held: what admitted jobs and model calls under way have reserved; it counts as spent
+  -- until their real spend replaces it.
   local u = redis.call('HMGET', usage, 'input_tokens', 'output_tokens', 'draft_input_tokens',
-                       'draft_output_tokens', 'usd', 'draft_usd', 'reserved_tokens')
+                       'draft_output_tokens', 'usd', 'draft_usd')
   local tokens = (tonumber(u[1]) or 0) + (tonumber(u[2]) or 0) + (tonumber(u[3]) or 0)
-    + (tonumber(u[4]) or 0) + math.max(0, tonumber(u[7]) or 0)
+    + (tonumber(u[4]) or 0) + held
   local usd = (tonumber(u[5]) or 0) + (tonumber(u[6]) or 0)
+  if tokens_day > 0 and p.fit and p.estimate > 0 and tokens + p.estimate > tokens_day * share then
+    return over('tokens_per_day', tokens_day * share, tokens + p.estimate)
+  end
   if tokens_day > 0 and tokens >= tokens_day * share then
     return over('tokens_per_day', tokens_day * share, tokens)
   end
@@ -73,8 +113,10 @@ local function admit(queued, quota, usage, policy, job_id)
   local p = policy_of(policy)
   local q = redis.call('HMGET', quota, 'queued_jobs_max', 'tokens_per_day', 'usd_per_day',
                        'weight')
+  local reserved = string.gsub(quota, 'quota$', 'reserved')
+  local held, expired, reachable = held_tokens(reserved, p.now)
   local refused = budget_refusal(usage, p, tonumber(q[2]) or p.tokens_day,
-                                 tonumber(q[3]) or p.usd_day)
+                                 tonumber(q[3]) or p.usd_day, held)
   if refused then
     return refused
   end
@@ -89,6 +131,9 @@ local function admit(queued, quota, usage, policy, job_id)
     return over('queued_jobs', queued_max, before)
   end
   redis.call('PEXPIRE', queued, p.pending_ttl * 1000)
+  if reachable then
+    reserve(reserved, expired, job_id, p)
+  end
   local ahead = redis.call('ZCOUNT', queued, '-inf',
                            '(' .. ((p.priority + 1) * PRIORITY_SCALE)) - 1
   return p.now + math.floor(ahead * p.delay / (tonumber(q[4]) or p.weight))
