@@ -15,9 +15,10 @@ from api_client.client.jobs import AsyncJobStore, check_agent
 from api_client.client.orchestration import JobRef, Orchestration, Request
 from api_client.client.sessions import AsyncSessionStore
 from api_client.client.summaries import SummaryInput
-from api_client.client.sync_client import _settings, stream_start
+from api_client.client.sync_client import _settings
 from api_client.client.transport import AsyncTransport
 from api_client.contract.agent_settings import AgentSettings
+from api_client.contract.job_records import stream_start
 from api_client.contract.session.context import LlmContext
 from api_client.contract.settings import ClientSettings, load_settings
 from api_client.contract.usage import DayUsage

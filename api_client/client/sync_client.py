@@ -7,7 +7,6 @@ shared with :class:`~api_client.client.async_client.AsyncCompactionClient`) on t
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,7 +20,8 @@ from api_client.client.sessions import SessionStore
 from api_client.client.summaries import SummaryInput
 from api_client.client.transport import SyncTransport
 from api_client.contract.agent_settings import AgentSettings
-from api_client.contract.errors import ConfigurationError, InvalidRequestError
+from api_client.contract.errors import ConfigurationError
+from api_client.contract.job_records import stream_start
 from api_client.contract.keys import check_tenant
 from api_client.contract.session.context import LlmContext
 from api_client.contract.settings import ClientSettings, load_settings
@@ -44,23 +44,6 @@ def _settings(value: str | ClientSettings | None, tenant: str | None = None) -> 
     return load_settings(redis_url=value, **overrides)
 
 
-_STREAM_ID = re.compile(r"\d+(-\d+)?")
-
-
-def stream_start(since: str | None, start: str | None) -> str | None:
-    """The reader's start id for ``events(since=...)`` (None: the reader's default)."""
-    if since is None:
-        return start
-    if start is not None:
-        raise InvalidRequestError("give events() since= or start=, not both")
-    if since == "start":
-        return "0-0"
-    if since == "now":
-        return "$"
-    if not _STREAM_ID.fullmatch(since):
-        raise InvalidRequestError(
-            f"since={since!r}: 'start', 'now' or a stream id such as '1700000000000-0'")
-    return since
 
 
 class CompactionClient:

@@ -10,6 +10,7 @@ Each operation is a flow (:mod:`api_client.contract.redis_flows`), run by either
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -32,7 +33,7 @@ from api_client.contract.wire import JobEvent, JobRecord, JobState, TokenUsage, 
 
 __all__ = [
     "checked_enum", "completion_for", "decode_event", "event_fields", "finish_call",
-    "finish_job", "get_record", "global_copy", "job_rescue", "result_fields",
+    "finish_job", "get_record", "global_copy", "job_rescue", "result_fields", "stream_start",
 ]
 
 
@@ -186,3 +187,22 @@ def finish_job(layout: KeyLayout, settings: ClientSettings, job_id: str,
             yield cmd("zrem", layout.queued_of_job(job_id), job_id)
             yield release(layout, job_id)  # the model budget it held (reservations.py)
     return bool(changed)
+
+
+_STREAM_ID = re.compile(r"\d+(-\d+)?")
+
+
+def stream_start(since: str | None, start: str | None) -> str | None:
+    """The reader's start id for ``events(since=...)`` (None: the reader's default)."""
+    if since is None:
+        return start
+    if start is not None:
+        raise InvalidRequestError("give events() since= or start=, not both")
+    if since == "start":
+        return "0-0"
+    if since == "now":
+        return "$"
+    if not _STREAM_ID.fullmatch(since):
+        raise InvalidRequestError(
+            f"since={since!r}: 'start', 'now' or a stream id such as '1700000000000-0'")
+    return since

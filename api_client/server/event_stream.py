@@ -21,7 +21,7 @@ from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import Response, StreamingResponse
 
 from api_client import AsyncEventReader, JobEvent, SessionNotFoundError
-from api_client.client.sync_client import stream_start
+from api_client.contract.job_records import stream_start
 from api_client.server.fanout import Fanout, Follower, TooManyWaiters, waiters_refused
 from api_client.server.server_state import ServerState, authorize, state_of
 

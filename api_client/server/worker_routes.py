@@ -14,7 +14,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
-from api_client.client.async_client import AsyncCompactionClient
+from api_client import AsyncCompactionClient
 from api_client.contract.wire import JobRecord, JobState
 from api_client.server.server_state import ServerState, authorize, state_of
 
