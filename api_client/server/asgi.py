@@ -18,7 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
-from starlette.routing import Match
+from starlette.routing import compile_path
 
 from api_client import AsyncCompactionClient, ClientSettings, CompactorError
 from api_client.server import (
@@ -99,12 +99,11 @@ async def _on_http(request: Request, err: Exception) -> JSONResponse:
 
 
 def _allowed(request: Request) -> list[str]:
-    """The methods of every route of the request's path (the document lists the same)."""
-    methods: set[str] = set()
-    for route in request.app.router.routes:
-        if route.matches(request.scope)[0] != Match.NONE:
-            methods |= getattr(route, "methods", None) or set()
-    return sorted(methods)
+    """The methods the document lists for the request's path (its routes' methods)."""
+    paths: dict[str, dict[str, Any]] = request.app.openapi()["paths"]
+    path = request.url.path
+    return sorted(method.upper() for template, operations in paths.items()
+                  if compile_path(template)[0].match(path) for method in operations)
 
 
 async def _on_crash(_: Request, err: Exception) -> JSONResponse:
