@@ -77,7 +77,8 @@ def complete(document: dict[str, Any], codes: Iterable[str]) -> dict[str, Any]:
                 stream["schema"] = _SSE_EVENT
         too_many = dict(operation["responses"].get("4XX", {}), description=(
             "over the tenant's request rate or open streams (rate_limited, too_many_streams, "
-            "too_many_waiters), a quota (quota_exceeded) or a loop (compaction_loop)"),
+            "too_many_waiters), the process's requests at once (overloaded), a quota "
+            "(quota_exceeded) or a loop (compaction_loop)"),
             headers=_RETRY_AFTER)
         operation["responses"].setdefault("429", too_many)
     return document

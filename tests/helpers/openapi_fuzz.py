@@ -38,7 +38,7 @@ _SERVE_SETTINGS = {"COMPACTOR_API_RATE_PER_S": "0", "COMPACTOR_API_SSE_KEEPALIVE
                    "COMPACTOR_API_MAX_WAIT_S": "1"}
 # A following event stream never ends: Schemathesis reads it until this many seconds (every other
 # request answers well within it: long polls are capped at 1 s above).
-REQUEST_TIMEOUT_S = 3
+REQUEST_TIMEOUT_S = 6
 
 
 class _ObedientModel(FakeLLMServer):
