@@ -126,14 +126,14 @@ def _probes(app: FastAPI) -> None:
         return {"status": "ready"}
 
 
-def _document_problems(app: FastAPI) -> None:
+def _document_problems(app: FastAPI, auth: bool) -> None:
     """Every error response refers to ProblemBody; FastAPI lists only models a route returns.
     The rest FastAPI cannot see (codes, id patterns, Retry-After): openapi_doc.complete."""
     generate = app.openapi
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = complete(generate(), problem_codes())
+            app.openapi_schema = complete(generate(), problem_codes(), auth=auth)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
@@ -180,7 +180,7 @@ def create_app(settings: ServerSettings | None = None,
                    worker_routes):
         app.include_router(module.router)
     _probes(app)
-    _document_problems(app)
+    _document_problems(app, auth=bool(tokens.entries))
     app.add_exception_handler(CompactorError, _on_compactor_error)
     app.add_exception_handler(RequestValidationError, _on_validation)
     app.add_exception_handler(HTTPException, _on_http)

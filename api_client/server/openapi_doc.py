@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
+
 from api_client.contract.keys import JOB_ID_PATTERN, SESSION_ID_PATTERN
 from api_client.contract.session.validate import SAFE_ID
 from api_client.server.schemas import ProblemBody
@@ -53,8 +55,10 @@ _RETRY_AFTER = {"Retry-After": {"description": "seconds until a request may succ
                                 "schema": {"type": "integer", "minimum": 1}}}
 
 
-def complete(document: dict[str, Any], codes: Iterable[str]) -> dict[str, Any]:
-    """``document`` with the problem codes, patterns and headers FastAPI does not write."""
+def complete(document: dict[str, Any], codes: Iterable[str], *, auth: bool = True
+             ) -> dict[str, Any]:
+    """``document`` with the problem codes, patterns and headers FastAPI does not write.
+    Without ``auth`` (``--insecure-no-auth``) no route asks for a token or a URL secret."""
     schemas = document.setdefault("components", {}).setdefault("schemas", {})
     problem = ProblemBody.model_json_schema()
     problem["properties"]["code"]["enum"] = sorted(codes)
@@ -65,9 +69,13 @@ def complete(document: dict[str, Any], codes: Iterable[str]) -> dict[str, Any]:
     chat["messages"].update(_CHAT_MESSAGES)
     chat["stream"]["const"] = False  # true: 400, this endpoint answers once
     _integer_bounds(schemas)
+    if not auth:
+        document["components"].pop("securitySchemes", None)
     for operation in _operations(document):
+        if not auth:
+            operation.pop("security", None)
         for parameter in operation.get("parameters", []):
-            pattern = _parameter_pattern(parameter["name"], parameter["in"])
+            pattern = _parameter_pattern(parameter["name"], parameter["in"], auth)
             if pattern:  # a header or query value is a string (absent: the default)
                 parameter["schema"] = {k: v for k, v in parameter["schema"].items()
                                        if k != "anyOf"} | {"type": "string", "pattern": pattern}
@@ -111,9 +119,9 @@ def _integer_bounds(node: Any) -> None:
             _integer_bounds(child)
 
 
-def _parameter_pattern(name: str, where: str) -> str:
+def _parameter_pattern(name: str, where: str, auth: bool) -> str:
     if where == "path":
-        return _PATH_PATTERNS.get(name, "")
+        return _PATH_PATTERNS.get(name, "") if auth or name != "url_secret" else ""
     return _STREAM_POSITION if name in ("since", "Last-Event-ID") else ""
 
 
@@ -129,7 +137,8 @@ def render() -> str:
     from api_client.server.asgi import create_app  # asgi imports complete() from here
     from api_client.server.settings import ServerSettings
 
-    document = create_app(ServerSettings(api_tokens=None)).openapi()
+    tokens = SecretStr(json.dumps({"a-token-of-the-document": "default"}))  # as deployed
+    document = create_app(ServerSettings(api_tokens=tokens)).openapi()
     return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from pydantic import ValidationError
+from server.server_support import running_api, server_settings
 
 from api_client import AgentSettings
 from api_client.contract.keys import check_session_id, split_job_id
@@ -109,3 +110,18 @@ def test_the_events_of_a_session_that_does_not_exist_are_404(http: httpx.Client)
     # since= is checked though Last-Event-ID wins
     _problem(http.get("/v1/events", params={"since": "", "follow": "false"},
                       headers={"Last-Event-ID": "start"}), 400, "invalid_request")
+
+
+@pytest.mark.integration
+def test_without_tokens_the_served_document_asks_for_no_credential(module_redis: str) -> None:
+    """--insecure-no-auth: no route wants a token and a summarize URL takes any secret; with
+    tokens the server serves docs/openapi.json's security."""
+    with running_api(module_redis, server_settings({})) as url:
+        served = httpx.get(f"{url}/openapi.json").json()
+    assert "securitySchemes" not in served["components"]
+    operations = [op for path in served["paths"].values() for op in path.values()]
+    assert operations and not any("security" in op for op in operations)
+    secret = served["paths"]["/v1/summarize/{url_secret}"]["post"]["parameters"][0]["schema"]
+    assert "pattern" not in secret
+    with running_api(module_redis) as url:
+        assert httpx.get(f"{url}/openapi.json").json() == DOCUMENT
