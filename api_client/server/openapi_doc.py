@@ -1,7 +1,7 @@
 """The OpenAPI document of the HTTP API, as checked in at ``docs/openapi.json``.
 
 ``python -m api_client.server.openapi_doc docs/openapi.json`` writes it again after a change of
-the routes or bodies; ``tests/server/test_server_openapi.py`` fails while the file differs.
+the routes or bodies; ``tests/server/test_server_units.py`` fails while the file differs.
 
 FastAPI writes the routes and bodies; :func:`complete` adds what it cannot see (docs/http-api.md
 "The OpenAPI document"): every problem ``code`` the server sends, the id patterns the server
