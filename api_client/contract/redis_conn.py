@@ -151,8 +151,9 @@ def unavailable(err: BaseException, what: str = "Redis") -> BrokerUnavailableErr
 
 def storage_full(err: BaseException, what: str = "the write") -> StorageFullError:
     """The typed error for Redis's ``OOM command not allowed`` reply (a refused command or
-    script writes nothing: Redis checks memory before the first write)."""
-    if isinstance(err, StorageFullError):
+    script writes nothing: Redis checks memory before the first write). An error already typed
+    keeps its text unless ``what`` names the write more precisely."""
+    if isinstance(err, StorageFullError) and what == "the write":
         return err
     return StorageFullError(f"Redis is out of memory (maxmemory reached, noeviction): {what} "
                             "was refused and changed nothing; free memory or raise maxmemory")

@@ -22,6 +22,7 @@ from runtime.runtime_support import runtime_settings
 from api_client import AgentSettings, CompactionClient
 from api_client.client.draft_apply import read_draft
 from helpers.pi_cut import NODE, PI_PACKAGES, Cut, State, compactor_cut, pi_cuts
+from helpers.waits import wait_until
 from worker.compaction.summarize import SPLIT_TURN_SEPARATOR
 from worker.settings import WorkerSettings
 
@@ -212,11 +213,13 @@ def test_a_draft_in_flight_of_the_same_state_is_joined(
     spec = draft_in_flight(client, fresh_model, sid, agent)
     handle = client.compact(sid, reason="threshold", context_window=WINDOW, agent=agent)
     assert not handle.from_draft  # nothing stored yet
+    # Released before the job started, the draft would be stored first and taken as exact.
+    wait_until(lambda: handle.record().state.value == "running", 30, "the job to start")
     fresh_model.release()
     entry = handle.wait(30)
     assert isinstance(entry, dict)
     record = handle.record()
-    assert record.result and record.result["joinedDraft"] == spec.id
+    assert record.result and record.result.get("joinedDraft") == spec.id, sorted(record.result)
     assert record.model is None  # the draft's summary, no call of its own
     assert_pis_cut(entry, "pi-1.6", state)
 
