@@ -372,19 +372,20 @@ def _dashboard_exprs() -> list[str]:
 
 
 def _metric(name: str) -> str:
-    from worker.metrics import METRIC_LABELS
+    from worker.observability.metrics import METRIC_LABELS
 
     if name in METRIC_LABELS:
         return name
     for suffix in _SUFFIXES:
         if name.endswith(suffix) and name.removesuffix(suffix) in METRIC_LABELS:
             return name.removesuffix(suffix)
-    raise AssertionError(f"the dashboard queries {name}, which worker/metrics.py does not export")
+    raise AssertionError(f"the dashboard queries {name}, "
+                         "which worker/observability/metrics.py does not export")
 
 
 @pytest.mark.parametrize("expr", _dashboard_exprs())
 def test_every_dashboard_query_uses_exported_metrics_and_labels(expr: str) -> None:
-    from worker.metrics import METRIC_LABELS
+    from worker.observability.metrics import METRIC_LABELS
 
     names = re.findall(r"\bcompactor_[a-z_]+", expr)
     assert names, "a panel that queries no Compactor metric"
@@ -405,7 +406,7 @@ def test_the_dashboard_covers_what_on_call_needs() -> None:
     dashboard = json.loads(DASHBOARD.read_text())
     queried = {_metric(n) for e in _dashboard_exprs()
                for n in re.findall(r"\bcompactor_[a-z_]+", e)}
-    from worker.metrics import METRIC_NAMES
+    from worker.observability.metrics import METRIC_NAMES
 
     assert queried == set(METRIC_NAMES)  # every metric has a panel
     ids = [panel["id"] for panel in dashboard["panels"]]
@@ -414,7 +415,7 @@ def test_the_dashboard_covers_what_on_call_needs() -> None:
 
 
 def test_the_readme_documents_every_metric_and_the_port() -> None:
-    from worker.metrics import DEFAULT_ADDRESS, DEFAULT_PORT, METRIC_LABELS
+    from worker.observability.metrics import DEFAULT_ADDRESS, DEFAULT_PORT, METRIC_LABELS
 
     page = (REPO / "docs" / "operations.md").read_text()  # the README links it
     section = page[page.index("## Metrics"):]

@@ -8,8 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from worker.llm import ModelCandidate
-from worker.metrics import DEFAULT_ADDRESS, METRIC_NAMES
-from worker.queue_depth import redis_list_names
+from worker.observability.metrics import DEFAULT_ADDRESS, METRIC_NAMES
+from worker.observability.queue_depth import redis_list_names
 from worker.settings import WorkerSettings
 from worker.summary_requests import Usage
 

@@ -19,7 +19,7 @@ from api_client.contract.settings import ClientSettings, load_settings
 from worker.hooks import HookSettings
 from worker.llm.errors import AuthenticationFailed
 from worker.llm.settings import ModelCandidate
-from worker.log_redaction import install
+from worker.observability.log_redaction import install
 from worker.settings import WorkerSettings
 
 PW = "hunter2-Pa55word"

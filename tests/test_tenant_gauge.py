@@ -6,7 +6,7 @@ import redis
 
 from api_client import CompactionClient
 from api_client.contract.keys import KeyLayout
-from worker.tenant_gauge import TenantQueueCollector
+from worker.observability.tenant_gauge import TenantQueueCollector
 
 
 def _samples(collector: TenantQueueCollector) -> dict[tuple[str, str], float]:

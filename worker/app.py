@@ -28,14 +28,15 @@ from api_client.contract.wire import (
     queue_arguments,
     redis_transport_options,
 )
-from worker import log_redaction, metrics
-from worker.health import HealthStep, Heartbeat, worker_health
 from worker.llm import Summarizer
+from worker.observability import log_redaction, metrics
+from worker.observability.exporter import start_metrics
+from worker.observability.health import HealthStep, Heartbeat
 from worker.service import Runtime, Sweeper, build_runtime, worker_redis
 from worker.settings import WorkerSettings, check_startup
 from worker.store.tenant_bytes import BytesReconciler
 
-__all__ = ["CompactorCelery", "broker_transport_options", "create_app", "start_metrics"]
+__all__ = ["CompactorCelery", "broker_transport_options", "create_app"]
 
 log = logging.getLogger("worker.app")
 
@@ -168,55 +169,6 @@ class StartupCheck(bootsteps.Step):  # type: ignore[misc]
         super().__init__(worker, **kwargs)
 
 
-def start_metrics(settings: WorkerSettings) -> None:
-    """Serve /metrics, /livez and /readyz (main process; before a prefork pool forks)."""
-    import redis
-
-    from worker.queue_depth import QueueDepthCollector
-
-    depth = QueueDepthCollector(settings.resolved_broker_url, QUEUES,
-                                prefix=KeyLayout(settings.key_prefix).broker)
-    health = worker_health()
-    # Probes must answer within their timeout: a client of their own with short timeouts.
-    sessions = redis.Redis.from_url(settings.redis_url, socket_timeout=2, socket_connect_timeout=2)
-    health.dependencies = {"redis": sessions.ping, "broker": depth.read}
-    assert settings.metrics_port
-    metrics.start(settings.metrics_port, address=str(settings.metrics_address),
-                  multiprocess_mode=settings.pool == "prefork",
-                  collectors=[depth, _cooldown_gauge(settings, sessions),
-                              *_session_gauge(settings, sessions),
-                              *_tenant_gauge(settings, sessions)],
-                  live=health.live, ready=health.ready, tenants=settings.metrics_tenants)
-
-
-def _session_gauge(settings: WorkerSettings, client: Any) -> list[Any]:
-    """Stored sessions and bytes, every tenant's; not on a Redis Cluster (one SCAN walks one
-    node)."""
-    from worker.session_gauge import SessionGaugeCollector
-
-    if settings.redis_cluster:
-        return []
-    return [SessionGaugeCollector(client, KeyLayout(settings.key_prefix, ANY_TENANT))]
-
-
-def _tenant_gauge(settings: WorkerSettings, client: Any) -> list[Any]:
-    """Named tenants' queued and running jobs; not on a Redis Cluster (a plain client)."""
-    from worker.tenant_gauge import TenantQueueCollector
-
-    if settings.redis_cluster:
-        return []
-    return [TenantQueueCollector(client, KeyLayout(settings.key_prefix),
-                                 settings.metrics_tenants)]
-
-
-def _cooldown_gauge(settings: WorkerSettings, client: Any) -> Any:
-    from worker.cooldown_gauge import CooldownCollector
-    from worker.llm.cooldown import RedisCooldownStore
-
-    store = RedisCooldownStore(client, prefix=settings.llm_cooldown_prefix)
-    return CooldownCollector(store, {c.cooldown_key: c.label for c in settings.models})
-
-
 class _ThreadStep(bootsteps.StartStopStep):  # type: ignore[misc]
     """A step whose object runs a thread of the worker's main process (start, stop)."""
 
@@ -249,7 +201,8 @@ class SweepStep(_ThreadStep):
 
 
 class HeartbeatStep(_ThreadStep):
-    """This worker's heartbeat (worker/health.py, docs/recovery.md "Worker liveness")."""
+    """This worker's heartbeat (worker/observability/health.py, docs/recovery.md "Worker
+    liveness")."""
 
     def create(self, worker: Any) -> Heartbeat:
         settings: WorkerSettings = worker.app.compactor_settings

@@ -24,7 +24,7 @@ from runtime.runtime_support import new_session
 from server.server_support import TOKEN, running_api
 
 from api_client import ClientSettings, CompactionClient
-from worker.health import BEAT_TTL_S
+from worker.observability.health import BEAT_TTL_S
 
 # docs/recovery.md "Recovery figures": kill → job done, with the default settings.
 DONE_WITHIN_S = 10.0

@@ -12,7 +12,7 @@ from runtime.runtime_support import new_session, running_worker, runtime_setting
 
 from api_client import CompactionClient
 from helpers.sessions import user
-from worker.log_redaction import install, redact
+from worker.observability.log_redaction import install, redact
 from worker.service._job_context import compaction_entry
 from worker.store import CommitStatus, CommitStore
 from worker.store.job_lifecycle import JobStore

@@ -222,7 +222,7 @@ def test_metrics_count_jobs(client: CompactionClient, demo_text: str) -> None:
     import time
     import urllib.request
 
-    from worker import metrics
+    from worker.observability import metrics
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -273,7 +273,7 @@ rabbitmq_url = pytest.fixture(_rabbitmq_vhost)
 def test_queue_depth_on_a_rabbitmq_broker(rabbitmq_url: str) -> None:
     from kombu import Connection, Exchange, Queue
 
-    from worker.queue_depth import QueueDepthCollector
+    from worker.observability.queue_depth import QueueDepthCollector
 
     with Connection(rabbitmq_url) as conn:
         queue = Queue("compactor.compact", Exchange("compactor.compact"), "compactor.compact")

@@ -188,7 +188,7 @@ def _exact_bytes(raw: redis.Redis[str], client: CompactionClient, sid: str) -> i
 
 
 def test_the_session_gauges_walk_the_sessions_over_scrapes(local: CompactionClient) -> None:
-    from worker.session_gauge import SessionGaugeCollector
+    from worker.observability.session_gauge import SessionGaugeCollector
 
     sids = [local.sessions.create(f"g-{i:02d}") for i in range(40)]
     for sid in sids:
@@ -211,7 +211,7 @@ def test_the_session_gauges_walk_the_sessions_over_scrapes(local: CompactionClie
 def test_the_session_gauges_count_every_tenants_sessions(local: CompactionClient) -> None:
     """The workers' gauge (an any-tenant layout) walks the default tenant's sessions and every
     other tenant's; a tenant's own listing stays its own."""
-    from worker.session_gauge import SessionGaugeCollector
+    from worker.observability.session_gauge import SessionGaugeCollector
 
     with CompactionClient(local.settings, tenant="acme") as acme:
         for i in range(3):
@@ -226,7 +226,7 @@ def test_the_session_gauges_count_every_tenants_sessions(local: CompactionClient
 
 
 def test_the_session_gauges_answer_a_scrape_when_redis_does_not(local: CompactionClient) -> None:
-    from worker.session_gauge import SessionGaugeCollector
+    from worker.observability.session_gauge import SessionGaugeCollector
 
     dead = redis.Redis(port=1, socket_connect_timeout=0.2)
     assert list(SessionGaugeCollector(dead, local.layout).collect()) == []

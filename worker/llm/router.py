@@ -21,7 +21,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
-from worker import metrics
 from worker.llm._answer_bounds import complete_bounded
 from worker.llm._classify import caused_by_request
 from worker.llm.chunking import (
@@ -45,6 +44,7 @@ from worker.llm.errors import (
 from worker.llm.providers.base import Provider
 from worker.llm.retry_policy import Failure, RetryPolicy, decide
 from worker.llm.settings import DEFAULT_MAX_OUTPUT_TOKENS
+from worker.observability import metrics
 from worker.summary_requests import CancelToken, Spend, SummaryRequest, SummaryResult, Usage
 
 __all__ = ["MAX_SHRINKS", "MIN_CHUNK_OUTPUT", "AttemptBudget", "JobSummarizer", "Router"]

@@ -9,7 +9,6 @@ from typing import Any
 from api_client.contract.errors import InvalidRequestError
 from api_client.contract.session import JsonObject
 from api_client.contract.wire import EventType
-from worker import metrics
 from worker.compaction import (
     branch_destination,
     collect_entries_for_branch_summary,
@@ -18,6 +17,7 @@ from worker.compaction import (
 from worker.compaction.summarize import branch_max_tokens
 from worker.hooks import TreePreparation
 from worker.llm import SummaryResult
+from worker.observability import metrics
 from worker.service._job_context import JobContext, JobSuccess, branch_summary_entry, calls_summary
 from worker.service._job_stops import JobCancelled
 from worker.service._outage import ride_out

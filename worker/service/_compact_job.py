@@ -15,7 +15,6 @@ from api_client.contract.errors import (
 )
 from api_client.contract.session import Entry, JsonObject, SessionTree, parse_entry
 from api_client.contract.wire import CompactReason, EventType, TokenUsage
-from worker import metrics
 from worker.compaction import (
     Preparation,
     build_session_context,
@@ -30,6 +29,7 @@ from worker.compaction.ledger import hook_compaction_with_facts
 from worker.compaction.reach import compaction_reach
 from worker.compaction.toolpairs import safe_first_kept_id
 from worker.llm import SummaryResult
+from worker.observability import metrics
 from worker.service._draft_join import join_running_draft, joined_entry, stored_entry
 from worker.service._job_context import JobContext, JobSuccess, calls_summary, compaction_entry
 from worker.service._job_stops import JobCancelled

@@ -23,7 +23,7 @@ from api_client.contract.wire import (
     JobState,
     job_error_text,
 )
-from worker import metrics
+from worker.observability import metrics
 from worker.service._branch_job import run_branch
 from worker.service._compact_job import run_compact
 from worker.service._control import JobControl

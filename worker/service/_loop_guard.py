@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 
 from api_client.contract.errors import CompactionLoopError
 from api_client.contract.wire import CompactReason, JobRecord
-from worker import metrics
+from worker.observability import metrics
 from worker.service._job_context import JobContext
 
 __all__ = ["check_loop", "count_compaction", "fit_threshold", "guard_threshold", "is_ineffective",

@@ -40,9 +40,9 @@ from api_client.contract.errors import QuotaExceededError
 from api_client.contract.settings import ClientSettings
 from api_client.contract.usage import DayUsage, next_day_start, utc_day
 from api_client.contract.wire import CompactReason, JobKind, JobRecord
-from worker import metrics
 from worker.llm import Spend
 from worker.llm.settings import DEFAULT_MAX_OUTPUT_TOKENS
+from worker.observability import metrics
 from worker.service._job_context import JobContext
 from worker.service._job_stops import WAIT_FOR_REDIS
 from worker.service._outage import ride_out

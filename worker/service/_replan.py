@@ -7,7 +7,7 @@ from typing import TypeVar
 
 from api_client.contract.errors import StaleSnapshotError
 from api_client.contract.wire import EventType
-from worker import metrics
+from worker.observability import metrics
 from worker.service._job_context import JobContext
 from worker.service._job_stops import JobCancelled, LeaseLostError
 from worker.store import CommitOutcome, CommitStatus

@@ -19,9 +19,9 @@ from api_client.contract.agent_settings import plan_key
 from api_client.contract.errors import ConfigurationError
 from api_client.contract.session import Entry
 from api_client.contract.wire import EventType, JobRecord, TokenUsage
-from worker import metrics
 from worker.compaction.agent_cut import PI_VERSIONS
 from worker.compaction.extension import draft_is_exact
+from worker.observability import metrics
 from worker.service._compact_job import _draft, _plan, _tokens_after, draft_tokens
 from worker.service._draft_join import keeps_everything
 from worker.service._job_context import JobContext, JobSuccess, calls_summary

@@ -1,8 +1,8 @@
 """Prometheus metrics of a worker (``COMPACTOR_METRICS_PORT`` turns them on; docs/operations.md).
 
 :func:`start` defines the metrics and serves them at ``http://<address>:<port>/metrics`` next to
-the probes ``/livez`` and ``/readyz`` (:mod:`worker.health`). Until it runs, every ``observe_*``
-call is a no-op, so the service and the router call them unconditionally.
+the probes ``/livez`` and ``/readyz`` (:mod:`worker.observability.health`). Until it runs, every
+``observe_*`` call is a no-op, so the service and the router call them unconditionally.
 
 Pools: the threads pool counts in this process. The prefork pool counts in its children, so
 :func:`start` switches prometheus_client to its multiprocess mode first (one file per process in a
@@ -126,12 +126,12 @@ _DEFINITIONS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
      "Texts of sessions new to a worker: counts loaded from the other workers' store, or "
      "tokenized here (and stored for them)", ("source",)),
 )
-# Served by the scrape-time collectors (worker.queue_depth, worker.cooldown_gauge,
-# worker.session_gauge, worker.tenant_gauge), not stored per process.
+# Served by the scrape-time collectors (queue_depth, cooldown_gauge, session_gauge and
+# tenant_gauge beside this module), not stored per process.
 _SCRAPED: dict[str, tuple[str, ...]] = {"compactor_queue_depth": ("queue",),
                                         "compactor_broker_up": (),
                                         "compactor_model_cooldown_seconds": ("candidate",),
-                                        # worker.session_gauge: stored sessions (retention)
+                                        # session_gauge: stored sessions (retention)
                                         "compactor_sessions_stored": (),
                                         "compactor_session_bytes": (),
                                         "compactor_tenant_queued_jobs": ("tenant",),
