@@ -48,8 +48,11 @@ def ok(text: str | None = None, *, delay: float = 0.0, **usage: int) -> Act:
     return Act("ok", text=text, delay=delay, usage=usage)
 
 
-def error(status: int, body: Any = None, *, headers: dict[str, str] | None = None) -> Act:
-    return Act("error", status=status, body=body, headers=headers or {})
+def error(status: int, body: Any = None, *, headers: dict[str, str] | None = None,
+          meet: int = 0) -> Act:
+    """An error answer; with ``meet``, only once that many requests are in flight at once."""
+    return Act("error", status=status, body=body, headers=headers or {}, meet=meet,
+               delay=30.0 if meet else 0.0)
 
 
 def raw(status: int, body: str, headers: dict[str, str] | None = None) -> Act:
@@ -247,7 +250,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.fake.most_in_flight = max(self.fake.most_in_flight, self.fake.in_flight)
             self.fake.flight.notify_all()
         try:
-            if act.kind != "meet" and act.delay and self._wait(act.delay):
+            if not act.meet and act.delay and self._wait(act.delay):
                 return
             getattr(self, f"_{act.kind}")(act, key, number)
         finally:
@@ -294,6 +297,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._ok(act, key, number)
 
     def _error(self, act: Act, key: str, number: int) -> None:
+        if act.meet:
+            with self.fake.flight:
+                self.fake.flight.wait_for(lambda: self.fake.most_in_flight >= act.meet, act.delay)
         payload = b"" if act.body is None else (
             act.body.encode() if isinstance(act.body, str) else json.dumps(act.body).encode())
         self._send(act.status, payload, act.headers)

@@ -74,7 +74,9 @@ def test_a_failed_call_fails_the_compaction_and_stops_the_other(
     """The failure surfaces as it does alone; the call still in flight is cancelled (its
     connection closed) before ``compact`` returns, not left running for the model's latency."""
     llm_server.script(other, hang())
-    llm_server.script(failing, error(400, {"error": {"message": "bad request"}}))
+    # It fails once both calls are in flight (failed before the other was sent, the other is
+    # rightly never sent and never seen closed).
+    llm_server.script(failing, error(400, {"error": {"message": "bad request"}}, meet=2))
     with pytest.raises(SummarizationError, match=message):
         compact(split_turn(), model)
     wait_for(llm_server, lambda: other in llm_server.closed)
