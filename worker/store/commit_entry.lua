@@ -30,11 +30,25 @@ if leaf ~= '' then
 end
 local line = ARGV[4] .. cjson.encode(id) .. ',"parentId":' .. parent .. ARGV[5]
 redis.call('HSET', KEYS[2], id, line)
-redis.call('RPUSH', KEYS[3], id)
+local listed = redis.call('RPUSH', KEYS[3], id)
 bytes_add(KEYS[9] or '', ARGV[10], #line)
 redis.call('SET', KEYS[4], id, 'KEEPTTL')  -- the session's expiry instant stays
 remember_effect(KEYS[6], KEYS[8], ARGV[1], id, ARGV[8])
 redis.call('HSET', KEYS[7], 'result', ARGV[7])
 local rev = redis.call('INCR', KEYS[5])
-retain_keys(KEYS[1], ARGV[9], {KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[8]})
+-- A key that was there before this write has its TTL already (see retain_keys): only those the
+-- write may have made are looked at. A leaf there was (the walk read its entry) means the leaf
+-- and entries keys were; order and rev were when RPUSH and INCR find them (above 1).
+local written = {KEYS[6], KEYS[8]}
+if leaf == '' then
+  written[#written + 1] = KEYS[2]
+  written[#written + 1] = KEYS[4]
+end
+if listed == 1 then
+  written[#written + 1] = KEYS[3]
+end
+if rev == 1 then
+  written[#written + 1] = KEYS[5]
+end
+retain_keys(KEYS[1], ARGV[9], written)
 return {'committed', id, tostring(rev), line, tostring(#line)}

@@ -51,8 +51,9 @@ class CompactionCounter:
             with self.redis.pipeline(transaction=True) as pipe:
                 pipe.zadd(key, {job_id: now})
                 pipe.zremrangebyscore(key, "-inf", f"({now - window_s}")
-                pipe.expire(key, max(1, math.ceil(window_s)))
-                retain_in(pipe, key, self.session_ttl_s, written=True)  # in the MULTI
+                ttl_s = max(1, math.ceil(window_s))
+                pipe.expire(key, ttl_s)
+                retain_in(pipe, key, self.session_ttl_s, written=True, ttl_s=ttl_s)  # in the MULTI
                 pipe.execute()
         except REDIS_DOWN as err:
             raise unavailable(err) from err

@@ -42,8 +42,10 @@ class EventPublisher:
         pipe.xadd(stream, fields,  # type: ignore[arg-type]
                   maxlen=self.settings.session_event_maxlen, approximate=True)
         pipe.expire(stream, self.settings.job_ttl_s)  # as finish.lua: lives as long as records
-        # A write of the session, sent with it: the session's retention is refreshed.
-        retain_in(pipe, stream, self.settings.session_ttl_s, written=True)
+        # A write of the session, sent with it: the session's retention is refreshed (the
+        # stream's TTL is the one just set: capped, not read back).
+        retain_in(pipe, stream, self.settings.session_ttl_s, written=True,
+                  ttl_s=self.settings.job_ttl_s)
         pipe.xadd(self.layout.events_of(event.session_id), fields,  # type: ignore[arg-type]
                   maxlen=self.settings.event_stream_maxlen, approximate=True)
         try:

@@ -75,7 +75,7 @@ class RedisTokenCounts:
             pipe.expire(key, self.ttl_s)
             # A write of the session: its keys' retention is refreshed with it (and the counts
             # never outlive the session: retain() caps their TTL at the retention).
-            retain_in(pipe, key, self.session_ttl_s, written=True)
+            retain_in(pipe, key, self.session_ttl_s, written=True, ttl_s=self.ttl_s)
             pipe.execute()
         except redis.RedisError as err:
             log.warning("session %s: token counts not saved: %s", session_id, err)

@@ -86,6 +86,7 @@ local function enqueue(KEYS, ARGV)
       redis.call('PUBLISH', ARGV[11], ARGV[12])
     end
   end
-  retain_keys(KEYS[4], ARGV[14], {KEYS[1]})  -- the session's only key written: the slot
+  -- The session's only key written: the slot, whose TTL was just set.
+  retain_keys(KEYS[4], ARGV[14], {{KEYS[1], tonumber(ARGV[7]) * 1000}})
   return {'created', ARGV[1], 'queued', last_event_id()}
 end

@@ -71,6 +71,8 @@ end
 -- the write before this one left it so (each write ends in retain or retain_keys naming what
 -- it wrote), and the instant only moves in a full retain(). So only the written keys can need
 -- a TTL or a cap. A refresh, a retention of 0 or no header: the full retain().
+-- An entry of `written` may be {key, ms}: the write has just given the key that TTL (an
+-- EXPIRE or SET ... EX of its own), so it is capped without reading it back.
 local CAPPED_SUFFIX = {}
 for _, suffix in ipairs(RETAIN_CAPPED) do
   CAPPED_SUFFIX[suffix] = true
@@ -88,9 +90,13 @@ local function retain_keys(session_key, ttl_s, written)
     return retain(session_key, ttl_s)
   end
   for _, key in ipairs(written) do
+    local own = nil
+    if type(key) == 'table' then
+      key, own = key[1], tonumber(key[2])
+    end
     local suffix = string.sub(key, #base + 1)
     if string.sub(key, 1, #base) == base and suffix ~= 'header' then
-      local own = redis.call('PTTL', key)
+      own = own or redis.call('PTTL', key)
       if own == -1 or (own > left and CAPPED_SUFFIX[suffix]) then
         redis.call('PEXPIRE', key, left)
       end

@@ -21,19 +21,23 @@ if ARGV[8] == 'cancel' and state == 'running' then
 end
 redis.call('HSET', KEYS[1], 'state', ARGV[2], 'finishedAt', ARGV[3], unpack(ARGV, 10))
 -- Only the slot holding this job is freed: a newer job of the kind may hold it already.
-for _, k in ipairs({3, 4, 5, 7}) do
-  if redis.call('GET', KEYS[k]) == ARGV[1] then
+local slots = {3, 4, 5, 7}
+local holders = redis.call('MGET', KEYS[3], KEYS[4], KEYS[5], KEYS[7])
+for i, k in ipairs(slots) do
+  if holders[i] == ARGV[1] then
     redis.call('DEL', KEYS[k])
   end
 end
 redis.call('DEL', KEYS[2])
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 local id = ''
+local written = KEYS[6]  -- of the session's keys, only the stream is written
 if ARGV[6] ~= '' then
   id = redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[5], '*',
     'type', ARGV[6], 'job', ARGV[1], 'data', ARGV[7])
   -- A session's stream lives as long as the records of its jobs, then goes.
   redis.call('EXPIRE', KEYS[6], ARGV[4])
+  written = {KEYS[6], tonumber(ARGV[4]) * 1000}
 end
-retain_keys(KEYS[6], ARGV[9], {KEYS[6]})  -- of the session's keys, only the stream is written
+retain_keys(KEYS[6], ARGV[9], {written})
 return {1, state, id}
