@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _loopback import SAMPLE, loopback_model
 
 from api_client import CompactionClient
-from worker.app import create_app
+from worker.celery_app import create_app
 from worker.demo import embedded_redis
 from worker.hooks import HookSettings
 from worker.settings import WorkerSettings

@@ -26,7 +26,7 @@ from _report import Report
 
 from api_client import CompactionClient
 from api_client.contract.keys import KeyLayout
-from worker.app import create_app
+from worker.celery_app import create_app
 from worker.demo import embedded_redis, worker_thread
 from worker.settings import WorkerSettings
 

@@ -1,4 +1,5 @@
-"""The job task's lease wait (worker.tasks.run_task) when Celery cannot publish its retry.
+"""The job task's lease wait (worker.celery_app.tasks.run_task) when Celery cannot publish
+its retry.
 
 A delivery that meets another worker's lease asks Celery for a retry; with the broker down the
 publish fails (``Reject``): the delivery waits here and looks again. The broker outage and the
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 from celery.exceptions import Ignore, Reject, Retry
 
-from worker import tasks
+from worker.celery_app import tasks
 from worker.service import LeaseHeldError
 
 JOB = "s-held:0123456789abcdef"

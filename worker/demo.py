@@ -155,7 +155,7 @@ def _run_job(report: _Report, label: str, enqueue: Any) -> tuple[Any, Any]:
 
 def _steps(report: _Report, url: str, session_text: str) -> None:
     from api_client import CompactionClient
-    from worker.app import create_app
+    from worker.celery_app import create_app
     from worker.settings import WorkerSettings
 
     settings = WorkerSettings(redis_url=url, broker_url=None, result_backend=None,

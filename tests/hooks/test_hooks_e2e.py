@@ -67,7 +67,7 @@ def stack(redis_proc: Any, model_server: FakeLLMServer, webhook: Webhook,
     entry point on the path when it loads its hooks."""
     from celery.contrib.testing.worker import start_worker
 
-    from worker.app import create_app
+    from worker.celery_app import create_app
     from worker.llm.settings import ModelCandidate
     from worker.settings import WorkerSettings
 

@@ -15,7 +15,7 @@ from runtime.runtime_model_server import ModelServer
 from runtime.runtime_support import completions, running_worker, runtime_settings
 
 from api_client import AsyncCompactionClient, ClientSettings, CompactionClient, ConfigurationError
-from worker.app import create_app
+from worker.celery_app import create_app
 
 
 def test_jobs_on_a_redis_cluster(redis_cluster: RedisClusterServers, model: ModelServer,

@@ -28,7 +28,7 @@ from runtime.runtime_support import completions, entries_of_type, new_session
 from api_client import CompactionClient, JobFailedError, StorageFullError
 from api_client.contract.wire import redis_transport_options
 from helpers.sessions import user
-from worker.broker_transport import REQUEUE_S
+from worker.celery_app.broker_transport import REQUEUE_S
 
 MAXMEMORY = "48mb"
 
@@ -136,7 +136,7 @@ def test_a_full_redis_kills_no_worker_and_loses_no_message(
     assert len(entries_of_type(client, b_sid, "compaction")) == 1
 
 
-@pytest.mark.parametrize("transport", ["redis", "worker.broker_transport:Transport"])
+@pytest.mark.parametrize("transport", ["redis", "worker.celery_app.broker_transport:Transport"])
 def test_an_ack_needs_no_memory(full_redis: RedisServer, transport: str) -> None:
     """kombu acks with ZREM + HDEL in MULTI, which a full Redis refuses as a whole: the stock
     transport raises (the worker exited), the worker's acks."""

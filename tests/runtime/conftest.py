@@ -15,7 +15,7 @@ from runtime.runtime_model_server import ModelServer
 from runtime.runtime_support import running_worker, runtime_settings
 
 from api_client import CompactionClient
-from worker.app import CompactorCelery
+from worker.celery_app import CompactorCelery
 from worker.demo import embedded_redis
 from worker.settings import WorkerSettings
 

@@ -14,7 +14,7 @@ from celery.signals import task_postrun
 
 from api_client import CompactionClient, JobEvent
 from api_client.contract.job_records import decode_event
-from worker.app import CompactorCelery, create_app
+from worker.celery_app import CompactorCelery, create_app
 from worker.hooks import HookSettings
 from worker.settings import WorkerSettings
 

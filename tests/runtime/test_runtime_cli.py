@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from api_client import CompactionClient
-from worker.app import CompactorCelery
+from worker.celery_app import CompactorCelery
 from worker.cli import main
 
 DEMO = Path(__file__).resolve().parents[2] / "worker" / "data" / "demo-session.jsonl"

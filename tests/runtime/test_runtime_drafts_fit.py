@@ -14,7 +14,7 @@ from runtime.runtime_support import completions, new_session, runtime_settings, 
 from api_client import ClientSettings, CompactionClient
 from api_client.client.draft_apply import DraftOutcome, check_draft, read_draft
 from api_client.contract.wire import TokenUsage
-from worker.app import CompactorCelery
+from worker.celery_app import CompactorCelery
 from worker.settings import WorkerSettings
 
 RESERVE = 16_384  # the client's and the worker's reserve_tokens (the default)

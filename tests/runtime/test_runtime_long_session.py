@@ -14,7 +14,7 @@ from runtime.runtime_support import running_worker, runtime_settings
 
 from api_client import ClientSettings, CompactionClient
 from helpers.long_sessions import build, jsonl
-from worker.app import CompactorCelery
+from worker.celery_app import CompactorCelery
 from worker.settings import WorkerSettings
 
 ENTRIES = 20_000

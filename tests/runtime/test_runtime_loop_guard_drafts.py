@@ -29,7 +29,7 @@ from api_client import (
     CompactionLoopError,
     JobState,
 )
-from worker.app import CompactorCelery
+from worker.celery_app import CompactorCelery
 from worker.settings import WorkerSettings
 
 LIMIT, WINDOW_S = 2, 4.0

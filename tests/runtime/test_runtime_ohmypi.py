@@ -37,7 +37,7 @@ from helpers.omp_agent import (
     write_omp_agent_dir,
 )
 from helpers.serve_process import TOKEN, ServeProcess
-from worker.app import CompactorCelery
+from worker.celery_app import CompactorCelery
 from worker.llm import ModelCandidate
 from worker.settings import WorkerSettings
 

@@ -46,7 +46,7 @@ from helpers.pi_agent import (
 )
 from helpers.pi_model import StreamingModel
 from helpers.serve_process import TOKEN, ServeProcess
-from worker.app import CompactorCelery
+from worker.celery_app import CompactorCelery
 from worker.llm import ModelCandidate
 from worker.settings import WorkerSettings
 

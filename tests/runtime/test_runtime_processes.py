@@ -17,7 +17,7 @@ from runtime.runtime_model_server import ModelServer
 from runtime.runtime_support import completions, entries_of_type, new_session, runtime_settings
 
 from api_client import BrokerUnavailableError, CompactionClient, ConfigurationError
-from worker.app import create_app
+from worker.celery_app import create_app
 
 REPO = Path(__file__).resolve().parents[2]
 

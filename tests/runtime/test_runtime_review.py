@@ -18,7 +18,7 @@ from runtime.runtime_support import (
 )
 
 from api_client import ClientSettings, CompactionClient, PruneResult
-from worker.app import CompactorCelery
+from worker.celery_app import CompactorCelery
 from worker.compaction import get_tokenizer, plan_prune
 from worker.settings import WorkerSettings
 from worker.store import CommitStatus, CommitStore

@@ -14,7 +14,7 @@ from api_client import (
     JobNotFoundError,
     SessionNotFoundError,
 )
-from worker.app import CompactorCelery
+from worker.celery_app import CompactorCelery
 
 
 @pytest.fixture

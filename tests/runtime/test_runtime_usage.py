@@ -19,7 +19,7 @@ from runtime.test_runtime_metrics import metrics_worker, scrape, value, wait_for
 
 from api_client import CompactionClient, JobFailedError, JobState
 from api_client.contract.usage import USAGE_TTL_S, utc_day
-from worker.app import CompactorCelery
+from worker.celery_app import CompactorCelery
 from worker.cli import main
 from worker.settings import WorkerSettings
 

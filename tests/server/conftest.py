@@ -12,7 +12,7 @@ from llm.llm_fakes import FAST, FakeLLMServer, openai
 from runtime.runtime_support import running_worker, runtime_settings
 from server.server_support import ACME, GLOBEX, TOKEN, running_api, server_settings
 
-from worker.app import CompactorCelery
+from worker.celery_app import CompactorCelery
 from worker.demo import embedded_redis
 from worker.llm import ModelCandidate
 

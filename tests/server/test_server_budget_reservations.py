@@ -25,7 +25,7 @@ from server.server_support import ACME, tenant_http
 
 from api_client import CompactionClient
 from api_client.contract.keys import KeyLayout
-from worker.app import CompactorCelery
+from worker.celery_app import CompactorCelery
 from worker.llm import ModelCandidate
 
 pytestmark = pytest.mark.integration

@@ -14,6 +14,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -25,9 +26,12 @@ import pytest
 from conftest import free_port
 from server.server_support import ACME, TOKEN, running_api, server_settings, tenant_http
 
-from api_client.server.guards import TokenBuckets, loopback_host
+from api_client import ClientSettings
+from api_client.server.asgi import create_app
+from api_client.server.guards import TenantGuards, TokenBuckets, loopback_host
 from api_client.server.summarize_url import redact
-from worker.app import CompactorCelery
+from helpers.waits import wait_until
+from worker.celery_app import CompactorCelery
 
 REPO = Path(__file__).resolve().parents[2]
 PROBLEM = "application/problem+json"
@@ -249,3 +253,50 @@ def test_redact() -> None:
         "/v1/x?since=start&Access_Token=<redacted>"
     assert redact("/v1/events?since=start") == "/v1/events?since=start"
     assert redact(f"/v1/summarize/{SECRET}?x=1") == "/v1/summarize/<redacted>"
+
+
+def _guards(app: object) -> TenantGuards:
+    """The app's TenantGuards (Starlette builds its middleware stack on the first request)."""
+    layer = getattr(app, "middleware_stack", None)
+    while layer is not None and not isinstance(layer, TenantGuards):
+        layer = getattr(layer, "app", None)
+    assert isinstance(layer, TenantGuards)
+    return layer
+
+
+def test_an_over_rate_request_is_paused_outside_the_in_flight_count(
+        module_redis: str, worker: CompactorCelery) -> None:
+    """Before: a request over its tenant's rate was 429 at once, so a flood that retries at
+    once (64 connections) made thousands of 429s a second and the event loop was theirs
+    (another tenant's p95 10 ms alone, 155 ms under it; 58 ms with no limit at all). Now its
+    429 comes after COMPACTOR_API_RATE_PAUSE_S, each connection of the flood is paced to one
+    request per pause, and a paused request holds no place of COMPACTOR_API_INFLIGHT_MAX."""
+    settings = server_settings({TOKEN: "default", ACME: "acme"}, api_rate_per_s=0.01,
+                               api_rate_burst=1, api_inflight_max=2, api_rate_pause_s=3.0)
+    app = create_app(settings, ClientSettings(redis_url=module_redis))
+    with running_api(module_redis, app=app) as url, tenant_http(url, TOKEN) as flood, \
+            tenant_http(url, ACME) as other:
+        assert flood.get("/v1/sessions/nope").status_code == 404  # the bucket's one token
+        answers: list[tuple[float, httpx.Response]] = []
+
+        def over() -> None:
+            started = time.monotonic()
+            with tenant_http(url, TOKEN) as own:
+                answer = own.get("/v1/sessions/nope")
+            answers.append((time.monotonic() - started, answer))
+
+        threads = [threading.Thread(target=over) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        guards = _guards(app)
+        wait_until(lambda: guards.paused == 3, what="three paused requests")
+        started = time.monotonic()
+        assert other.get("/v1/sessions/nope").status_code == 404  # not 429 overloaded
+        assert time.monotonic() - started < 2.0
+        for thread in threads:
+            thread.join(30)
+        assert len(answers) == 3
+        for took, answer in answers:
+            _problem(answer, 429, "rate_limited")
+            assert took >= 2.9, took
+        assert guards.paused == 0

@@ -20,7 +20,7 @@ from api_client.server.summarize_url import (
     summarize_url,
     url_secret,
 )
-from worker.app import CompactorCelery
+from worker.celery_app import CompactorCelery
 from worker.cli import main
 
 MODEL = "loop"

@@ -80,7 +80,7 @@ def _option_value(extra: list[str], name: str) -> str | None:
 
 def _worker(args: argparse.Namespace) -> int:
     from api_client.contract.wire import QUEUES
-    from worker.app import create_app
+    from worker.celery_app import create_app
     from worker.settings import check_startup, model_chain_text
 
     settings = load_settings(args)
@@ -95,7 +95,7 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def _flower(args: argparse.Namespace) -> int:
-    from worker.app import create_app
+    from worker.celery_app import create_app
 
     extra = list(args.extra)
     address = _option_value(extra, "--address") or "127.0.0.1"
@@ -108,7 +108,8 @@ def _flower(args: argparse.Namespace) -> int:
         extra.append(f"--address={address}")  # tornado options need the = form
     app = create_app(load_settings(args))
     # Flower consumes nothing: the stock transport, so its Broker tab knows the redis:// URL
-    # (the worker's transport class would make the URL "worker.broker_transport:Transport://").
+    # (the worker's transport class would make the URL
+    # "worker.celery_app.broker_transport:Transport://").
     app.conf.broker_transport = None
     code = app.start(["flower", *extra])
     return int(code or 0)

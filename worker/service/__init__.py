@@ -1,5 +1,5 @@
 """Runs one job end to end: lease → snapshot → hooks → plan → summarize → conditional commit →
-events (docs/rules.md "Invariants"). Celery-free: ``worker.tasks`` adapts it.
+events (docs/rules.md "Invariants"). Celery-free: ``worker.celery_app.tasks`` adapts it.
 """
 
 from worker.service._control import JobControl

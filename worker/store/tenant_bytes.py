@@ -2,7 +2,7 @@
 
 A session that expires (retention) is removed by Redis, not by a script: its field stays in its
 tenant's bytes hash, and its bytes in the tenant's total, until a reconcile drops them. Every
-worker process runs a pass every :data:`RECONCILE_EVERY_S` (``worker/app.py``
+worker process runs a pass every :data:`RECONCILE_EVERY_S` (``worker/celery_app/app.py``
 ``StoredBytesStep``): it finds the tenants' hashes (``SCAN`` with ``MATCH`` their name for any
 tenant and ``TYPE hash``, on every primary of a Cluster), walks each (``HSCAN``, :data:`PAGE`
 fields a page), asks for the header of each session of a page in one pipeline, and drops the

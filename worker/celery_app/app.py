@@ -1,15 +1,13 @@
-"""The Celery app, built from :class:`WorkerSettings`.
+"""The Celery app, built from :class:`WorkerSettings`: its configuration, its bootsteps (the
+start-up check, the sweep, the heartbeat, the stored-bytes reconcile) and its tasks.
 
-``celery -A worker.app worker`` finds :data:`app` (built on first access from the environment);
-``compactor worker`` does the same with a clean error for bad settings. Tests and the demo call
-:func:`create_app` with their own settings.
+``celery -A worker.celery_app.app worker`` finds :data:`app` (built on first access from the
+environment); ``compactor worker`` does the same with a clean error for bad settings. Tests and
+the demo call :func:`create_app` with their own settings.
 """
 
 from __future__ import annotations
 
-import logging
-import os
-import threading
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -28,53 +26,23 @@ from api_client.contract.wire import (
     queue_arguments,
     redis_transport_options,
 )
+from worker.celery_app.compactor_celery import CompactorCelery
+from worker.celery_app.tasks import register_tasks
 from worker.llm import Summarizer
 from worker.observability import log_redaction, metrics
 from worker.observability.exporter import start_metrics
 from worker.observability.health import HealthStep, Heartbeat
-from worker.service import Runtime, Sweeper, build_runtime, worker_redis
+from worker.service import Sweeper, build_runtime, worker_redis
 from worker.settings import WorkerSettings, check_startup
 from worker.store.tenant_bytes import BytesReconciler
 
-__all__ = ["CompactorCelery", "broker_transport_options", "create_app"]
-
-log = logging.getLogger("worker.app")
-
+__all__ = ["broker_transport_options", "create_app"]
 
 def _quiet_cancel_warning() -> None:
     # Celery warns on every broker connection loss that 6.0 will cancel running late-ack tasks
     # by default; we keep them running on purpose (see ``configure``). Added after Celery's
     # logging set-up, which puts its own "always" filter for the warning first.
     warnings.filterwarnings("ignore", message=r"\s*In Celery 5.1 we introduced an optional")
-
-
-class CompactorCelery(Celery):  # type: ignore[misc]
-    """A Celery app that carries its settings and one job runtime per worker process."""
-
-    def __init__(self, settings: WorkerSettings,
-                 summarizer: Callable[[], Summarizer] | None = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.compactor_settings = settings
-        self._summarizer = summarizer
-        self._runtime: tuple[int, Runtime] | None = None
-        self._runtime_lock = threading.Lock()
-
-    def runtime(self) -> Runtime:
-        """This process's runtime; a prefork child builds its own after the fork."""
-        current = self._runtime
-        if current is not None and current[0] == os.getpid():
-            return current[1]
-        with self._runtime_lock:
-            if self._runtime is None or self._runtime[0] != os.getpid():
-                rt = build_runtime(self.compactor_settings, summarizer=self._summarizer)
-                self._runtime = (os.getpid(), rt)
-            return self._runtime[1]
-
-    def close_runtime(self) -> None:
-        with self._runtime_lock:
-            if self._runtime is not None and self._runtime[0] == os.getpid():
-                self._runtime[1].close()
-            self._runtime = None
 
 
 def broker_transport_options(settings: WorkerSettings) -> dict[str, Any]:
@@ -163,7 +131,7 @@ class StartupCheck(bootsteps.Step):  # type: ignore[misc]
             start_metrics(settings)
         if settings.pool == "prefork":
             # Children build their own runtime after the fork; load it once here to fail early.
-            build_runtime(settings, summarizer=app._summarizer).close()
+            build_runtime(settings, summarizer=app.summarizer).close()
         else:
             app.runtime()
         super().__init__(worker, **kwargs)
@@ -225,8 +193,6 @@ class StoredBytesStep(_ThreadStep):
 def create_app(settings: WorkerSettings | None = None, *,
                summarizer: Callable[[], Summarizer] | None = None) -> CompactorCelery:
     """The worker app. ``summarizer`` replaces the model router (a factory called per job)."""
-    from worker.tasks import register_tasks
-
     settings = settings or WorkerSettings()
     log_redaction.install()
     app = CompactorCelery(settings, summarizer, main="compactor",
@@ -236,7 +202,7 @@ def create_app(settings: WorkerSettings | None = None, *,
     if urlsplit(settings.resolved_broker_url).scheme in ("redis", "rediss"):
         # The stock transport with the connection-loss and full-memory fixes; TLS comes from
         # broker_use_ssl (_tls), as this transport name no longer says rediss.
-        app.conf.broker_transport = "worker.broker_transport:Transport"
+        app.conf.broker_transport = "worker.celery_app.broker_transport:Transport"
     app.steps["worker"].add(StartupCheck)
     app.steps["consumer"].add(HealthStep)
     app.steps["worker"].add(SweepStep)
@@ -250,10 +216,10 @@ _lazy: CompactorCelery | None = None
 
 
 def __getattr__(name: str) -> Any:
-    # ``celery -A worker.app`` reads ``app``; build it from the environment on first use only.
+    # ``celery -A worker.celery_app.app`` reads ``app``: built from the environment on first use.
     global _lazy
     if name == "app":
         if _lazy is None:
             _lazy = create_app()
         return _lazy
-    raise AttributeError(f"module 'worker.app' has no attribute {name!r}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from celery.exceptions import Ignore, Reject
 from celery.worker.request import Request
@@ -27,11 +27,9 @@ from celery.worker.request import Request
 from api_client.contract.errors import InvalidIdError, JobFailedError, JobNotFoundError
 from api_client.contract.keys import split_job_id
 from api_client.contract.wire import TASK_DRAFT_APPLIED, TASK_NAMES, JobState
+from worker.celery_app.compactor_celery import CompactorCelery
 from worker.service import WAIT_FOR_REDIS, JobOutcome, LeaseHeldError, run_job
 from worker.service._outage import ride_out_until
-
-if TYPE_CHECKING:
-    from worker.app import CompactorCelery
 
 __all__ = ["EXPECTED_FAILURES", "register_tasks", "run_task"]
 
