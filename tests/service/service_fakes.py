@@ -167,6 +167,9 @@ class FakeJobs:
                                                      "attempts": self.record.attempts + 1})
         return self.record.attempts
 
+    def start(self, job_id: str) -> JobRecord | None:
+        return None if self.mark_running(job_id) is None else self.record
+
     def get(self, job_id: str) -> JobRecord:
         return self.record
 

@@ -146,10 +146,10 @@ def _run_leased(rt: Runtime, job_id: str, owner: str) -> JobOutcome:
 
 
 def _start(rt: Runtime, job_id: str, owner: str) -> JobOutcome:
-    attempt = rt.jobs.mark_running(job_id)
-    if attempt is None:
+    record = rt.jobs.start(job_id)  # the record as it now is, running
+    if record is None:
         return JobOutcome(job_id, "duplicate")
-    record = rt.jobs.get(job_id)
+    attempt = record.attempts
     log.info("job %s (%s) attempt %d started", job_id, record.kind.value, attempt)
     metrics.observe_started(record.kind.value, record.reason, attempt, record.created_at,
                             record.started_at)

@@ -70,12 +70,7 @@ class JobStore:
         fields, admitted = guarded(job_id, pipe.execute)
         if not fields:
             raise JobNotFoundError(job_id)
-        record = JobRecord.from_redis(fields)
-        if admitted is None:
-            return record
-        kind, _, reason = str(admitted).partition(" ")
-        return record.model_copy(update={"kind": JobKind(kind),
-                                         "reason": CompactReason(reason) if reason else None})
+        return _as_admitted(JobRecord.from_redis(fields), admitted)
 
     def finish(self, job_id: str, state: JobState | str, *, event: JobEvent | None = None,
                record: JobRecord | None = None, **result: Any) -> bool:
@@ -108,13 +103,29 @@ class JobStore:
     def mark_running(self, job_id: str, attempt: int | None = None) -> int | None:
         """Set ``running`` and count the attempt; None when the job already finished. The
         record then lives ``job_ttl_s`` (its pending TTL only bounds the wait in the queue)."""
+        record = self._mark(job_id, attempt)
+        return None if record is None else record.attempts
+
+    def start(self, job_id: str) -> JobRecord | None:
+        """:meth:`mark_running` (one more attempt) and the record as it now is, read in the
+        same step (:meth:`get` after it would read it again); None: the job already finished."""
+        return self._mark(job_id, None)
+
+    def _mark(self, job_id: str, attempt: int | None) -> JobRecord | None:
         args = [now_iso(), "" if attempt is None else str(attempt), str(self.settings.job_ttl_s)]
         keys = [self.layout.job(job_id).record]
         reply = guarded(job_id, lambda: self._running(keys=keys, args=args))
-        value = int(reply[0])
-        if value > 0:
-            guarded(job_id, lambda: self._leave_queue(job_id, str(reply[1]), str(reply[2])))
-        return None if value < 0 else value
+        if int(reply[0]) < 0:
+            return None
+        guarded(job_id, lambda: self._leave_queue(job_id, str(reply[1]), str(reply[2])))
+        flat = [str(v) for v in reply[3:]]
+        record = JobRecord.from_redis(dict(zip(flat[::2], flat[1::2], strict=True)))
+        tenant = tenant_of_job(job_id)
+        if tenant == DEFAULT_TENANT:
+            return record
+        admitted = guarded(job_id, lambda: self.redis.hget(self.layout.tenant_admitted(tenant),
+                                                           job_id))
+        return _as_admitted(record, admitted)
 
     def _leave_queue(self, job_id: str, queue: str, priority: str) -> None:
         """Started: the job no longer counts as queued for its tenant (the fair order, the
@@ -152,3 +163,13 @@ class JobStore:
 
     def count_compaction(self, session_id: str, job_id: str, now: float, window_s: float) -> None:
         self.compactions.count(session_id, job_id, now, window_s)
+
+
+def _as_admitted(record: JobRecord, admitted: str | None) -> JobRecord:
+    """A record admitted from its tenant's inbox, with the kind and reason it was admitted as
+    (``admitted``: ``"<kind> <reason>"``, None: not from an inbox)."""
+    if admitted is None:
+        return record
+    kind, _, reason = str(admitted).partition(" ")
+    return record.model_copy(update={"kind": JobKind(kind),
+                                     "reason": CompactReason(reason) if reason else None})
