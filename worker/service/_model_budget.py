@@ -140,7 +140,9 @@ def check_budget(ctx: JobContext) -> None:
     usage, quota = rt.usage.today(record.tenant, now)
     decision = decide(record, usage, quota, rt.settings)
     if decision.over is None:
-        if getattr(rt.usage, "reserve", None) is not None:
+        # Without a tokens_per_day nothing is reserved: a call checks nothing against it.
+        budget = _limit(quota, "tokens_per_day", float(rt.settings.tokens_per_day))
+        if budget > 0 and getattr(rt.usage, "reserve", None) is not None:
             ctx.summarizer = BudgetedSummarizer(ctx.summarizer, ctx)
         return
     ctx.summarizer = _over(ctx, decision.over)
@@ -225,9 +227,13 @@ class BudgetedSummarizer:
 
 
 def _release_job(ctx: JobContext) -> None:
-    """The job ends: whatever it holds goes (admission's estimate, any delivery's calls)."""
+    """The job ends: whatever it holds goes (admission's estimate, any delivery's calls). A
+    delivery whose calls reserved nothing leaves it to the job's end, which gives back what
+    the job holds too (``finish_job``'s release, after the terminal state)."""
     store = ctx.rt.usage
     if store is None or getattr(store, "release", None) is None:
+        return
+    if not (isinstance(ctx.summarizer, BudgetedSummarizer) and ctx.summarizer.reserved):
         return
     try:
         ride_out(ctx.control, "usage", lambda: store.release(  # type: ignore[attr-defined]

@@ -24,10 +24,14 @@ __all__ = ["TenantUsageStore"]
 # (Unix ms), the reservations' TTL. Reserves when spent + every reservation held + wanted stays
 # within the limit (0: none), in one step, so that calls of parallel jobs cannot together pass
 # it. The job's own field counts only when this delivery owns it: an admission's estimate, or a
-# dead delivery's calls, are replaced by this one's. Returns {1|0, spent, reserved, limit}.
+# dead delivery's calls, are replaced by this one's. Returns {1|0, spent, reserved, limit}
+# ({1, 0, 0, '0'} without a budget: nothing is read or reserved).
 _RESERVE = """
 local limit = tonumber(redis.call('HGET', KEYS[2], 'tokens_per_day') or '') or tonumber(ARGV[2])
 limit = limit * tonumber(ARGV[3])
+if limit <= 0 then
+  return {1, 0, 0, '0'}  -- no budget: nothing to check a call against, nothing reserved
+end
 local u = redis.call('HMGET', KEYS[1], 'input_tokens', 'output_tokens', 'draft_input_tokens',
                      'draft_output_tokens')
 local spent = 0
