@@ -17,9 +17,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api_client.server.problems import MEDIA_TYPE, problem_body
 
-__all__ = ["OVERLOADED_CODE", "InFlightLimit"]
+__all__ = ["OVERLOADED_CODE", "RELEASE", "InFlightLimit", "release"]
 
 OVERLOADED_CODE = "overloaded"
+RELEASE = "compactor.inflight_release"  # scope state: the request leaves the count
 _OPEN = frozenset({"/livez", "/readyz", "/openapi.json"})
 _WAITING_PREFIXES = ("/v1/summarize", "/v1/chat/completions", "/v1/events")
 
@@ -50,10 +51,27 @@ class InFlightLimit:
             await _overloaded(send, self.limit)
             return
         self.held += 1
+        counted = [True]
+
+        def release() -> None:
+            if counted[0]:
+                counted[0] = False
+                self.held -= 1
+
+        # An inner layer lets the request go from the count while it only waits (the rate
+        # limit's pause: api_client/server/guards.py).
+        scope.setdefault("state", {})[RELEASE] = release
         try:
             await self.app(scope, receive, send)
         finally:
-            self.held -= 1
+            release()
+
+
+def release(scope: Scope) -> None:
+    """The request leaves its process's in-flight count (it only waits from now on)."""
+    let_go = scope.get("state", {}).get(RELEASE)
+    if let_go is not None:
+        let_go()
 
 
 async def _overloaded(send: Send, limit: int) -> None:

@@ -49,6 +49,10 @@ class ServerSettings(BaseSettings):
     # event streams (0 = no limit). Over either: 429 with Retry-After, before any header out.
     api_rate_per_s: float = Field(default=100.0, ge=0)
     api_rate_burst: int = Field(default=200, gt=0)
+    # A request over the rate gets its 429 after this pause (0: at once), outside the in-flight
+    # count: a client that retries at once is paced to one request a pause per connection, and
+    # a flood of refusals does not take the event loop from the other tenants.
+    api_rate_pause_s: float = Field(default=1.0, ge=0)
     # Each open stream holds a socket and a task of this process for as long as it is open: a
     # tenant's streams cannot take what its other requests, and the other tenants, need.
     api_sse_streams_max: int = Field(default=32, ge=0)

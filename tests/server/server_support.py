@@ -39,10 +39,13 @@ def server_settings(tokens: dict[str, str] | None = None, **overrides: Any) -> S
 
 
 @contextmanager
-def running_api(redis_url: str, settings: ServerSettings | None = None) -> Iterator[str]:
-    """The app on uvicorn; yields its base URL (``http://127.0.0.1:<port>``)."""
+def running_api(redis_url: str, settings: ServerSettings | None = None,
+                app: Any = None) -> Iterator[str]:
+    """The app (``create_app``'s, unless given) on uvicorn; yields its base URL
+    (``http://127.0.0.1:<port>``)."""
     port = free_port()
-    app = create_app(settings or server_settings(), ClientSettings(redis_url=redis_url))
+    if app is None:
+        app = create_app(settings or server_settings(), ClientSettings(redis_url=redis_url))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
                                            log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
