@@ -9,8 +9,8 @@ docs/hooks.md "The five events", or
 an empty body / 204 for no answer. A non-2xx status, a body that is not a JSON object (or is
 nested past the entries' 64 levels), a body over ``max_response_bytes`` or no whole answer
 within the deadline counts as a raising hook (logged and skipped). The deadline is wall-clock
-(``worker.deadline_http``): a receiver that trickles its answer a byte at a time is cut off at
-it, and the request's thread ends there.
+(``worker.outbound.deadline_http``): a receiver that trickles its answer a byte at a time is
+cut off at it, and the request's thread ends there.
 """
 
 from __future__ import annotations
@@ -32,12 +32,18 @@ from pydantic import SecretStr
 from api_client.contract.errors import HookError
 from api_client.contract.redaction import mask_url, redact_secrets
 from api_client.contract.session import Entry
-from worker.bounded_json import loads_bounded
-from worker.deadline_http import BodyTooLarge, BodyUnreadable, guarded, make_client, read_capped
 from worker.hooks._frozen import thaw
 from worker.hooks.errors import HookLoadError
 from worker.hooks.settings import HookSettings
 from worker.hooks.specs import TreePreparation, hookimpl
+from worker.outbound.bounded_json import loads_bounded
+from worker.outbound.deadline_http import (
+    BodyTooLarge,
+    BodyUnreadable,
+    guarded,
+    make_client,
+    read_capped,
+)
 
 __all__ = [
     "DELIVERY_HEADER",

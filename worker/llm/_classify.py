@@ -16,7 +16,6 @@ from api_client.contract.overflow import (
     is_retryable_error_text,
     parse_retry_after_ms,
 )
-from worker.bounded_json import loads_bounded
 from worker.llm.errors import (
     AuthenticationFailed,
     BadRequest,
@@ -30,6 +29,7 @@ from worker.llm.errors import (
     ServerError,
     TransientHTTPError,
 )
+from worker.outbound.bounded_json import loads_bounded
 
 __all__ = ["caused_by_request", "classify_http_error", "error_text", "retry_after_from_headers"]
 

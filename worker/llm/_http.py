@@ -1,5 +1,5 @@
 """The model layer's HTTP call: one JSON POST with the attempt's deadline and cancellation in
-the socket reads (``worker.deadline_http``), a bounded body, and typed errors.
+the socket reads (``worker.outbound.deadline_http``), a bounded body, and typed errors.
 
 A cancelled call raises out of httpcore, which closes the connection (the server sees it go
 away), so a cancelled job stops its HTTP call within a fraction of a second, and a hung or
@@ -17,16 +17,6 @@ from typing import Any
 
 import httpx
 
-from worker.bounded_json import loads_bounded
-from worker.deadline_http import (
-    SLICE_S,
-    BodyTooLarge,
-    BodyUnreadable,
-    CallCancelled,
-    guarded,
-    make_client,
-    read_capped,
-)
 from worker.llm.errors import (
     ConnectionFailed,
     MalformedResponse,
@@ -36,6 +26,16 @@ from worker.llm.errors import (
     Who,
 )
 from worker.llm.settings import DEFAULT_MAX_RESPONSE_BYTES
+from worker.outbound.bounded_json import loads_bounded
+from worker.outbound.deadline_http import (
+    SLICE_S,
+    BodyTooLarge,
+    BodyUnreadable,
+    CallCancelled,
+    guarded,
+    make_client,
+    read_capped,
+)
 from worker.summary_requests import CancelToken
 
 __all__ = ["SLICE_S", "HttpReply", "guarded", "make_client", "post_json"]
