@@ -104,7 +104,9 @@ def _hook_cancels_navigation(w: World) -> None:
 
 
 def _already_committed(w: World) -> None:
+    """An earlier delivery started the job (its attempt 1) and committed entry e7."""
     w.commits.effects[JOB_ID] = "e7"
+    w.jobs.record = w.jobs.record.model_copy(update={"attempts": 1})
 
 
 def _lease_finished(w: World) -> None:
@@ -251,6 +253,18 @@ def test_a_recorded_effect_finishes_with_that_entry_without_a_model_call() -> No
     assert outcome.entry_id == "e7" and w.summarizer.requests == []
     [(_, _, fields)] = w.jobs.finished
     assert fields["entry"]["id"] == "e7"
+
+
+def test_a_first_attempt_does_not_look_for_an_earlier_effect() -> None:
+    """No delivery before the first: its start reads no effect (the commit checks it)."""
+    w = world()
+    looked: list[str] = []
+    w.commits.effect = lambda job_id: looked.append(job_id) or None  # type: ignore[method-assign]
+    run_job(w.rt, JOB_ID)
+    assert looked == [] and w.jobs.record.attempts == 1
+    _already_committed(w)
+    w.commits.effect = lambda job_id: looked.append(job_id) or "e7"  # type: ignore[method-assign]
+    assert run_job(w.rt, JOB_ID).entry_id == "e7" and looked == [JOB_ID]
 
 
 def test_a_committed_compaction_reports_tokens_and_the_model() -> None:

@@ -214,7 +214,11 @@ def _observed(ctx: JobContext, outcome: JobOutcome) -> JobOutcome:
 
 
 def _earlier_effect(ctx: JobContext) -> JobSuccess | None:
-    """An earlier delivery committed but died before finishing: finish with its result."""
+    """An earlier delivery committed but died before finishing: finish with its result. A
+    first attempt has no earlier delivery (each start counts one; the commit scripts check the
+    effect again in any case)."""
+    if ctx.record.attempts <= 1:
+        return None
     effect = ctx.rt.commits.effect(ctx.job_id)
     if effect is None:
         return None

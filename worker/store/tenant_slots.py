@@ -9,6 +9,8 @@ among the tenant's queued jobs), so the cap never blocks a worker slot.
 
 from __future__ import annotations
 
+import threading
+
 import redis
 
 from api_client.contract.keys import KeyLayout, tenant_of_job
@@ -29,6 +31,8 @@ class TenantSlots:
         self.max_running = max_running
         self.hold_ms = int(hold_s * 1000)
         self._take = client.register_script(script_text("tenant_slot"))
+        self._held: set[str] = set()  # the jobs this process holds a slot for
+        self._lock = threading.Lock()
 
     def take(self, job_id: str) -> bool:
         """True: run the job (a slot is held for it, or no cap applies)."""
@@ -36,9 +40,18 @@ class TenantSlots:
         keys = [self.layout.tenant_running(tenant), self.layout.tenant_quota(tenant)]
         now = now_ms()
         args = [job_id, str(now), str(now + self.hold_ms), str(self.max_running)]
-        return bool(int(guarded(job_id, lambda: self._take(keys=keys, args=args))))
+        reply = int(guarded(job_id, lambda: self._take(keys=keys, args=args)))
+        if reply == 1:
+            with self._lock:
+                self._held.add(job_id)
+        return reply > 0
 
     def release(self, job_id: str) -> None:
+        """Give the job's slot back (nothing to do when no cap applied: none was held)."""
+        with self._lock:
+            if job_id not in self._held:
+                return
+            self._held.discard(job_id)
         key = self.layout.running_of_job(job_id)
         guarded(job_id, lambda: self.redis.zrem(key, job_id))
 
