@@ -73,6 +73,27 @@ def test_a_clear_answer_is_reused_for_recheck_s(redis_url: str) -> None:
     assert not one.is_cooling("n") and one.record_failure("n") is True and one.is_cooling("n")
 
 
+def test_a_success_resets_the_count_once_per_recheck_s(redis_url: str) -> None:
+    # One DEL per candidate per recheck_s, not per model call; a failure this store counts
+    # makes its next success reset at once, another worker's is forgotten up to recheck_s late.
+    one = RedisCooldownStore(redis.Redis.from_url(redis_url), threshold=5, prefix="r:",
+                             recheck_s=60)
+    two = RedisCooldownStore(redis.Redis.from_url(redis_url), threshold=5, prefix="r:")
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    fail, _ = one._keys("m")  # type: ignore[attr-defined]
+    client.config_resetstat()
+    one.record_success("m")
+    one.record_success("m")
+    assert client.info("commandstats")["cmdstat_del"]["calls"] == 1
+    two.record_failure("m")
+    two.record_failure("m")
+    one.record_success("m")  # within recheck_s of its last reset
+    assert client.get(fail) == "2"
+    assert one.record_failure("m") is False and client.get(fail) == "3"
+    one.record_success("m")  # its own failure came since: reset now
+    assert client.exists(fail) == 0
+
+
 def test_redis_failure_window_has_an_expiry(redis_url: str) -> None:
     store = RedisCooldownStore(redis.Redis.from_url(redis_url), threshold=5, window_s=2,
                                prefix="t:")

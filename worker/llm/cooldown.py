@@ -47,6 +47,10 @@ class RedisCooldownStore:
         # always come from Redis, so an outage still fails open.
         self.recheck_s = recheck_s
         self._clear_until: dict[str, float] = {}
+        # Likewise a success resets the failure count (a DEL per call) at most once per
+        # recheck_s, unless this process counted a failure since: another worker's failures
+        # are then forgotten up to recheck_s late.
+        self._reset_until: dict[str, float] = {}
         self.threshold = threshold
         self._window_ms = max(1, int(window_s * 1000))
         self._cooldown_ms = max(1, int(cooldown_s * 1000))
@@ -76,6 +80,7 @@ class RedisCooldownStore:
         import redis
 
         fail_key, cool_key = self._keys(candidate)
+        self._reset_until.pop(candidate, None)
         try:
             with self._redis.pipeline(transaction=True) as pipe:
                 # SET NX starts the window with its expiry; INCR keeps that expiry.
@@ -109,10 +114,15 @@ class RedisCooldownStore:
     def record_success(self, candidate: str) -> None:
         import redis
 
+        now = time.monotonic()
+        if self._reset_until.get(candidate, 0.0) > now:
+            return
         try:
             self._redis.delete(self._keys(candidate)[0])
         except redis.RedisError as err:
             log.warning("cooldown reset skipped (%s): %s", candidate, err)
+            return
+        self._reset_until[candidate] = now + self.recheck_s
 
 
 class MemoryCooldownStore:

@@ -67,17 +67,27 @@ return 0
 """
 
 
+# How long a tenant this process named in the tenants set (``compactor usage`` lists it) is
+# not named again: the set only grows, so once an hour is enough to survive a flushed Redis.
+NAMED_FOR_S = 3600.0
+
+
 class TenantUsageStore:
     def __init__(self, client: redis.Redis[str], layout: KeyLayout) -> None:
         self.layout = layout
         self._io = SyncShell(client)
+        self._named: dict[str, float] = {}  # tenant -> until when it counts as named
 
     def add(self, tenant: str, at: float, *, input_tokens: int, output_tokens: int, usd: float,
             draft: bool, ended: bool) -> None:
         """Count one delivery's spend on the UTC day of ``at`` (``ended``: and the job)."""
+        now = time.monotonic()
+        name = self._named.get(tenant, 0.0) <= now
         self._io.run(add_spend(self.layout, tenant, utc_day(at), input_tokens=input_tokens,
                                output_tokens=output_tokens, usd=usd, draft=draft,
-                               jobs=int(ended)))
+                               jobs=int(ended), name_tenant=name))
+        if name:
+            self._named[tenant] = now + NAMED_FOR_S
 
     def reserve(self, tenant: str, day: str, tokens: int, default_limit: int,
                 share: float = 1.0, *, job_id: str, owner: str,
