@@ -1,6 +1,6 @@
 import pytest
 
-from worker.jsjson import js_json, js_len, js_number, js_sort_key
+from worker.tokens.jsjson import js_json, js_len, js_number, js_sort_key
 
 
 @pytest.mark.parametrize(
@@ -63,7 +63,7 @@ def test_js_number(number: float, text: str) -> None:
 
 @pytest.mark.parametrize("start", range(0, 0x3000, 0x400))
 def test_the_fast_string_path_escapes_as_the_char_by_char_one(start: int) -> None:
-    from worker.jsjson import _escape_char
+    from worker.tokens.jsjson import _escape_char
 
     text = "".join(chr(c) for c in range(start, start + 0x400)
                    if not 0xD800 <= c <= 0xDFFF) + "\n\"\\😀"

@@ -1,11 +1,11 @@
-"""``worker.memo.IdentityMemo``: per-object results, bounded, hits without a lock."""
+"""``worker.tokens.memo.IdentityMemo``: per-object results, bounded, hits without a lock."""
 
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from worker.memo import IdentityMemo
+from worker.tokens.memo import IdentityMemo
 
 
 class Obj:

@@ -160,9 +160,8 @@ def test_the_workers_job_lifecycle_is_not_in_api_client() -> None:
 
 # --- static layering: which worker packages may import which (every import statement counts,
 # lazy ones inside functions and TYPE_CHECKING ones included) ---------------------------------
-LEAVES = ["worker/tokens", "worker/jsjson.py", "worker/summary_requests.py",
-          "worker/outbound", "worker/observability/metrics.py",
-          *[p for p in ("worker/memo.py",) if (ROOT / p).exists()]]  # memo: while it exists
+LEAVES = ["worker/tokens", "worker/summary_requests.py", "worker/outbound",
+          "worker/observability/metrics.py"]
 
 
 def _imported_modules(source: Path) -> list[str]:

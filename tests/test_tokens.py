@@ -287,8 +287,8 @@ def test_priming_counts_a_large_session_ahead_and_exactly(pi_file: Path,
     # the plan then finds every message's count in the cache, equal to a serial count.
     import worker.tokens.counting as counting
     from api_client.contract.session.convert import for_compaction
-    from worker.memo import IdentityMemo
     from worker.tokens import JobTokenizer
+    from worker.tokens.memo import IdentityMemo
 
     monkeypatch.setattr(counting, "PRIME_THREADS", 2)
     tree = load_session(pi_file.read_text(encoding="utf-8")).tree()
@@ -317,8 +317,8 @@ def test_priming_the_prompt_parts_leaves_only_their_edges_to_the_prompt_count(
     import worker.tokens.counting as counting
     from api_client.contract.session.convert import convert_to_llm, for_compaction
     from worker.compaction.serialize import prompt_parts, serialize_conversation
-    from worker.memo import IdentityMemo
     from worker.tokens import JobTokenizer
+    from worker.tokens.memo import IdentityMemo
 
     monkeypatch.setattr(counting, "PRIME_THREADS", 2)
     tree = load_session(pi_file.read_text(encoding="utf-8")).tree()
@@ -348,8 +348,8 @@ def test_priming_counts_a_little_new_text_on_the_jobs_own_thread(
     # Below PRIME_SERIAL_CHARS a hand-off to the pool costs more than it saves; the counts
     # still land in the cache and in what is stored for the other workers.
     import worker.tokens.counting as counting
-    from worker.memo import IdentityMemo
     from worker.tokens import JobTokenizer
+    from worker.tokens.memo import IdentityMemo
 
     monkeypatch.setattr(counting, "ThreadPoolExecutor",
                         lambda *a, **k: pytest.fail("handed to a pool"))
@@ -365,8 +365,8 @@ def test_priming_counts_a_little_new_text_on_the_jobs_own_thread(
 
 def test_a_grown_session_primes_only_what_it_grew_by(pi_file: Path) -> None:
     from worker.compaction import prime_counts
-    from worker.memo import IdentityMemo
     from worker.tokens import JobTokenizer
+    from worker.tokens.memo import IdentityMemo
 
     tree = load_session(pi_file.read_text(encoding="utf-8")).tree()
     path = list(tree.path_to(tree.leaf_id))
@@ -396,8 +396,8 @@ def test_priming_a_session_larger_than_the_cache_still_counts_exactly(
     # A message whose pieces were evicted before its total was summed gets no total: the plan
     # counts it itself, and every count still equals a serial one.
     import worker.tokens.counting as counting
-    from worker.memo import IdentityMemo
     from worker.tokens import JobTokenizer
+    from worker.tokens.memo import IdentityMemo
 
     monkeypatch.setattr(counting, "PRIME_THREADS", 2)
     messages = [user(f"question {i}: " + "words and more words " * 40) for i in range(60)]

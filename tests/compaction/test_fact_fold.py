@@ -10,7 +10,7 @@ import pytest
 
 from worker.compaction import facts
 from worker.compaction.fact_fold import FactFold, _nested, fold_more
-from worker.memo import PrefixFolds
+from worker.tokens.memo import PrefixFolds
 
 Key = tuple[str, str]
 PATHS = ["a", "a/b", "a/b/c.py", "b/c.py", "src/a/b/c.py", "x.py", "src/x.py", "c.py", "/"]

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from worker.compaction.serialize import normalized_conversation, serialize_conversation
-from worker.jsjson import js_property_order
+from worker.tokens.jsjson import js_property_order
 
 
 def user(content: Any) -> dict[str, Any]:

@@ -2,8 +2,8 @@
 
 Planning keeps nothing itself: a worker builds one :class:`PlanCaches` per process (the
 composition root, ``worker.service.composition``) and hands it to every job; the CLI and the
-tests plan without one. Kept per message object (``worker.memo``: the entry cache hands out the
-same objects for unchanged entries): a re-plan of a session seen before renders the prompt
+tests plan without one. Kept per message object (``worker.tokens.memo``: the entry cache hands
+out the same objects for unchanged entries): a re-plan of a session seen before renders the prompt
 text of its new messages only, counts only their facts, and its prompt is counted by its new
 parts (``TiktokenTokenizer.count_joined`` needs the same part objects).
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 from api_client.contract.session import Message
 from worker.compaction.fact_fold import FactFold
-from worker.memo import IdentityMemo, PrefixFolds
+from worker.tokens.memo import IdentityMemo, PrefixFolds
 
 __all__ = ["PlanCaches"]
 

@@ -3,9 +3,10 @@
 The ledger's candidates are the distinct (kind, text) facts the summarised messages name, each
 with how often and how recently it was named, without the paths that lie inside a longer one.
 A worker that re-plans a session that grew summarises the same messages as before and some new
-ones after them: :func:`fold_more` continues a fold from its state (``worker.memo.PrefixFolds``,
-kept in ``PlanCaches``), counting only the new messages' facts. A state is shared by the jobs
-that continue it: it is never changed, a continuation copies it.
+ones after them: :func:`fold_more` continues a fold from its state
+(``worker.tokens.memo.PrefixFolds``, kept in ``PlanCaches``), counting only the new messages'
+facts. A state is shared by the jobs that continue it: it is never changed, a continuation
+copies it.
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ from api_client.contract.session import Message
 from api_client.contract.session.convert import text_of_blocks
 from worker.compaction.fact_fold import Fact, FactFold, Key, fold_more
 from worker.compaction.substrings import Containment, default_search
-from worker.jsjson import js_len
-from worker.memo import PrefixFolds
+from worker.tokens.jsjson import js_len
+from worker.tokens.memo import PrefixFolds
 
 __all__ = [
     "FACT_KINDS",

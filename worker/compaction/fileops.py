@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from worker.jsjson import js_sort_key
+from worker.tokens.jsjson import js_sort_key
 
 __all__ = [
     "FileOps",

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from worker.jsjson import js_json, js_property_order
-from worker.memo import IdentityMemo
+from worker.tokens.jsjson import js_json, js_property_order
+from worker.tokens.memo import IdentityMemo
 
 __all__ = [
     "PART_SEPARATOR",

@@ -5,7 +5,7 @@ load used to parse every stored entry afresh, and every per-message result (toke
 prompt's text, the fact ledger) was lost with the old objects. With an :class:`EntryCache`,
 :func:`api_client.contract.snapshots.build_snapshot` hands out the *same* ``Entry`` object for an
 entry whose stored JSON has not changed (same session, id, line and text), so the worker's
-identity-keyed memos (``worker.memo``) hit across jobs.
+identity-keyed memos (``worker.tokens.memo``) hit across jobs.
 
 The cache keeps each entry's stored text beside the parsed entry and compares the texts: a
 snapshot checks every entry, and comparing the texts is cheaper than hashing them (even with

@@ -2,7 +2,9 @@
 (``worker.llm``) both import, and that imports neither (tests/test_purity.py pins it).
 
 A worker builds one tokenizer (``get_tokenizer``, with a ``TokenCache``) and hands it to both
-layers, so every job shares its token cache and its per-message counts (``counts_of``).
+layers, so every job shares its token cache and its per-message counts (``counts_of``). Beside
+it: ``jsjson`` (JSON and lengths as the reference agent computes them, which the counts and the
+planner's serialisation follow) and ``memo`` (per-object results kept across jobs).
 """
 
 from worker.tokens.bpe import choose_counter, cl100k_counter

@@ -10,7 +10,7 @@ Bounded: at most ``max_entries`` counts, least recently used evicted first. A ke
 BLAKE2b digest, not the text itself, so memory does not grow with the size of the texts: an
 entry costs about 200 bytes (digest, count, the LRU's links), 100 000 entries about 20 MB
 (``COMPACTOR_TOKEN_CACHE_ENTRIES``). Thread-safe: writes take one lock, hits none (see
-``worker.memo``); the hit and miss tallies may lose an increment under threads.
+``worker.tokens.memo``); the hit and miss tallies may lose an increment under threads.
 """
 
 from __future__ import annotations
@@ -46,9 +46,9 @@ class TokenCache:
     def count(self, text: str, counter: Callable[[str], int]) -> int:
         """The cached count of ``text``, else ``counter(text)`` (outside the lock), remembered."""
         key = content_key(text)
-        known = self._counts.get(key)  # a hit takes no lock, as in worker.memo.IdentityMemo
+        known = self._counts.get(key)  # a hit takes no lock, as in worker.tokens.memo.IdentityMemo
         if known is not None:
-            try:  # noqa: SIM105  (as in worker.memo: a hit per text of a job)
+            try:  # noqa: SIM105  (as in worker.tokens.memo: a hit per text of a job)
                 self._counts.move_to_end(key)
             except KeyError:  # evicted by another thread just now
                 pass

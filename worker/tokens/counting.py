@@ -19,10 +19,10 @@ from typing import Any, Literal, Protocol
 
 from api_client.contract.session import Message
 from api_client.contract.session.convert import convert_message
-from worker.jsjson import js_json, js_len
-from worker.memo import DEFAULT_OBJECTS, IdentityMemo
 from worker.tokens.bpe import cl100k_counter, tiktoken_encoding
 from worker.tokens.cache import TokenCache, content_key
+from worker.tokens.jsjson import js_json, js_len
+from worker.tokens.memo import DEFAULT_OBJECTS, IdentityMemo
 from worker.tokens.pieces import SEGMENT_MIN_CHARS, count_pieces, segments
 
 __all__ = [
