@@ -125,6 +125,26 @@ def test_over_the_queued_jobs_quota_nothing_is_queued(
     assert _served(raw) == ["a~s0", "b~free", "a~s1"]
 
 
+def test_a_lone_job_trims_nothing_and_a_stale_one_leaves_with_the_next(
+        tenants: dict[str, CompactionClient], raw: redis.Redis[str]) -> None:
+    # A job alone in its tenant's queued set has nothing to trim nor anything ahead of it: its
+    # admission sends no ZREMRANGEBYSCORE and no ZCOUNT. With others there, the ones queued
+    # longer than job_pending_ttl_s ago (a lost message) are dropped before the quota counts.
+    a = tenants["a"]
+    queued = a.layout.tenant_queued("a")
+    raw.config_resetstat()
+    a.compact(a.sessions.create("lone"))
+    stats = raw.info("commandstats")
+    # the one ZREMRANGEBYSCORE left is the placing's (its index of tags), not the admission's
+    assert stats["cmdstat_zremrangebyscore"]["calls"] == 1 and "cmdstat_zcount" not in stats
+    old_ms = int(datetime.now(UTC).timestamp() * 1000) - 2 * 3_600_000
+    raw.zadd(queued, {"a~lost:0123456789abcdef": MANUAL * 10**13 + old_ms})
+    raw.hset(a.layout.tenant_quota("a"), "queued_jobs_max", "2")
+    a.compact(a.sessions.create("next"))  # the lost one does not count against the quota
+    assert raw.zscore(queued, "a~lost:0123456789abcdef") is None
+    assert raw.zcard(queued) == 2
+
+
 @pytest.mark.parametrize(("reason", "used", "refused"), [
     ("manual", 1000, "tokens_per_day"),
     ("manual", 999, None),

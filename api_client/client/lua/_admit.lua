@@ -42,12 +42,14 @@ end
 
 -- Jobs whose start was never seen (a lost message, a dead client) leave after pending_ttl:
 -- the record and single-flight slot of such a job expire then too.
+-- Returns how many it dropped.
 local function trim(queued, p)
-  local cutoff = p.now - p.pending_ttl * 1000
+  local cutoff, dropped = p.now - p.pending_ttl * 1000, 0
   for _, level in ipairs({0, 3, 6, 9}) do
     local base = level * PRIORITY_SCALE
-    redis.call('ZREMRANGEBYSCORE', queued, base, '(' .. (base + cutoff))
+    dropped = dropped + redis.call('ZREMRANGEBYSCORE', queued, base, '(' .. (base + cutoff))
   end
+  return dropped
 end
 
 -- The tokens the tenant's jobs hold (fields whose time is up count for nothing) and those
@@ -83,8 +85,8 @@ local function reserve(reserved, expired, job_id, p)
 end
 
 local function budget_refusal(usage, p, tokens_day, usd_day, held)
-  if p.budget == 'none' then
-    return nil
+  if p.budget == 'none' or (tokens_day <= 0 and usd_day <= 0) then
+    return nil  -- no budget to check: the day's spend is not read
   end
   local share = 1
   if p.budget == 'draft' then
@@ -123,9 +125,12 @@ local function admit(queued, quota, usage, policy, job_id)
   -- The first write of the script must be one Redis refuses when out of memory (ZADD): once a
   -- script has written (a trim), Redis lets it finish, and a full Redis would take the job.
   redis.call('ZADD', queued, p.priority * PRIORITY_SCALE + p.now, job_id)
-  trim(queued, p)
-  local queued_max = tonumber(q[1]) or p.queued_max
+  -- Alone in the set, the job has nothing to trim and nothing ahead of it.
   local before = redis.call('ZCARD', queued) - 1
+  if before > 0 then
+    before = before - trim(queued, p)
+  end
+  local queued_max = tonumber(q[1]) or p.queued_max
   if queued_max > 0 and before >= queued_max then
     redis.call('ZREM', queued, job_id)
     return over('queued_jobs', queued_max, before)
@@ -134,7 +139,9 @@ local function admit(queued, quota, usage, policy, job_id)
   if reachable then
     reserve(reserved, expired, job_id, p)
   end
-  local ahead = redis.call('ZCOUNT', queued, '-inf',
-                           '(' .. ((p.priority + 1) * PRIORITY_SCALE)) - 1
+  local ahead = 0
+  if before > 0 then
+    ahead = redis.call('ZCOUNT', queued, '-inf', '(' .. ((p.priority + 1) * PRIORITY_SCALE)) - 1
+  end
   return p.now + math.floor(ahead * p.delay / (tonumber(q[4]) or p.weight))
 end
