@@ -149,7 +149,8 @@ def enqueue_call(layout: KeyLayout, settings: ClientSettings, session_id: str, k
         tenant = layout.resolve(session_id)[0]
         tail = [str(int(time.time() * 1000)), "", "", layout.tenant_inbox(tenant), "", ""]
     if push is not None:
-        admitted = admission(layout, settings, session_id, job_kind, why, route)
+        admitted = admission(layout, settings, session_id, job_kind, why, route,
+                             context_window=window)
         queued, quota, usage = admitted.keys
         keys += [queued, *admitted.fair_index]
         tail = [str(due_ms(settings)), admitted.policy, push.queue_key, layout.jobs_due, quota,
@@ -228,7 +229,8 @@ class _JobCore:
             # Indexed before the record exists: a client that dies between the two leaves a job
             # the workers' sweep still finds (an entry without a record is simply dropped).
             yield cmd("zadd", self.layout.jobs_due, {job_id: due_ms(self.settings)}, nx=True)
-            tag = yield from self._admit(session_id, kind, reason, job_id, call.route)
+            tag = yield from self._admit(session_id, kind, reason, job_id, call.route,
+                                         context_window=context_window)
         reply = yield call.script
         if not indexed and str(reply[0]) != "created":
             yield cmd("zrem", self.layout.jobs_due, job_id)
@@ -238,14 +240,14 @@ class _JobCore:
         return result if indexed else replace(result, tag=tag)
 
     def _admit(self, session_id: str, kind: JobKind | str, reason: CompactReason | str | None,
-               job_id: str, route: Route,
-               summary_input: Mapping[str, Any] | None = None) -> Flow[int]:
+               job_id: str, route: Route, summary_input: Mapping[str, Any] | None = None,
+               context_window: int | None = None) -> Flow[int]:
         """``admit.lua`` on the tenant's keys (the enqueue script runs without the admission):
         the job's fair tag, or QuotaExceededError when the tenant is over a quota."""
         job_kind = JobKind(kind)
         why = CompactReason(reason or "manual") if job_kind is JobKind.COMPACT else None
         admitted = admission(self.layout, self.settings, session_id, job_kind, why, route,
-                             summary_input)
+                             summary_input, context_window)
         tenant = self.layout.resolve(session_id)[0]
         queued, quota, usage = admitted.keys
         tag = yield Script("admit", [queued], [admitted.policy, job_id, quota, usage],

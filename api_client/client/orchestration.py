@@ -179,7 +179,7 @@ class Orchestration:
     def summarize(self, request: SummaryInput) -> ClientFlow[JobRef]:
         """A summarize job (api_client.client.summaries): indexed for the sweep, recorded, sent.
         No single flight: every request is a job of its own."""
-        record = summary_record(self.layout, request)
+        record = summary_record(self.layout, request, self.settings.max_prompt_tokens)
         route, key = route_for(JobKind.SUMMARIZE), self.layout.job(record.id).record
         tag = None
         if self.broker.name != "inbox":  # else the workers index and admit it

@@ -13,7 +13,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 
-from api_client.contract.errors import InvalidRequestError
+from api_client.contract.errors import InvalidRequestError, PromptTooLargeError
 from api_client.contract.keys import KeyLayout
 from api_client.contract.session.validate import check_json_value
 from api_client.contract.wire import JobKind, JobRecord, JobState, now_iso, route_for
@@ -32,7 +32,13 @@ class SummaryInput:
     prompt: str
     max_tokens: int | None = None
 
-    def checked(self) -> SummaryInput:
+    def estimate(self) -> int:
+        """The prompts' tokens by the estimate admission reserves with: characters / 4."""
+        return -(-(len(self.system_prompt) + len(self.prompt)) // 4)
+
+    def checked(self, max_prompt_tokens: int | None = None) -> SummaryInput:
+        """The request, or the error it is refused with: a prompt whose estimate is over
+        ``max_prompt_tokens`` is :class:`PromptTooLargeError` (docs/security.md)."""
         for name, text in (("system_prompt", self.system_prompt), ("prompt", self.prompt)):
             if not isinstance(text, str):
                 raise InvalidRequestError(f"{name} must be a string, not {type(text).__name__}")
@@ -43,6 +49,10 @@ class SummaryInput:
         if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int)
                                    or tokens <= 0):
             raise InvalidRequestError(f"max_tokens must be a positive int, not {tokens!r}")
+        if max_prompt_tokens is not None and self.estimate() > max_prompt_tokens:
+            raise PromptTooLargeError("the summary's prompt (characters / 4)",
+                                      setting="max_prompt_tokens", limit=max_prompt_tokens,
+                                      value=self.estimate())
         return self
 
     def to_wire(self) -> dict[str, object]:
@@ -52,11 +62,13 @@ class SummaryInput:
         return wire
 
 
-def summary_record(layout: KeyLayout, request: SummaryInput) -> JobRecord:
-    """The queued record of a new summarize job, in a session id of its own."""
+def summary_record(layout: KeyLayout, request: SummaryInput,
+                   max_prompt_tokens: int | None = None) -> JobRecord:
+    """The queued record of a new summarize job, in a session id of its own (a prompt over
+    ``max_prompt_tokens`` by the estimate is refused)."""
     session_id = SUMMARIZE_SESSION_PREFIX + secrets.token_hex(16)
-    route = route_for(JobKind.SUMMARIZE)
+    route, wire = route_for(JobKind.SUMMARIZE), request.checked(max_prompt_tokens).to_wire()
     return JobRecord(id=layout.new_job_id(session_id), kind=JobKind.SUMMARIZE,
                      session_id=layout.qualified(session_id), state=JobState.QUEUED,
-                     priority=route.priority,
-                     queue=route.queue, created_at=now_iso(), input=request.checked().to_wire())
+                     priority=route.priority, queue=route.queue, created_at=now_iso(),
+                     input=wire)

@@ -48,24 +48,30 @@ def _budget(settings: ClientSettings, kind: JobKind, reason: CompactReason | Non
 
 def admission(layout: KeyLayout, settings: ClientSettings, session_id: str, kind: JobKind,
               reason: CompactReason | None, route: Route,
-              summary_input: Mapping[str, Any] | None = None) -> Admission:
+              summary_input: Mapping[str, Any] | None = None,
+              context_window: int | None = None) -> Admission:
     """The admission of a new job; ``summary_input``: a summarize job's request (its prompt
-    and output budget are its reservation: api_client/contract/reservations.py)."""
-    tenant = layout.resolve(session_id)[0]
+    and output budget are its reservation), ``context_window``: the request's, which caps a
+    compaction's (api_client/contract/reservations.py)."""
+    tenant, plain = layout.resolve(session_id)
     now = time.time()
     day = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%d")
     fields = (int(now * 1000), route.priority, settings.fair_delay_ms, settings.weight,
               settings.queued_jobs_max, settings.tokens_per_day, settings.usd_per_day,
               _budget(settings, kind, reason), settings.draft_budget_share,
-              settings.job_pending_ttl_s, *_reservation(kind, summary_input))
+              settings.job_pending_ttl_s,
+              *_reservation(kind, summary_input, context_window, plain))
     return Admission((layout.tenant_queued(tenant), layout.tenant_quota(tenant),
                       layout.tenant_usage(tenant, day)), " ".join(map(str, fields)),
                      layout.fair_index(route.queue, route.priority))
 
 
-def _reservation(kind: JobKind, summary_input: Mapping[str, Any] | None) -> tuple[int, int]:
-    tokens, fit = admission_estimate(kind, summary_input)
-    return tokens, int(fit)
+def _reservation(kind: JobKind, summary_input: Mapping[str, Any] | None,
+                 context_window: int | None, field: str) -> tuple[int, int, int, int, str]:
+    """estimate, fit, span cap, output and the session's field of the bytes count (an id has
+    no white space: one word of the policy)."""
+    e = admission_estimate(kind, summary_input, context_window)
+    return e.tokens, int(e.fit), e.span_cap, e.output, field
 
 
 def due_ms(settings: ClientSettings) -> int:

@@ -37,7 +37,9 @@
     │   ├── InstructionsTooLongError  compaction instructions over ``max_instructions_chars``
     │   ├── SessionTooLargeError      a session over ``max_session_bytes``: no job loads it
     │   ├── HeaderTooLargeError       a session header over ``max_header_bytes``
-    │   └── ReadTooLargeError         a session over ``api_max_read_bytes`` read as JSON
+    │   ├── ReadTooLargeError         a session over ``api_max_read_bytes`` read as JSON
+    │   └── PromptTooLargeError       a summary's prompt over ``max_prompt_tokens`` or the
+    │                                 model's window: nothing was sent to a model
     ├── InvalidIdError                a session or job id that cannot name Redis keys (also
     │                                 ValueError)
     └── ClientError                   the request path could not do its work
@@ -93,6 +95,7 @@ __all__ = [
     "NonFiniteNumberError",
     "NothingToCompactError",
     "PlanError",
+    "PromptTooLargeError",
     "QuotaExceededError",
     "ReadTooLargeError",
     "SessionCycleError",
@@ -288,6 +291,15 @@ class ReadTooLargeError(LimitExceededError):
     export streams it."""
 
     outcome = "read it as JSONL (GET /v1/sessions/{id}/jsonl streams any size)"
+
+
+class PromptTooLargeError(LimitExceededError):
+    """A summary's prompt over what a model may be sent (docs/security.md): at admission its
+    estimate (characters / 4) over ``max_prompt_tokens``, in the worker its count over the
+    model's window (``context_window``). No job was made, or its model was never called."""
+
+    unit = "tokens"
+    outcome = "nothing was sent to a model"
 
 
 class InvalidIdError(CompactorError, ValueError):

@@ -189,6 +189,11 @@ class ClientSettings(BaseSettings):
     max_append_entries: int = Field(default=1_000, gt=0)
     # Custom instructions of a compaction or branch summary (characters).
     max_instructions_chars: int = Field(default=10_000, gt=0)
+    # A summary's system prompt and prompt by the estimate (characters / 4): over it the request
+    # is refused before a job is made (PromptTooLargeError). The workers check each prompt's
+    # count against their model's window before a call (docs/security.md); this bound is the
+    # largest window any candidate may have, so a prompt no model takes is refused at once.
+    max_prompt_tokens: int = Field(default=1_000_000, gt=0)
     # A worker does not load a session whose entries take more than this in Redis (MEMORY
     # USAGE of the entries hash): the job fails with SessionTooLargeError. 0 = no bound.
     max_session_bytes: int = Field(default=256 * 2**20, ge=0)

@@ -35,7 +35,13 @@ from api_client.server.fanout import WAITERS_CODE, Fanout
 from api_client.server.guards import GUARD_CODES, TenantGuards
 from api_client.server.inflight import OVERLOADED_CODE, InFlightLimit
 from api_client.server.openapi_doc import complete
-from api_client.server.problems import MEDIA_TYPE, PROBLEMS, error_body, problem_body
+from api_client.server.problems import (
+    MEDIA_TYPE,
+    PROBLEMS,
+    error_body,
+    problem_body,
+    retry_after_s,
+)
 from api_client.server.server_state import BearerAuth, ServerState, server_state
 from api_client.server.settings import ServerSettings
 
@@ -73,7 +79,8 @@ async def _on_compactor_error(_: Request, err: Exception) -> JSONResponse:
     if status >= 500 and _ADDRESS.search(body["detail"]):  # the log keeps the address
         log.warning("%s", err)
         body["detail"] = _ADDRESS.sub("<host>", body["detail"])
-    return _problem(status, body)
+    wait = retry_after_s(err) if status == 429 else None  # every 429 says when (docs/security.md)
+    return _problem(status, body, None if wait is None else {"Retry-After": str(wait)})
 
 
 async def _on_validation(_: Request, err: Exception) -> JSONResponse:

@@ -26,7 +26,7 @@ from api_client import (
     JobFailedError,
     JobTimeoutError,
 )
-from api_client.contract.reservations import quota_refusal
+from api_client.contract.reservations import refusal
 from api_client.server.schemas import (
     ChatChoice,
     ChatChoiceMessage,
@@ -79,9 +79,10 @@ async def _summarize(request: Request, state: ServerState, system_prompt: str, p
     try:
         result = await _result(request, handle, state.settings.api_summarize_timeout_s)
     except JobFailedError as err:
-        # Refused by its worker for the tenant's model budget: answered as admission does
-        # (429 quota_exceeded with resetsAt), not as a failed model (docs/security.md).
-        refused = quota_refusal((await handle.record()).result)
+        # Refused by its worker for the tenant's model budget or a prompt over the model's
+        # window: answered as admission does (429 quota_exceeded with resetsAt, 413
+        # prompt_too_large), not as a failed model (docs/security.md).
+        refused = refusal((await handle.record()).result)
         if refused is None:
             raise
         raise refused from err

@@ -8,13 +8,17 @@ what the error carries (``jobId``, ``line``, ``setting``/``limit``/``value``, ..
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass
+from datetime import datetime
 from http import HTTPStatus
 from typing import Any
 
 from api_client.contract import errors as e
 
-__all__ = ["MEDIA_TYPE", "PROBLEMS", "Problem", "error_body", "problem_body", "problem_for"]
+__all__ = ["MEDIA_TYPE", "PROBLEMS", "Problem", "error_body", "problem_body", "problem_for",
+           "retry_after_s"]
 
 MEDIA_TYPE = "application/problem+json"
 
@@ -63,6 +67,7 @@ PROBLEMS: dict[type[BaseException], Problem] = {
     e.SessionTooLargeError: _P(413, "session_too_large"),
     e.HeaderTooLargeError: _P(413, "header_too_large"),
     e.ReadTooLargeError: _P(413, "read_too_large"),
+    e.PromptTooLargeError: _P(413, "prompt_too_large"),
     e.InvalidIdError: _P(400, "invalid_id"),
     e.ClientError: _P(500, "client_error"),
     e.BrokerUnavailableError: _P(503, "broker_unavailable"),
@@ -111,3 +116,25 @@ def error_body(err: BaseException) -> tuple[int, dict[str, Any]]:
         return 500, problem_body(500, INTERNAL.code, f"internal error ({type(err).__name__})")
     members = {wire: getattr(err, attr, None) for attr, wire in _MEMBERS}
     return problem.status, problem_body(problem.status, problem.code, str(err), **members)
+
+
+# Retry-After of a quota that has no reset time: it frees when a queued job starts, or when
+# the tenant's stored sessions shrink (a delete, an expiry), which no retry brings about.
+QUOTA_RETRY_AFTER_S = {"queued_jobs": 5, "stored_bytes": 60}
+
+
+def retry_after_s(err: BaseException, now: float | None = None) -> int | None:
+    """The ``Retry-After`` (whole seconds, at least 1) of a 429 a typed error is answered with:
+    a per-day quota's until its ``resets_at``, the loop guard's its window; None: not a 429."""
+    if isinstance(err, e.QuotaExceededError):
+        if err.resets_at:
+            try:
+                at = datetime.fromisoformat(err.resets_at.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                at = None
+            if at is not None:
+                return max(1, math.ceil(at - (time.time() if now is None else now)))
+        return QUOTA_RETRY_AFTER_S.get(err.quota, 1)
+    if isinstance(err, e.CompactionLoopError):
+        return max(1, math.ceil(err.window_s))
+    return None

@@ -176,3 +176,60 @@ def test_admission_counts_what_calls_under_way_have_reserved(
     finally:
         raw.hdel(layout.tenant_quota("acme"), "tokens_per_day")
         raw.delete(usage, held)
+
+
+# --- M5: a prompt over the model's window is refused, not sent -----------------------------------
+def test_a_prompt_over_max_prompt_tokens_is_refused_at_admission(
+        acme: httpx.Client, model_server: FakeLLMServer) -> None:
+    """Before: with no day budget set, a prompt of any size went to the model as one request
+    (15 MB in the review). Now one whose estimate (characters / 4) is over max_prompt_tokens
+    (1 000 000) is 413 prompt_too_large before any job is made, on both summary routes."""
+    seen = len(model_server.seen)
+    prompt = "word " * 1_000_000  # 5 MB: ~1 250 000 tokens by the estimate
+    body = _refused(acme.post("/v1/summarize", json={"prompt": prompt}), 413, "prompt_too_large")
+    assert body["setting"] == "max_prompt_tokens" and body["limit"] == 1_000_000
+    assert body["value"] == 1_250_000
+    chat = acme.post("/v1/chat/completions", json={"messages": [
+        {"role": "user", "content": prompt}]})
+    _refused(chat, 413, "prompt_too_large")
+    assert len(model_server.seen) == seen
+
+
+def test_a_prompt_over_the_models_window_is_refused_by_its_worker(
+        acme: httpx.Client, model_server: FakeLLMServer) -> None:
+    """Under max_prompt_tokens but over the model's window (the worker's context_window,
+    128 000, for a candidate that names none): the worker counts it (~160 000 tokens) and
+    refuses the job before any model call; 413 prompt_too_large (before: sent, 200)."""
+    seen = len(model_server.seen)
+    answer = acme.post("/v1/summarize", json={"prompt": "word " * 160_000}, timeout=60)
+    body = _refused(answer, 413, "prompt_too_large")
+    assert body["setting"] == "context_window" and body["limit"] == 128_000
+    assert int(str(body["value"])) > 128_000
+    assert len(model_server.seen) == seen
+    fits = acme.post("/v1/summarize", json={"prompt": "word " * 1_000}, timeout=60)
+    assert fits.status_code == 200, fits.text[:300]
+
+
+# --- every 429 says when to come back (Retry-After) ----------------------------------------------
+def test_a_quota_429_carries_retry_after(
+        acme: httpx.Client, raw: redis.Redis[str], module_redis: str) -> None:
+    """Before: 429 quota_exceeded came without Retry-After (the rate and stream limits' 429s
+    had it). Now a per-day quota's says the seconds until resetsAt (the next UTC midnight); a
+    queued-jobs or stored-bytes quota's, which frees when jobs start or sessions go, a short
+    while."""
+    layout = CompactionClient(module_redis, tenant="acme").layout
+    quota, held = layout.tenant_quota("acme"), layout.tenant_reserved("acme")
+    raw.hset(quota, "tokens_per_day", 500)
+    raw.hset(held, "acme~other:1", f"500 {int(time.time() * 1000) + 3_600_000} -")
+    try:
+        refused = acme.post("/v1/summarize", json={"prompt": "a short one", "maxTokens": 10})
+        body = _refused(refused, 429, "quota_exceeded")
+        midnight = (int(time.time()) // 86_400 + 1) * 86_400
+        wait = int(refused.headers["Retry-After"])
+        assert abs(wait - (midnight - time.time())) < 5, (wait, body["resetsAt"])
+        raw.hset(quota, "stored_bytes_max", 1)
+        stored = acme.post("/v1/sessions", json={"sessionId": sid(), "cwd": "/x"})
+        _refused(stored, 429, "quota_exceeded")
+        assert int(stored.headers["Retry-After"]) >= 1
+    finally:
+        raw.delete(quota, held)

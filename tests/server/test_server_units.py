@@ -22,7 +22,7 @@ from api_client.contract.errors import (
 )
 from api_client.server.auth import TokenTable, check_start, is_loopback
 from api_client.server.model_routes import chat_prompts
-from api_client.server.problems import PROBLEMS, error_body, problem_for
+from api_client.server.problems import PROBLEMS, error_body, problem_for, retry_after_s
 from api_client.server.schemas import ChatMessage
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,6 +54,8 @@ def test_every_class_of_the_error_tree_has_its_own_row() -> None:
     (errors.JobTimeoutError("late"), 504, "job_timeout"),
     (errors.NothingToCompactError(), 409, "nothing_to_compact"),
     (errors.StorageFullError("OOM"), 507, "storage_full"),
+    (errors.PromptTooLargeError("p", setting="max_prompt_tokens", limit=1, value=2), 413,
+     "prompt_too_large"),
 ])
 def test_problem_rows(err: Exception, status: int, code: str) -> None:
     assert (problem_for(err).status, problem_for(err).code) == (status, code)
@@ -72,6 +74,23 @@ def test_a_problem_carries_what_the_error_knows_and_a_foreign_error_only_its_typ
     status, body = error_body(KeyError("secret session text"))
     assert status == 500 and body["code"] == "internal_error"
     assert "secret" not in json.dumps(body)
+
+
+def test_every_429_of_the_error_tree_says_when_to_come_back() -> None:
+    """A 429 from a typed error carries Retry-After (before: only the guards' 429s had it):
+    a per-day quota until its resetsAt, a quota that frees when jobs start or sessions go a
+    fixed while, the loop guard its window."""
+    assert {cls for cls, p in PROBLEMS.items() if p.status == 429} == {
+        errors.QuotaExceededError, CompactionLoopError}
+    day = errors.QuotaExceededError("t", quota="tokens_per_day", limit=1, value=2,
+                                    resets_at="2026-01-02T00:00:00Z")
+    assert retry_after_s(day, now=1_767_312_000.0 - 90.5) == 91
+    assert retry_after_s(day, now=1_767_312_000.0 + 5) == 1  # already past: at least 1
+    queued = errors.QuotaExceededError("t", quota="queued_jobs", limit=1, value=1)
+    stored = errors.QuotaExceededError("t", quota="stored_bytes", limit=1, value=2)
+    assert (retry_after_s(queued), retry_after_s(stored)) == (5, 60)
+    assert retry_after_s(CompactionLoopError("loop", count=4, limit=3, window_s=599.2)) == 600
+    assert retry_after_s(InvalidRequestError("bad")) is None
 
 
 def _table(tokens: dict[str, str] | None) -> TokenTable:

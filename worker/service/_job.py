@@ -9,7 +9,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from api_client.contract.errors import CompactionLoopError, CompactorError, QuotaExceededError
+from api_client.contract.errors import (
+    CompactionLoopError,
+    CompactorError,
+    PromptTooLargeError,
+    QuotaExceededError,
+)
 from api_client.contract.keys import split_job_id, tenant_of_job
 from api_client.contract.redaction import redact_secrets
 from api_client.contract.redis_conn import storage_full
@@ -174,7 +179,8 @@ def _start(rt: Runtime, job_id: str, owner: str) -> JobOutcome:
                          cause="loop_guard")
         except CompactorError as err:
             # A summarizer stopped by the token raises its own error: report the real reason.
-            refused = refusal_result(err) if isinstance(err, QuotaExceededError) else None
+            refused = (refusal_result(err)
+                       if isinstance(err, QuotaExceededError | PromptTooLargeError) else None)
             return (_stopped(ctx, control.stop_reason) if control.stop_reason
                     else _fail(ctx, str(err), refused, cause=failure_cause(err)))
         except Exception as err:  # a bug must still end the job, or it stays "running"

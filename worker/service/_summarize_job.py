@@ -3,18 +3,24 @@
 The HTTP API's ``/v1/summarize`` and ``/v1/chat/completions`` (oh-my-pi's remote endpoint) wait
 for it; the router gives it what a compaction's calls get: retries, fallback, shared cooldowns,
 the job's attempt budget, its deadline and cancellation (the job control is the cancel token).
+
+A prompt over the window of every model of the chain is refused before any call
+(:class:`PromptTooLargeError`; docs/security.md): admission bounds only its estimate
+(``max_prompt_tokens``), and a summarize request cannot be split. A candidate that names no
+``context_window`` has the worker's (``COMPACTOR_CONTEXT_WINDOW``, 128 000).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from api_client.contract.errors import InvalidRequestError
+from api_client.contract.errors import InvalidRequestError, PromptTooLargeError
 from worker.compaction.prompts import history_max_tokens
 from worker.llm import SummaryRequest
+from worker.llm.chunking import RequestCounter
 from worker.service._job_context import JobContext, JobSuccess, calls_summary
 
-__all__ = ["run_summarize", "summary_request"]
+__all__ = ["check_window", "model_window", "run_summarize", "summary_request"]
 
 
 def summary_request(data: Any, reserve_tokens: int) -> SummaryRequest:
@@ -34,8 +40,27 @@ def summary_request(data: Any, reserve_tokens: int) -> SummaryRequest:
                           max_tokens=max_tokens, reasoning=True, conversation=conversation)
 
 
+def model_window(ctx: JobContext) -> int:
+    """The largest window of the chain's models (the worker's ``context_window`` for one that
+    names none, and for a chain of none)."""
+    s = ctx.rt.settings
+    return max((m.context_window or s.context_window for m in s.models),
+               default=s.context_window)
+
+
+def check_window(ctx: JobContext, request: SummaryRequest) -> None:
+    """:class:`PromptTooLargeError` when the prompts are over every model's window (counted
+    only when their UTF-8 bytes, which bound any count, are not within it)."""
+    window, counter = model_window(ctx), RequestCounter(ctx.rt.tokenizer)
+    if counter.fits(request, window):
+        return
+    raise PromptTooLargeError("the summary's prompt", setting="context_window", limit=window,
+                              value=counter.request(request))
+
+
 def run_summarize(ctx: JobContext) -> JobSuccess:
     request = summary_request(ctx.record.input, ctx.rt.settings.reserve_tokens)
+    check_window(ctx, request)
     ctx.control.check()
     call = ctx.summarizer.summarize(request, ctx.control)
     model, usage, detail = calls_summary([call])

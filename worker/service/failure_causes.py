@@ -4,7 +4,7 @@ worker's log line. Bounded on purpose: a label per error text would grow without
 | cause               | what ended the job                                                |
 |---------------------|-------------------------------------------------------------------|
 | ``model_auth``      | a provider refused the key (401/403, no key, quota exhausted)     |
-| ``model_overflow``  | the input did not fit any candidate's window                      |
+| ``model_overflow``  | the input did not fit any candidate's window (a summary's prompt) |
 | ``model_request``   | a provider refused the request itself (400, 404, insecure URL)    |
 | ``model_response``  | a reply Compactor could not use (malformed, empty, not smaller)   |
 | ``model_unavailable`` | timeouts, 5xx, 429, connection failures, cooldowns, the budget  |
@@ -31,6 +31,7 @@ from api_client.contract.errors import (
     HookError,
     ModelError,
     PlanError,
+    PromptTooLargeError,
     QuotaExceededError,
     SessionError,
 )
@@ -56,7 +57,7 @@ __all__ = ["CAUSES", "failure_cause"]
 # First match wins: more specific classes before their bases.
 _TABLE: tuple[tuple[tuple[type[BaseException], ...], str], ...] = (
     ((AuthenticationFailed, PermissionDenied, MissingCredentials, QuotaExhausted), "model_auth"),
-    ((ContextOverflow,), "model_overflow"),
+    ((ContextOverflow, PromptTooLargeError), "model_overflow"),
     ((BadRequest, NotFound, InsecureEndpointError), "model_request"),
     ((MalformedResponse, EmptyOutput, SummaryNotSmaller, UnexpectedResponse), "model_response"),
     ((DeadlineExceededError,), "deadline"),

@@ -114,7 +114,7 @@ class InboxStore:
         """The tenant's quotas for the job as the fleet's settings say (the queued jobs and the
         model budget, for every kind: ``admission``): its fair tag, or QuotaExceededError."""
         admitted = admission(self.layout, self.settings, record.session_id, record.kind,
-                             record.reason, route, record.input)
+                             record.reason, route, record.input, record.context_window)
         queued, quota, usage = admitted.keys
         args = [admitted.policy, record.id, quota, usage]
         try:
