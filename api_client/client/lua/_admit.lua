@@ -10,7 +10,10 @@
 --     now (Unix ms), priority (the route's), delay (fair_delay_ms), weight, queued_max,
 --     tokens_per_day, usd_per_day, budget ('refuse' | 'draft' | 'none'), draft_share,
 --     pending_ttl_s, estimate (tokens the job reserves), fit (1: refused unless spent + reserved
---     + estimate stays within the budget; 0: while any budget is left)
+--     + estimate stays within the budget; 0: while any budget is left), span_cap, output,
+--     field: when span_cap > 0 (a compaction, a branch summary) the estimate is the session's
+--     stored bytes / 4 (field of the tenant's bytes hash, <quota key's prefix>:bytes) capped at
+--     span_cap, plus output; the flat estimate when the hash does not know the session
 -- The tenant's reservations (hash <quota key's prefix>:reserved, job id -> '<tokens> <until ms>
 -- <owner>': api_client/contract/reservations.py) count as spent; an admitted job's estimate
 -- is written there (owner '-') until its worker's calls replace it or it ends.
@@ -33,7 +36,22 @@ local function policy_of(text)
           weight = tonumber(f[4]), queued_max = tonumber(f[5]), tokens_day = tonumber(f[6]),
           usd_day = tonumber(f[7]), budget = f[8], draft_share = tonumber(f[9]),
           pending_ttl = tonumber(f[10]), estimate = tonumber(f[11]) or 0,
-          fit = f[12] == '1'}
+          fit = f[12] == '1', span_cap = tonumber(f[13]) or 0, output = tonumber(f[14]) or 0,
+          field = f[15]}
+end
+
+-- A compaction's estimate from its session's stored bytes (one HGET: the session is not
+-- walked), read only as it is reserved (a compaction need not fit: budget_refusal never reads
+-- it). pcall: a caller whose ACL user may not read the count keeps the flat estimate.
+local function span_estimate(quota, p)
+  if p.span_cap <= 0 or not p.field then
+    return p.estimate
+  end
+  local stored = redis.pcall('HGET', string.gsub(quota, 'quota$', 'bytes'), p.field)
+  if type(stored) ~= 'string' then
+    return p.estimate
+  end
+  return math.min(math.ceil(tonumber(stored) / 4), p.span_cap) + p.output
 end
 
 local function over(quota, limit, value)
@@ -73,13 +91,14 @@ local function held_tokens(reserved, now)
   return total, expired, true
 end
 
-local function reserve(reserved, expired, job_id, p)
+local function reserve(reserved, expired, job_id, p, quota)
   for _, field in ipairs(expired) do
     redis.call('HDEL', reserved, field)
   end
-  if p.estimate > 0 then
+  local estimate = span_estimate(quota, p)
+  if estimate > 0 then
     local till = p.now + p.pending_ttl * 1000
-    redis.call('HSET', reserved, job_id, p.estimate .. ' ' .. till .. ' -')
+    redis.call('HSET', reserved, job_id, estimate .. ' ' .. till .. ' -')
     redis.call('EXPIRE', reserved, 172800)  -- RESERVED_KEY_TTL_S
   end
 end
@@ -137,7 +156,7 @@ local function admit(queued, quota, usage, policy, job_id)
   end
   redis.call('PEXPIRE', queued, p.pending_ttl * 1000)
   if reachable then
-    reserve(reserved, expired, job_id, p)
+    reserve(reserved, expired, job_id, p, quota)
   end
   local ahead = 0
   if before > 0 then

@@ -1,0 +1,95 @@
+"""What a compaction or branch summary reserves of its tenant's model budget at admission
+(``lua/_admit.lua``, api_client/contract/reservations.py), read from the reserved hash of a
+real Redis with no worker (nothing replaces the admission's estimate).
+
+Before: a flat 2 048 tokens whatever the session. Now the session's stored bytes / 4 (its
+field of the tenant's bytes count, one read in the admission's step: the session is not
+walked), at most the request's context window (else 128 000), plus a summary's output budget
+(13 107); a session its tenant's count does not know (an inbox tenant's) still the flat 2 048.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from api_client import ClientSettings, CompactionClient
+from api_client.contract.reservations import (
+    COMPACTION_ESTIMATE_TOKENS,
+    COMPACTION_WINDOW_DEFAULT,
+    SUMMARY_OUTPUT_DEFAULT,
+)
+
+TEXT = "x" * 40_000  # one entry of ~40 kB
+
+
+@pytest.fixture
+def acme(redis_url: str) -> Iterator[CompactionClient]:
+    with CompactionClient(ClientSettings(redis_url=redis_url, send_sent_event=False),
+                          tenant="acme") as client:
+        yield client
+
+
+def _session(client: CompactionClient, name: str, entries: int) -> str:
+    sid = client.sessions.create(name)
+    for i in range(entries):
+        client.sessions.append(sid, {"role": "user", "content": f"{i} {TEXT}", "timestamp": 1})
+    return sid
+
+
+def _first_entry(client: CompactionClient, sid: str) -> str:
+    return str(client.sessions.load(sid).session.entries[0].id)
+
+
+def _reserved(raw: redis.Redis[str], client: CompactionClient, job_id: str) -> int:
+    field = raw.hget(client.layout.tenant_reserved("acme"), job_id)
+    assert field is not None, "nothing reserved"
+    return int(field.split()[0])
+
+
+def _stored(raw: redis.Redis[str], client: CompactionClient, sid: str) -> int:
+    return int(raw.hget(client.layout.tenant_bytes("acme"), sid) or 0)
+
+
+def test_a_compaction_reserves_its_sessions_span_and_its_output(
+        acme: CompactionClient, raw: redis.Redis[str]) -> None:
+    sid = _session(acme, "small", 3)
+    stored = _stored(raw, acme, sid)
+    assert 120_000 < stored < 130_000
+    job = acme.compact(sid)
+    assert _reserved(raw, acme, job.id) == -(-stored // 4) + SUMMARY_OUTPUT_DEFAULT
+    branch = acme.branch_summary(sid, _first_entry(acme, sid))
+    assert _reserved(raw, acme, branch.id) == -(-stored // 4) + SUMMARY_OUTPUT_DEFAULT
+
+
+def test_the_span_is_at_most_the_window(acme: CompactionClient, raw: redis.Redis[str]) -> None:
+    sid = _session(acme, "long", 14)  # ~560 kB: ~140 000 tokens by the estimate
+    assert _stored(raw, acme, sid) // 4 > COMPACTION_WINDOW_DEFAULT
+    job = acme.compact(sid)
+    assert _reserved(raw, acme, job.id) == COMPACTION_WINDOW_DEFAULT + SUMMARY_OUTPUT_DEFAULT
+    job.cancel()
+    narrow = acme.compact(sid, context_window=32_000)
+    assert _reserved(raw, acme, narrow.id) == 32_000 + SUMMARY_OUTPUT_DEFAULT
+
+
+def test_a_broker_of_its_own_admits_with_the_same_estimate(
+        redis_url: str, raw: redis.Redis[str], own_redis: Any) -> None:
+    """admit.lua (the broker elsewhere) reads the same count as the enqueue script."""
+    settings = ClientSettings(redis_url=redis_url, broker_url=own_redis.url,
+                              send_sent_event=False)
+    with CompactionClient(settings, tenant="acme") as client:
+        sid = _session(client, "elsewhere", 2)
+        job = client.compact(sid)
+        assert _reserved(raw, client, job.id) == (-(-_stored(raw, client, sid) // 4)
+                                                  + SUMMARY_OUTPUT_DEFAULT)
+
+
+def test_a_session_the_count_does_not_know_reserves_the_flat_estimate(
+        acme: CompactionClient, raw: redis.Redis[str]) -> None:
+    sid = _session(acme, "uncounted", 1)
+    raw.hdel(acme.layout.tenant_bytes("acme"), sid)  # as an inbox tenant's: never counted
+    job = acme.compact(sid)
+    assert _reserved(raw, acme, job.id) == COMPACTION_ESTIMATE_TOKENS
