@@ -222,7 +222,7 @@ class BudgetedSummarizer:
         with self._lock:
             tokens, self.reserved = self.reserved, 0
         if tokens and self._ctx.rt.usage is not None:
-            self._ctx.rt.usage.release(  # type: ignore[attr-defined]
+            self._ctx.rt.usage.release(
                 self._ctx.record.tenant, self._ctx.job_id, self.owner)
 
 
@@ -236,7 +236,7 @@ def _release_job(ctx: JobContext) -> None:
     if not (isinstance(ctx.summarizer, BudgetedSummarizer) and ctx.summarizer.reserved):
         return
     try:
-        ride_out(ctx.control, "usage", lambda: store.release(  # type: ignore[attr-defined]
+        ride_out(ctx.control, "usage", lambda: store.release(
             ctx.record.tenant, ctx.job_id))
     except WAIT_FOR_REDIS as err:
         log.warning("job %s: reservation of tenant %s not given back: %s", ctx.job_id,

@@ -130,7 +130,10 @@ class JobRecords(JobLeases, Protocol):
 
     def get(self, job_id: str) -> JobRecord: ...
 
-    def publish(self, event: JobEvent) -> str: ...
+    def publish(self, event: JobEvent, *, ttl_set: bool = False) -> str:
+        """A non-terminal event; ``ttl_set``: an earlier one of the delivery set the stream's
+        TTL ('' returned: Redis refused it)."""
+        ...
 
     def finish(self, job_id: str, state: JobState | str, *, event: JobEvent | None = None,
                record: JobRecord | None = None, **result: Any) -> bool: ...
@@ -151,6 +154,17 @@ class TenantUsage(Protocol):
 
     def today(self, tenant: str, at: float) -> tuple[DayUsage, dict[str, str]]:
         """The spend of the day of ``at`` and the tenant's quota overrides."""
+        ...
+
+    def reserve(self, tenant: str, day: str, tokens: int, default_limit: int,
+                share: float = 1.0, *, job_id: str, owner: str,
+                until: float) -> tuple[bool, int, int, float]:
+        """Reserve a call's estimate for the job's delivery unless over the day's budget:
+        (reserved?, spent, reserved before, limit)."""
+        ...
+
+    def release(self, tenant: str, job_id: str, owner: str = "") -> None:
+        """Give back what the job (with ``owner``: that delivery) holds."""
         ...
 
 
