@@ -178,13 +178,16 @@ def finish_job(layout: KeyLayout, settings: ClientSettings, job_id: str,
     final, event = completion_for(state, event, record, result)
     keys, args = finish_call(layout, settings, job_id, final, event, "finish",
                              result_fields(**result))
-    changed = int((yield Script("finish", keys, args, job_rescue(job_id)))[0])
+    reply = yield Script("finish", keys, args, job_rescue(job_id))
+    changed, before = int(reply[0]), str(reply[1])
     if changed:
         yield global_copy(layout, settings, event)
         # Ended (a queued job cancelled or failed to send): out of the tenant's queued jobs
         # (the workers' key: a client on the tenant's own ACL user leaves it to their sweep).
+        # A running job left them when it started (JobStore.start).
         if not settings.tenant_inbox:
-            yield cmd("zrem", layout.queued_of_job(job_id), job_id)
+            if before != JobState.RUNNING.value:
+                yield cmd("zrem", layout.queued_of_job(job_id), job_id)
             yield release(layout, job_id)  # the model budget it held (reservations.py)
     return bool(changed)
 

@@ -136,6 +136,7 @@ class FakeJobs:
     running: bool = True  # False: mark_running finds the job finished
     cancel_requested: bool = False
     published: list[JobEvent] = field(default_factory=list)
+    ttl_set: list[bool] = field(default_factory=list)  # publish()'s flag, event by event
     finished: list[tuple[JobState, JobEvent | None, dict[str, Any]]] = field(default_factory=list)
     released: int = 0
     acquired: int = 0
@@ -173,8 +174,9 @@ class FakeJobs:
     def get(self, job_id: str) -> JobRecord:
         return self.record
 
-    def publish(self, event: JobEvent) -> str:
+    def publish(self, event: JobEvent, *, ttl_set: bool = False) -> str:
         self.published.append(event)
+        self.ttl_set.append(ttl_set)
         return str(len(self.published))
 
     def finish(self, job_id: str, state: JobState | str, *, event: JobEvent | None = None,

@@ -267,6 +267,15 @@ def test_a_first_attempt_does_not_look_for_an_earlier_effect() -> None:
     assert run_job(w.rt, JOB_ID).entry_id == "e7" and looked == [JOB_ID]
 
 
+def test_only_a_deliverys_first_event_sets_the_streams_ttl() -> None:
+    """The events after the first leave the stream's TTL (and the retention) to it: two XADDs
+    each instead of five commands."""
+    w = world()
+    run_job(w.rt, JOB_ID)
+    assert [e.type.value for e in w.jobs.published] == ["compaction_start", "session_compact"]
+    assert w.jobs.ttl_set == [False, True]
+
+
 def test_a_committed_compaction_reports_tokens_and_the_model() -> None:
     w = world()
     outcome = run_job(w.rt, JOB_ID)

@@ -45,6 +45,8 @@ class JobContext:
     # Each message object counted once in the process: unchanged entries are the same objects
     # in the next job's snapshot (the session store's entry cache).
     tokenizer: JobTokenizer = field(init=False)
+    # An event of this delivery is on the session's stream: it set the stream's TTL.
+    _stream_ttl_set: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         inner = job_tokenizer(self.rt.tokenizer, self.record.agent)
@@ -76,7 +78,9 @@ class JobContext:
 
     def publish(self, type: EventType, **fields: Any) -> None:
         """A non-terminal event (start, the committed entry, stale)."""
-        self.rt.jobs.publish(JobEvent.for_record(self.record, type, **fields))
+        event = JobEvent.for_record(self.record, type, **fields)
+        if self.rt.jobs.publish(event, ttl_set=self._stream_ttl_set):
+            self._stream_ttl_set = True
 
 
 # The tokenizers a request may name, built once per process (their per-message counts serve

@@ -33,19 +33,23 @@ class EventPublisher:
         self.settings = settings
         self.layout = layout or KeyLayout(settings.key_prefix, ANY_TENANT)
 
-    def publish(self, event: JobEvent) -> str:
+    def publish(self, event: JobEvent, *, ttl_set: bool = False) -> str:
         """XADD to the session's stream and the global one; returns the session stream id
-        ('' when Redis was full and refused it)."""
+        ('' when Redis was full and refused it). ``ttl_set``: an earlier event of this delivery
+        gave the stream its TTL (and refreshed the session's retention): XADD keeps it, and the
+        job's end sets it again, so only the two XADDs go."""
         fields = event_fields(event)
         stream = self.layout.session(event.session_id).events
         pipe = self.redis.pipeline(transaction=False)
         pipe.xadd(stream, fields,  # type: ignore[arg-type]
                   maxlen=self.settings.session_event_maxlen, approximate=True)
-        pipe.expire(stream, self.settings.job_ttl_s)  # as finish.lua: lives as long as records
-        # A write of the session, sent with it: the session's retention is refreshed (the
-        # stream's TTL is the one just set: capped, not read back).
-        retain_in(pipe, stream, self.settings.session_ttl_s, written=True,
-                  ttl_s=self.settings.job_ttl_s)
+        if not ttl_set:
+            # As finish.lua: the stream lives as long as the records of its jobs.
+            pipe.expire(stream, self.settings.job_ttl_s)
+            # A write of the session, sent with it: the session's retention is refreshed (the
+            # stream's TTL is the one just set: capped, not read back).
+            retain_in(pipe, stream, self.settings.session_ttl_s, written=True,
+                      ttl_s=self.settings.job_ttl_s)
         pipe.xadd(self.layout.events_of(event.session_id), fields,  # type: ignore[arg-type]
                   maxlen=self.settings.event_stream_maxlen, approximate=True)
         try:

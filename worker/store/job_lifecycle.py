@@ -153,9 +153,10 @@ class JobStore:
         flags = guarded(job_ids[0], read)
         return {job_id for job_id, flag in zip(job_ids, flags, strict=True) if flag == "1"}
 
-    def publish(self, event: JobEvent) -> str:
-        """A non-terminal event (compaction_start, session_compact, branch_summary, stale)."""
-        return self.events.publish(event)
+    def publish(self, event: JobEvent, *, ttl_set: bool = False) -> str:
+        """A non-terminal event (compaction_start, session_compact, branch_summary, stale);
+        ``ttl_set``: see :meth:`EventPublisher.publish`."""
+        return self.events.publish(event, ttl_set=ttl_set)
 
     def recent_compactions(self, session_id: str, now: float, window_s: float) -> int:
         """The loop guard's count (:mod:`worker.store.compaction_counter`)."""
