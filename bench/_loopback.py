@@ -1,7 +1,7 @@
 """The parts a runtime benchmark stands up on this machine: a model server on loopback that
 answers after a fixed latency, and real ``compactor worker`` processes.
 
-Redis comes from :func:`worker.demo.embedded_redis` (a private redis-server, like the tests'),
+Redis comes from :func:`worker.cli.demo.embedded_redis` (a private redis-server, like the tests'),
 so the benchmarks run on a fresh machine with nothing else started.
 """
 

@@ -39,7 +39,7 @@ from _loopback import loopback_model, wait_for_workers, workers
 from _report import Report
 
 from api_client import CompactionClient, should_compact
-from worker.demo import embedded_redis
+from worker.cli.demo import embedded_redis
 from worker.tokens import get_tokenizer
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "pi"

@@ -95,7 +95,7 @@ def redis_url(given: str | None) -> Iterator[str]:
     if given:
         yield given
         return
-    from worker.demo import embedded_redis
+    from worker.cli.demo import embedded_redis
 
     with embedded_redis() as url:
         yield url

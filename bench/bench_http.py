@@ -45,7 +45,7 @@ from _loopback import SAMPLE, loopback_model, wait_for_workers, workers
 from _report import Report, percentile
 
 from api_client import CompactionClient
-from worker.demo import embedded_redis
+from worker.cli.demo import embedded_redis
 
 REPO = Path(__file__).resolve().parents[1]
 TOKEN = "bench-token-0123456789abcdef"

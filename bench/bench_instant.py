@@ -37,7 +37,7 @@ from _loopback import SAMPLE, loopback_model
 
 from api_client import CompactionClient
 from worker.celery_app import create_app
-from worker.demo import embedded_redis
+from worker.cli.demo import embedded_redis
 from worker.hooks import HookSettings
 from worker.settings import WorkerSettings
 

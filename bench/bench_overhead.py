@@ -326,7 +326,7 @@ def redis_part(name: str, shared_counts: int, runs: int = 5) -> dict[str, float]
 
     from api_client.client.sessions import SessionStore
     from api_client.contract.keys import KeyLayout
-    from worker.demo import embedded_redis
+    from worker.cli.demo import embedded_redis
     from worker.store import CommitStore
 
     text = (FIXTURES / f"{name}.jsonl").read_text(encoding="utf-8")

@@ -53,7 +53,7 @@ from helpers.pi_agent import EXTENSION, PiInstall, PiRpc, ensure_pi, find_pi_073
 from helpers.pi_agent import write_agent_dir as agent_dir
 from helpers.pi_model import Call, StreamingModel
 from helpers.serve_process import TOKEN, ServeProcess
-from worker.demo import embedded_redis
+from worker.cli.demo import embedded_redis
 
 REPO = Path(__file__).resolve().parents[1]
 PROBE = Path(__file__).resolve().parent / "pi_cut_probe.ts"

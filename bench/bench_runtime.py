@@ -28,7 +28,7 @@ from _loopback import LoopbackModel, loopback_model, turns_session, wait_for_wor
 from _report import Report, percentile
 
 from api_client import CompactionClient
-from worker.demo import embedded_redis
+from worker.cli.demo import embedded_redis
 
 POOLS = [("threads", 8), ("prefork", 2), ("prefork", 8)]
 SESSION = turns_session()

@@ -48,7 +48,7 @@ from api_client import CompactionClient
 from api_client.contract.keys import KeyLayout
 from api_client.contract.settings import ClientSettings
 from helpers.long_sessions import build, growth, jsonl
-from worker.demo import embedded_redis
+from worker.cli.demo import embedded_redis
 
 GROW_TOKENS = 150_000
 WATCHER = "bench-watch"

@@ -27,7 +27,7 @@ from _report import Report
 from api_client import CompactionClient
 from api_client.contract.keys import KeyLayout
 from worker.celery_app import create_app
-from worker.demo import embedded_redis, worker_thread
+from worker.cli.demo import embedded_redis, worker_thread
 from worker.settings import WorkerSettings
 
 REPO = Path(__file__).resolve().parents[1]

@@ -29,7 +29,7 @@ from _report import Report, percentile
 
 from api_client import ClientSettings, CompactionClient
 from api_client.contract.wire import JobRecord
-from worker.demo import embedded_redis
+from worker.cli.demo import embedded_redis
 
 SESSION = turns_session()
 

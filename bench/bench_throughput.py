@@ -29,7 +29,7 @@ from _loopback import LoopbackModel, loopback_model, turns_session, wait_for_wor
 from _report import Report, percentile
 
 from api_client import CompactionClient
-from worker.demo import embedded_redis
+from worker.cli.demo import embedded_redis
 from worker.tokens.bpe import tiktoken_encoding
 
 TURNS, CHARS = 20, 1500  # 40 entries of ~1.5 KB: a session a job reads, counts and plans whole

@@ -25,7 +25,7 @@ from llm.llm_fakes import FAST, Act, FakeLLMServer, fill, openai
 from runtime.runtime_support import running_worker, runtime_settings
 
 from helpers.serve_process import TOKEN, ServeProcess
-from worker.demo import embedded_redis
+from worker.cli.demo import embedded_redis
 from worker.llm import ModelCandidate
 
 __all__ = ["FuzzRun", "fuzz", "serving"]

@@ -16,7 +16,7 @@ from runtime.runtime_support import running_worker, runtime_settings
 
 from api_client import CompactionClient
 from worker.celery_app import CompactorCelery
-from worker.demo import embedded_redis
+from worker.cli.demo import embedded_redis
 from worker.settings import WorkerSettings
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ from runtime.runtime_support import running_worker, runtime_settings
 from server.server_support import ACME, GLOBEX, TOKEN, running_api, server_settings
 
 from worker.celery_app import CompactorCelery
-from worker.demo import embedded_redis
+from worker.cli.demo import embedded_redis
 from worker.llm import ModelCandidate
 
 MODEL = "loop"

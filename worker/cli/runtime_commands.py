@@ -257,7 +257,7 @@ def _print_events(args: argparse.Namespace, reader: Any) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from worker.demo import run_demo
+    from worker.cli.demo import run_demo
 
     return run_demo(redis_url=args.redis_url)
 
