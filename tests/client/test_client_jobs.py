@@ -257,6 +257,32 @@ def test_the_cancel_watch_reads_every_running_jobs_flag_in_one_round_trip(
         watch.close()
 
 
+def test_the_cancel_watch_reads_a_poll_after_a_job_starts(jobs: Any,
+                                                          raw: redis.Redis[str]) -> None:
+    # The job's start read its flag with its record: a job shorter than poll_s costs no read.
+    from helpers.waits import wait_until
+    from worker.service._control import CancelWatch
+
+    a = jobs.enqueue("s1", "compact")
+    jobs.mark_running(a.job_id)
+
+    def hgets() -> int:
+        return int(raw.info("commandstats").get("cmdstat_hget", {}).get("calls", 0))
+
+    watch = CancelWatch(jobs, poll_s=0.6)
+    try:
+        before = hgets()
+        seen = watch.watch(a.job_id)
+        time.sleep(0.2)  # a read at once would have come by now
+        assert hgets() == before
+        assert jobs.request_cancel(a.job_id) is JobState.RUNNING
+        asked = hgets()  # the cancel's own script reads the state
+        wait_until(seen.is_set, timeout=5, what="the first poll")
+        assert hgets() == asked + 1
+    finally:
+        watch.close()
+
+
 def test_cancel_a_running_job_asks_the_worker(jobs: Any, raw: redis.Redis[str]) -> None:
     a = jobs.enqueue("s1", "compact")
     jobs.mark_running(a.job_id)

@@ -267,6 +267,15 @@ def test_a_first_attempt_does_not_look_for_an_earlier_effect() -> None:
     assert run_job(w.rt, JOB_ID).entry_id == "e7" and looked == [JOB_ID]
 
 
+def test_a_cancel_the_started_record_carries_stops_the_job_before_any_model_call() -> None:
+    """The flag the start read with the record (an earlier delivery's cancel request) is
+    seen at once, not at the cancel watch's first poll."""
+    w = world()
+    w.jobs.record = w.jobs.record.model_copy(update={"cancel_requested": True})
+    assert not w.jobs.cancel_requested  # no poll would see it
+    assert run_job(w.rt, JOB_ID).state == "cancelled" and w.summarizer.requests == []
+
+
 def test_only_a_deliverys_first_event_sets_the_streams_ttl() -> None:
     """The events after the first leave the stream's TTL (and the retention) to it: two XADDs
     each instead of five commands."""

@@ -33,7 +33,7 @@ class JobControl:
 
     def __init__(self, jobs: JobLeases, job_id: str, worker_id: str, *, deadline_s: float,
                  lease_ttl_s: float, clock: Clock = SYSTEM_CLOCK,
-                 flags: CancelFlags | None = None) -> None:
+                 flags: CancelFlags | None = None, cancel_requested: bool = False) -> None:
         self.jobs = jobs
         self.clock = clock
         self.job_id = job_id
@@ -48,6 +48,8 @@ class JobControl:
         self._heartbeat: threading.Thread | None = None
         self._flags = flags
         self._cancel_seen = flags.watch(job_id) if flags is not None else None
+        if cancel_requested:  # the record the start read says so already
+            self._stop = JobCancelled()
 
     # -- CancelToken -------------------------------------------------------------------------
     def is_cancelled(self) -> bool:
@@ -117,7 +119,9 @@ class CancelWatch:
     Each job used to read its own flag every 0.2 s during its model call and again at every
     step: on a busy threads-pool worker (C = 8) those HGETs were ~10 % of the process's CPU
     (py-spy), and CPU is what keeps the other slots waiting for the GIL. One daemon thread now
-    reads all flags at once; a job looks at its event. The thread sleeps while no job runs.
+    reads all flags at once; a job looks at its event. The thread sleeps while no job runs, and
+    its first read comes ``poll_s`` after a job starts (the job's start read its flag with its
+    record: a job shorter than that costs no read).
     """
 
     def __init__(self, jobs: JobLeases, poll_s: float = _POLL_S) -> None:
@@ -152,12 +156,12 @@ class CancelWatch:
             with self._changed:
                 while not self._seen and not self._closed:
                     self._changed.wait()
+                self._changed.wait_for(lambda: self._closed, timeout=self.poll_s)
                 if self._closed:
                     return
                 watched = dict(self._seen)
-            self._read(watched)
-            with self._changed:
-                self._changed.wait_for(lambda: self._closed, timeout=self.poll_s)
+            if watched:
+                self._read(watched)
 
     def _read(self, watched: dict[str, threading.Event]) -> None:
         try:
