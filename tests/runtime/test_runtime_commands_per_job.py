@@ -115,7 +115,7 @@ def test_a_path_without_branches_is_read_in_a_few_commands(
                                                                       assistant(f"a{n}"))])
     read, expected, spent = _path_read(client, raw, sid)
     assert read == expected and len(read) == 600
-    # 2 pages (500 lines a page): runs of 4, 16, 64, 256, ... lines, two commands a run,
+    # 2 pages (500 lines a page): runs of 16, 64, 256, ... lines, two commands a run,
     # and the MGET of the leaf: not one HGET an entry
     print(f"path of {len(read)} entries read in {spent} commands")
     assert spent <= 30, spent

@@ -17,7 +17,7 @@ local id = ARGV[1]
 local most, budget = tonumber(ARGV[2]), tonumber(ARGV[3])
 local at = tonumber(ARGV[4] or '')
 local out, size, seen = {}, 0, {}
-local run_ids, run_lines, run_at, run_len = nil, nil, 0, 1
+local run_ids, run_lines, run_at, run_len = nil, nil, 0, 4
 
 local function from_run()
   -- the line of `id` from the current run when `id` is the run's entry at `run_at`
@@ -25,7 +25,8 @@ local function from_run()
     return nil
   end
   if not run_ids or run_at < 1 then
-    -- 4, 16, 64, ... lines, no more than the lines and (at the mean line so far) the bytes left
+    -- 16, 64, 256, ... lines, no more than the lines and (at the mean line so far) the bytes
+    -- left (a page reads that far in any case: a short first run only saved bytes off a branch)
     run_len = math.min(run_len * 4, most - #out)
     if #out > 0 then
       run_len = math.min(run_len, math.ceil((budget - size) * #out / math.max(1, size)) + 1)
