@@ -104,18 +104,20 @@ def read_budget(layout: KeyLayout, tenant: str,
 
 def add_spend(layout: KeyLayout, tenant: str, day: str, *, input_tokens: int,
               output_tokens: int, usd: float, draft: bool, jobs: int,
-              name_tenant: bool = True) -> Flow[None]:
+              name_tenant: bool = True, keep_day: bool = True) -> Flow[None]:
     """Add one job's spend to the tenant's day (``draft``: to the ``draft_*`` fields), keep
-    the day ``USAGE_TTL_S`` and name the tenant in ``layout.tenants`` (``name_tenant``: the
-    caller has not named it lately). Not a transaction: the hash and the set are in different
-    Cluster slots. A sum of 0 USD adds nothing (a missing field reads as 0)."""
+    the day ``USAGE_TTL_S`` (``keep_day``) and name the tenant in ``layout.tenants``
+    (``name_tenant``): a caller that did either lately may leave it out. Not a transaction: the
+    hash and the set are in different Cluster slots. A sum of 0 USD adds nothing (a missing
+    field reads as 0)."""
     key, pre = layout.tenant_usage(tenant, day), "draft_" if draft else ""
     calls: list[Command] = [cmd("hincrby", key, f"{pre}jobs", jobs)] if jobs else []
     calls += [cmd("hincrby", key, f"{pre}input_tokens", input_tokens),
               cmd("hincrby", key, f"{pre}output_tokens", output_tokens)]
     if usd:
         calls.append(cmd("hincrbyfloat", key, f"{pre}usd", usd))
-    calls.append(cmd("expire", key, USAGE_TTL_S))
+    if keep_day:
+        calls.append(cmd("expire", key, USAGE_TTL_S))
     if name_tenant:
         calls.append(cmd("sadd", layout.tenants, tenant))
     yield Pipeline(tuple(calls), transaction=False)

@@ -68,7 +68,9 @@ return 0
 
 
 # How long a tenant this process named in the tenants set (``compactor usage`` lists it) is
-# not named again: the set only grows, so once an hour is enough to survive a flushed Redis.
+# not named again, and a day's hash it gave its TTL (USAGE_TTL_S, 400 days) is not given it
+# again: the set only grows and a day's hash is written for a day, so once an hour is enough
+# (a flushed or deleted key gets it back within the hour).
 NAMED_FOR_S = 3600.0
 
 
@@ -76,18 +78,23 @@ class TenantUsageStore:
     def __init__(self, client: redis.Redis[str], layout: KeyLayout) -> None:
         self.layout = layout
         self._io = SyncShell(client)
-        self._named: dict[str, float] = {}  # tenant -> until when it counts as named
+        self._named: dict[str, float] = {}  # tenant, or "tenant day" -> until when it is done
 
     def add(self, tenant: str, at: float, *, input_tokens: int, output_tokens: int, usd: float,
             draft: bool, ended: bool) -> None:
         """Count one delivery's spend on the UTC day of ``at`` (``ended``: and the job)."""
-        now = time.monotonic()
+        now, day = time.monotonic(), utc_day(at)
         name = self._named.get(tenant, 0.0) <= now
-        self._io.run(add_spend(self.layout, tenant, utc_day(at), input_tokens=input_tokens,
+        keep = self._named.get(f"{tenant} {day}", 0.0) <= now
+        self._io.run(add_spend(self.layout, tenant, day, input_tokens=input_tokens,
                                output_tokens=output_tokens, usd=usd, draft=draft,
-                               jobs=int(ended), name_tenant=name))
+                               jobs=int(ended), name_tenant=name, keep_day=keep))
         if name:
             self._named[tenant] = now + NAMED_FOR_S
+        if keep:
+            if len(self._named) > 4096:  # days gone by: forget what ran out
+                self._named = {k: t for k, t in self._named.items() if t > now}
+            self._named[f"{tenant} {day}"] = now + NAMED_FOR_S
 
     def reserve(self, tenant: str, day: str, tokens: int, default_limit: int,
                 share: float = 1.0, *, job_id: str, owner: str,
