@@ -123,17 +123,17 @@ def test_a_counter_that_holds_the_gil_primes_on_the_jobs_own_thread(
         TiktokenTokenizer(TokenCache()).count(m) for m in messages]
 
 
-def test_a_worker_loads_the_configured_counter_at_start_up(
-        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_worker_loads_the_fastest_counter_at_start_up(
+        rs: bpe.Cl100kCounter, caplog: pytest.LogCaptureFixture) -> None:
     from worker.service.composition import build_runtime
     from worker.settings import WorkerSettings
 
-    monkeypatch.setenv("COMPACTOR_CL100K_COUNTER", "tiktoken")
+    bpe.choose_counter("tiktoken")  # another counter loaded before: the start-up replaces it
     settings = WorkerSettings(redis_url="redis://127.0.0.1:6379/15")
     with caplog.at_level("INFO", logger="worker.service"):
         build_runtime(settings).close()
-    assert bpe.cl100k_counter().name == "tiktoken"
-    assert "cl100k counts by tiktoken" in caplog.text
+    assert bpe.cl100k_counter().name == "rs-bpe"
+    assert "cl100k counts by rs-bpe" in caplog.text
     assert "fact ledger looks facts up by aho-corasick" in caplog.text  # make install: fast
 
 

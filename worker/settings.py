@@ -29,8 +29,6 @@ __all__ = ["Pool", "WorkerSettings", "check_startup"]
 
 Pool = Literal["threads", "prefork"]
 TokenizerName = Literal["tiktoken", "estimate"]
-# What counts cl100k tokens for the tiktoken tokenizer (worker.tokens.bpe): the same numbers.
-Cl100kCounterName = Literal["auto", "rs-bpe", "tiktoken"]
 
 
 def _hook_settings() -> HookSettings:
@@ -68,8 +66,6 @@ class WorkerSettings(LlmSettings, ClientSettings):
     max_deliveries: int = Field(default=5, ge=1)
     # A commit refused because the session moved on re-plans on a fresh snapshot this often.
     stale_replans: int = Field(default=3, ge=0)
-    # Bound of the parent walk inside the commit script (entries); longer walks count as stale.
-    commit_walk_limit: int = Field(default=10_000, ge=1)
 
     # -- pool -----------------------------------------------------------------------------------
     pool: Pool = "threads"
@@ -81,15 +77,6 @@ class WorkerSettings(LlmSettings, ClientSettings):
 
     # -- planning -------------------------------------------------------------------------------
     tokenizer: TokenizerName = "tiktoken"
-    # auto: rs_bpe where its wheel imports (2.7x tiktoken here), else tiktoken; same counts.
-    cl100k_counter: Cl100kCounterName = "auto"
-    # cl100k counts kept per process (worker.tokens.cache: about 200 bytes each; 0 caches none).
-    token_cache_entries: int = Field(default=100_000, ge=0)
-    # How long a session's token counts stay in Redis for the next cold worker (refreshed by
-    # every cold job of the session; worker.store.token_counts); 0 shares none.
-    token_counts_ttl_s: int = Field(default=7 * 86_400, ge=0)
-    # Parsed entries reused across snapshot loads (worker.store.entry_cache); 0 turns it off.
-    entry_cache_entries: int = Field(default=20_000, ge=0)
     # Branch summaries: the model's window when the candidate list does not name one.
     context_window: int = Field(default=128_000, gt=0)
     branch_reserve_tokens: int = Field(default=16_384, ge=0)

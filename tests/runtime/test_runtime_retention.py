@@ -141,7 +141,7 @@ def test_zero_keeps_what_a_worker_writes_forever(local: CompactionClient) -> Non
 # -- a real worker ---------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def worker_settings(module_redis: str) -> WorkerSettings:
-    return runtime_settings(module_redis, session_ttl_s=TTL, token_counts_ttl_s=7 * 86_400)
+    return runtime_settings(module_redis, session_ttl_s=TTL)
 
 
 @pytest.fixture

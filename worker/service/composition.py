@@ -59,10 +59,10 @@ def build_runtime(settings: WorkerSettings, *,
     client = worker_redis(settings)
     layout = KeyLayout(settings.key_prefix, ANY_TENANT)
     # The process's token counts: every job and the model router count with this one.
-    tokenizer = get_tokenizer(settings.tokenizer, TokenCache(settings.token_cache_entries))
+    tokenizer = get_tokenizer(settings.tokenizer, TokenCache())
     log.info("model chain: %s", model_chain_text(settings))
     if settings.tokenizer == "tiktoken":  # load the counter now, not in the first job
-        log.info("cl100k counts by %s", choose_counter(settings.cl100k_counter).name)
+        log.info("cl100k counts by %s", choose_counter("auto").name)
     log.info("fact ledger looks facts up by %s", FACT_SEARCH.name)  # the fast extra or not
     on_close: list[Callable[[], Any]] = []
     if summarizer is None:
@@ -78,10 +78,10 @@ def build_runtime(settings: WorkerSettings, *,
     on_close.insert(0, cancel_flags.close)
     return Runtime(
         settings=settings,
-        sessions=SnapshotStore(client, layout, EntryCache(settings.entry_cache_entries),
+        sessions=SnapshotStore(client, layout, EntryCache(),
                                max_bytes=settings.max_session_bytes),
         jobs=jobs,
-        commits=CommitStore(client, layout, walk_limit=settings.commit_walk_limit,
+        commits=CommitStore(client, layout,
                             effect_retention_s=settings.job_ttl_s + settings.visibility_timeout_s,
                             session_ttl_s=settings.session_ttl_s),
         tokenizer=tokenizer,
@@ -91,8 +91,7 @@ def build_runtime(settings: WorkerSettings, *,
         drafts=DraftStore(client, layout, settings.draft_ttl_s, settings.session_ttl_s),
         on_close=on_close,
         cancel_flags=cancel_flags,
-        token_counts=RedisTokenCounts(client, layout, settings.token_counts_ttl_s,
-                                      settings.session_ttl_s),
+        token_counts=RedisTokenCounts(client, layout, session_ttl_s=settings.session_ttl_s),
         # The process's planning caches: a re-plan of a session seen before (warm, or grown
         # since) serializes and folds the facts of its new messages only.
         plan_caches=PlanCaches(),

@@ -105,7 +105,7 @@ class CommitStore:
                  session_ttl_s: int = DEFAULT_SESSION_TTL_S, cluster: bool | None = None) -> None:
         self.redis = client
         self.layout = layout
-        self.walk_limit = walk_limit
+        self.walk_limit = walk_limit  # the script's parent walk (entries); longer counts as stale
         self.session_ttl_s = session_ttl_s  # every commit refreshes the session's retention
         # Effect markers older than this are trimmed by later commits (api_client.contract.keys).
         self.effect_retention_ms = max(1, int(effect_retention_s * 1000))

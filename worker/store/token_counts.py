@@ -8,8 +8,8 @@ same digest as the process cache (``worker.tokens.cache.content_key``), and the 
 loads them before priming (in bounded pages): it then tokenizes only what is new.
 
 ``<p>:session:{<sid>}:tokens``: a hash, hex digest → count, in the session's Cluster slot,
-deleted with the session, expiring ``ttl_s`` after the last cold job wrote to it. A cache: a
-failed read or write is logged and the job goes on counting for itself.
+deleted with the session, expiring ``ttl_s`` (:data:`TTL_S`) after the last cold job wrote to
+it. A cache: a failed read or write is logged and the job goes on counting for itself.
 """
 
 from __future__ import annotations
@@ -23,15 +23,17 @@ from api_client.contract.keys import KeyLayout
 from api_client.contract.retention import retain_in
 from api_client.contract.settings import DEFAULT_SESSION_TTL_S
 
-__all__ = ["RedisTokenCounts"]
+__all__ = ["TTL_S", "RedisTokenCounts"]
 
 log = logging.getLogger(__name__)
 
+# A week: long enough for the next cold worker of a session in use, each cold job refreshing it.
+TTL_S = 7 * 86_400
 _BATCH = 500  # fields per HSET / HSCAN page: each command short (a 20k-entry session: 30k counts)
 
 
 class RedisTokenCounts:
-    def __init__(self, client: redis.Redis[str], layout: KeyLayout, ttl_s: int,
+    def __init__(self, client: redis.Redis[str], layout: KeyLayout, ttl_s: int = TTL_S,
                  session_ttl_s: int = DEFAULT_SESSION_TTL_S) -> None:
         self.redis = client
         self.layout = layout

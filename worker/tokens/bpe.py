@@ -1,4 +1,4 @@
-"""cl100k_base counts from one of two exact implementations (``COMPACTOR_CL100K_COUNTER``).
+"""cl100k_base counts from one of two exact implementations.
 
 * ``rs-bpe`` (the ``rs_bpe`` wheel: GitHub's ``bpe`` crate behind PyO3): a linear-time BPE
   that counts without building the token list: faster than tiktoken on the reference sessions'
@@ -6,7 +6,7 @@
   counts, so a job primes on its own thread.
 * ``tiktoken`` (the reference): releases the GIL, so priming runs on threads.
 
-``auto`` (the default) takes ``rs-bpe`` when its wheel imports and tiktoken otherwise. Both
+``auto`` (what a worker takes) uses ``rs-bpe`` when its wheel imports, tiktoken otherwise. Both
 give the same numbers (``tests/test_bpe.py`` compares them on generated texts over the
 characters that decide cl100k's cuts and on every reference session), so counts stored by one
 worker (``worker.store.token_counts``) are valid for another that counts with the other.
@@ -90,7 +90,7 @@ def tiktoken_encoding() -> Any:
 
 
 def choose_counter(choice: CounterChoice) -> Cl100kCounter:
-    """Set this process's counter (a worker does at start-up, from its settings) and load it.
+    """Set this process's counter (a worker takes ``auto`` at start-up) and load it.
 
     ``rs-bpe`` without its wheel raises :class:`ConfigurationError` and changes nothing;
     ``auto`` falls back to tiktoken."""
@@ -122,6 +122,6 @@ def _load(choice: CounterChoice) -> Cl100kCounter:
     except ImportError as err:
         if choice == "rs-bpe":
             raise ConfigurationError(
-                "COMPACTOR_CL100K_COUNTER=rs-bpe but the rs_bpe wheel does not import "
-                f"({err}); install rs-bpe or choose auto") from err
+                f"the rs-bpe counter was chosen but the rs_bpe wheel does not import ({err}); "
+                "install rs-bpe or choose auto") from err
         return TiktokenCounter()

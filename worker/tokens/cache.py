@@ -8,8 +8,8 @@ fresh snapshot has the same key. The digests are also what workers share through
 
 Bounded: at most ``max_entries`` counts, least recently used evicted first. A key is a 16-byte
 BLAKE2b digest, not the text itself, so memory does not grow with the size of the texts: an
-entry costs about 200 bytes (digest, count, the LRU's links), 100 000 entries about 20 MB
-(``COMPACTOR_TOKEN_CACHE_ENTRIES``). Thread-safe: writes take one lock, hits none (see
+entry costs about 200 bytes (digest, count, the LRU's links), :data:`DEFAULT_ENTRIES` (a
+worker's) about 20 MB. Thread-safe: writes take one lock, hits none (see
 ``worker.tokens.memo``); the hit and miss tallies may lose an increment under threads.
 """
 
