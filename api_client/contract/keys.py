@@ -314,6 +314,11 @@ class KeyLayout:
         """hash: session id → bytes of its stored entry lines (the ``stored_bytes`` quota)."""
         return self._tenant_key(tenant, "bytes")
 
+    def tenant_measured(self, tenant: str) -> str:
+        """hash: session id → bytes its keys take in Redis as the workers measured them, ``*``
+        → their sum (an inbox tenant's ``stored_bytes``: ``worker/store/inbox_bytes.py``)."""
+        return self._tenant_key(tenant, "measured")
+
     @property
     def tenants(self) -> str:
         """set: every tenant that has spent model tokens (``compactor usage`` lists them)."""

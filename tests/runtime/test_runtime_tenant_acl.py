@@ -15,16 +15,15 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 
 import pytest
 import redis
-from recovery.recovery_support import RedisServer, WorkerProcess, model_env, wait_until, worker_env
+from recovery.recovery_support import wait_until
 from runtime.runtime_model_server import ModelServer
+from runtime.tenant_acl_fleet import LAYOUT, Fleet, acl_user, running_fleet
 
-from api_client import ClientSettings, CompactionClient, JobHandle
+from api_client import CompactionClient, JobHandle
 from api_client.contract.errors import (
     JobCancelledError,
     JobFailedError,
@@ -49,56 +48,16 @@ BEFORE = ("~compactor:tenant:{t}:* ~compactor:tenants:{{{t}}}:queued "
           "%R~compactor:tenants:{{{t}}}:usage:* ~compactor:fair:* %W~compactor:broker:* "
           "%W~compactor:jobs:due resetchannels &compactor:broker:/0.celeryev/* "
           "+@all -@dangerous -scan")
-LAYOUT = KeyLayout("compactor", None)
 MANUAL = route_for(JobKind.COMPACT, CompactReason.MANUAL)
 SMALL = ('{"type":"session","version":3,"id":"x","timestamp":"2025-01-01T00:00:00.000Z",'
          '"cwd":"/w"}\n')
 
 
-@dataclass
-class Fleet:
-    server: RedisServer
-    admin: redis.Redis[str]
-    worker: WorkerProcess
-    model: ModelServer
-
-    def url(self, user: str) -> str:
-        return f"redis://{user}:pw-{user}@127.0.0.1:{self.server.port}/0"
-
-    def raw(self, user: str) -> redis.Redis[str]:
-        return redis.Redis.from_url(self.url(user), decode_responses=True)
-
-    def client(self, user: str, tenant: str, *, inbox: bool) -> CompactionClient:
-        return CompactionClient(ClientSettings(redis_url=self.url(user), tenant_inbox=inbox),
-                                tenant=tenant)
-
-    def record(self, job_id: str) -> JobRecord:
-        return JobRecord.from_redis(self.admin.hgetall(LAYOUT.job(job_id).record))
-
-
-def _user(admin: redis.Redis[str], name: str, rules: str) -> None:
-    admin.execute_command("ACL", "SETUSER", name, "on", f">pw-{name}", *rules.split())
-
-
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory, model: ModelServer) -> Iterator[Fleet]:
-    folder: Path = tmp_path_factory.mktemp("tenant-acl")
-    server = RedisServer(folder / "redis", aof=False).start()
-    admin: redis.Redis[str] = redis.Redis.from_url(server.url, decode_responses=True)
-    _user(admin, "compactor", acl_rules("compactor"))
-    for tenant in ("acme", "mallory"):
-        _user(admin, tenant, acl_rules("acme").replace("acme", tenant))
-    _user(admin, "mallory-before", BEFORE.format(t="mallory"))
-    env = worker_env(f"redis://compactor:pw-compactor@127.0.0.1:{server.port}/0",
-                     COMPACTOR_MODELS=model_env(model.base_url))
-    worker = WorkerProcess(env, "acl", folder)
-    try:
-        worker.wait_ready()
-        yield Fleet(server, admin, worker, model)
-        assert worker.alive(), worker.log()[-3000:]
-    finally:
-        worker.stop()
-        server.stop()
+    with running_fleet(tmp_path_factory.mktemp("tenant-acl"), model, ("acme", "mallory"),
+                       {"mallory-before": BEFORE.format(t="mallory")}) as started:
+        yield started
 
 
 def _session(client: CompactionClient, text: str) -> str:
@@ -426,7 +385,7 @@ def test_a_worker_user_without_the_inbox_channel_polls(fleet: Fleet) -> None:
     from worker.store.job_lifecycle import JobStore
 
     rules = acl_rules("compactor").replace(" &compactor:tenant:*:inbox", "")
-    _user(fleet.admin, "old-fleet", rules)
+    acl_user(fleet.admin, "old-fleet", rules)
     client = fleet.raw("old-fleet")
     settings = WorkerSettings(redis_url=fleet.url("old-fleet"))
     admitter = Admitter(InboxStore(client, client, LAYOUT, settings),

@@ -5,9 +5,11 @@ it writes a job's record and puts the job's id in ``<p>:tenant:<t>:inbox`` (a zs
 shared (the tenant's queued jobs and quota counters, the jobs-due index, the fair order's index,
 the broker's lists and Celery's event channel) is the workers': :class:`InboxStore` pops the
 inbox and does, with the fleet's own Redis user, what the enqueue script does on the request
-path: the admission (``admit.lua``: queued jobs, the model budget), the due index, the task
-message in its fair place (``place.lua``) and its task-sent event. Nothing the tenant wrote is
-trusted: the admitter (``worker/service/_admitter.py``) validates each id and record first.
+path: the admission (``inbox_admit.lua``: the tenant's sessions' bytes as the workers measure
+them, :mod:`worker.store.inbox_bytes`, then ``admit.lua``'s queued jobs and model budget), the
+due index, the task message in its fair place (``place.lua``) and its task-sent event. Nothing
+the tenant wrote is trusted: the admitter (``worker/service/_admitter.py``) validates each id
+and record first.
 """
 
 from __future__ import annotations
@@ -20,13 +22,15 @@ from typing import Any
 import redis
 
 from api_client.contract.admission import admission, due_ms
+from api_client.contract.errors import QuotaExceededError
 from api_client.contract.job_records import quota_exceeded
-from api_client.contract.keys import TENANT_NAME, KeyLayout, split_tenant, tenant_of_job
+from api_client.contract.keys import TENANT_NAME, KeyLayout, tenant_of_job
 from api_client.contract.lua_scripts import CLIENT_SCRIPTS, lua
 from api_client.contract.redis_conn import redis_db
 from api_client.contract.task_messages import task_push
 from api_client.contract.wire import JobRecord, Route
 from worker.settings import WorkerSettings
+from worker.store.inbox_bytes import InboxBytes, admit_script
 from worker.store.leases import guarded
 
 __all__ = ["PRIORITY_SCALE", "InboxStore", "admitted_as"]
@@ -49,7 +53,8 @@ class InboxStore:
         self.broker = broker  # the broker's Redis (None: RabbitMQ, the sender publishes)
         self.layout = layout
         self.settings = settings
-        self._admit = client.register_script(lua("admit", CLIENT_SCRIPTS))
+        self.bytes = InboxBytes(client, layout)
+        self._admit = client.register_script(admit_script())
         self._place = None if broker is None else broker.register_script(
             lua("place", CLIENT_SCRIPTS))
 
@@ -111,19 +116,35 @@ class InboxStore:
         return None if score is None else int(score // PRIORITY_SCALE)
 
     def admit(self, record: JobRecord, route: Route) -> int:
-        """The tenant's quotas for the job as the fleet's settings say (the queued jobs and the
-        model budget, for every kind: ``admission``): its fair tag, or QuotaExceededError."""
+        """The tenant's quotas for the job as the fleet's settings say (its sessions' bytes as
+        measured, :mod:`worker.store.inbox_bytes`, the queued jobs and the model budget, for
+        every kind: ``admission``): its fair tag, or QuotaExceededError. Refused for its bytes,
+        the tenant's other sessions are measured again first: a deleted one no longer counts."""
+        tenant, field = self.layout.resolve(record.session_id)
+        size = str(self.bytes.measure(record.session_id)) if self.bytes.wanted(tenant) else ""
+        try:
+            return self._admitted(record, route, tenant, [field, size])
+        except QuotaExceededError as err:
+            if err.quota != "stored_bytes" or not self.bytes.recheck(tenant):
+                raise
+        return self._admitted(record, route, tenant, [field, ""])
+
+    def _admitted(self, record: JobRecord, route: Route, tenant: str, measured: list[str]
+                  ) -> int:
         admitted = admission(self.layout, self.settings, record.session_id, record.kind,
                              record.reason, route, record.input, record.context_window)
         queued, quota, usage = admitted.keys
-        args = [admitted.policy, record.id, quota, usage]
+        args = [admitted.policy, record.id, quota, usage, *measured,
+                str(self.settings.stored_bytes_max)]
+        keys = [queued, self.layout.tenant_measured(tenant)]
         try:
-            tag = guarded(record.id, lambda: self._admit(keys=[queued], args=args))
+            tag, limit = guarded(record.id, lambda: self._admit(keys=keys, args=args))
         except redis.ResponseError as err:
             code, _, arg = str(err).partition(" ")
             if code == "COMPACTOR_QUOTA":
-                raise quota_exceeded(split_tenant(record.session_id)[0], arg) from err
+                raise quota_exceeded(tenant, arg) from err
             raise
+        self.bytes.learned(tenant, int(limit))
         return int(tag)
 
     def admitted_as(self, job_id: str) -> str | None:

@@ -8,6 +8,9 @@ tenant and ``TYPE hash``, on every primary of a Cluster), walks each (``HSCAN``,
 fields a page), asks for the header of each session of a page in one pipeline, and drops the
 counts of the sessions whose header is gone. A drop applies only while the count is still the
 value the pass read (``stored_bytes.lua drop``): a session made again meanwhile keeps its count.
+The same walk finds the measured hashes of the tenants on their own ACL users and measures each
+counted session again (``worker/store/inbox_bytes.py``: a session gone leaves, a changed one is
+set anew).
 
 How stale a count gets: a session's bytes stop counting at most :data:`RECONCILE_EVERY_S` plus
 one pass after it expired (a pass: one ``SCAN`` walk of the keyspace, about a thousand calls of
@@ -24,9 +27,10 @@ import threading
 
 import redis
 
-from api_client.contract.keys import TENANT_NAME, KeyLayout
+from api_client.contract.keys import ANY_TENANT, TENANT_NAME, KeyLayout
 from api_client.contract.lua_scripts import lua
 from api_client.contract.stored_bytes import BYTES_TOTAL
+from worker.store.inbox_bytes import InboxBytes
 
 __all__ = ["RECONCILE_EVERY_S", "BytesReconciler"]
 
@@ -52,19 +56,28 @@ class BytesReconciler:
         self.prefix = prefix
         self.every_s = every_s
         self._drop = client.register_script(lua("stored_bytes"))
+        self.measured = InboxBytes(client, KeyLayout(prefix, ANY_TENANT))
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def tenants(self) -> list[str]:
         """The tenants that have a bytes hash."""
-        head, _, tail = KeyLayout(self.prefix).tenant_bytes("\0").partition("\0")
-        pattern = _glob_escaped(head) + "*" + _glob_escaped(tail)
-        found: set[str] = set()
-        for key in self.redis.scan_iter(match=pattern, count=SCAN_COUNT, _type="hash"):
-            name = str(key)[len(head):len(str(key)) - len(tail)]
-            if TENANT_NAME.fullmatch(name):
-                found.add(name)
-        return sorted(found)
+        return self._hashes()[0]
+
+    def _hashes(self) -> tuple[list[str], list[str]]:
+        """The tenants that have a bytes hash, and those that have a measured hash (an inbox
+        tenant's, ``worker/store/inbox_bytes.py``), in one ``SCAN`` walk."""
+        layout = KeyLayout(self.prefix)
+        head, _, _ = layout.tenant_bytes("\0").partition("\0")
+        tails = [f("\0").partition("\0")[2] for f in (layout.tenant_bytes, layout.tenant_measured)]
+        found: tuple[set[str], set[str]] = (set(), set())
+        match = _glob_escaped(head) + "*}:[bm]*"  # …:bytes and …:measured (of hashes: no more)
+        for key in self.redis.scan_iter(match=match, count=SCAN_COUNT, _type="hash"):
+            for tail, tenants in zip(tails, found, strict=True):
+                name = str(key)[len(head):len(str(key)) - len(tail)]
+                if str(key).endswith(tail) and TENANT_NAME.fullmatch(name):
+                    tenants.add(name)
+        return sorted(found[0]), sorted(found[1])
 
     def reconcile(self, tenant: str) -> int:
         """Drop the counts of the tenant's sessions that are gone; returns how many."""
@@ -87,8 +100,11 @@ class BytesReconciler:
         return sum(int(self._drop(keys=[key], args=["drop", sid, counted[sid]])) for sid in gone)
 
     def run_pass(self) -> int:
-        """One pass over every tenant; returns the counts dropped."""
-        return sum(self.reconcile(tenant) for tenant in self.tenants())
+        """One pass over every tenant; returns the counts dropped (and the measured counts that
+        went down)."""
+        counted, measured = self._hashes()
+        return sum(self.reconcile(tenant) for tenant in counted) + sum(
+            self.measured.reconcile(tenant) for tenant in measured)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="compactor-stored-bytes",
@@ -106,6 +122,7 @@ class BytesReconciler:
         while not self._stop.wait(self.every_s):
             try:
                 if dropped := self.run_pass():
-                    log.info("stored bytes: dropped the counts of %d expired sessions", dropped)
+                    log.info("stored bytes: dropped or lowered the counts of %d sessions",
+                             dropped)
             except Exception as err:  # Redis away or a bug: the next pass tries again
                 log.warning("stored bytes not reconciled: %s: %s", type(err).__name__, err)
