@@ -60,7 +60,7 @@ def near(context_tokens: int, context_window: int, settings: ClientSettings) -> 
     threshold = _threshold(context_window, settings)
     if context_window <= 0 or threshold <= 0:
         return False
-    return threshold - precompute_horizon(threshold, settings) < context_tokens <= threshold
+    return threshold - precompute_horizon(threshold) < context_tokens <= threshold
 
 
 def look(layout: KeyLayout, settings: ClientSettings, session_id: str, context_tokens: int,

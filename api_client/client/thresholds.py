@@ -37,18 +37,16 @@ def should_compact(context_tokens: int, context_window: int,
     return context_tokens > context_window - reserve
 
 
-_DEFAULT_BAND = (0.125, 8_192, 32_000)
+# oh-my-pi's band, which the pi extension computes too (integrations/pi/src/precompute.ts).
+BAND_SHARE, BAND_MIN_TOKENS, BAND_MAX_TOKENS = 0.125, 8_192, 32_000
+# The farthest below the threshold a draft starts, as a share of it (or the band, if wider).
+LEAD_MAX_SHARE = 0.5
 
 
-def precompute_band(threshold: int, settings: object | None = None) -> int:
-    """Width of the precompute band below ``threshold``: clamp(share × threshold, min, max)
-    tokens (oh-my-pi's 0.125, 8 192, 32 000 unless ``settings`` say otherwise)."""
-    share, low, high = _DEFAULT_BAND
-    if settings is not None:
-        share = getattr(settings, "precompute_band_share", share)
-        low = getattr(settings, "precompute_band_min_tokens", low)
-        high = getattr(settings, "precompute_band_max_tokens", high)
-    return int(max(low, min(high, share * threshold)))
+def precompute_band(threshold: int) -> int:
+    """Width of the precompute band below ``threshold``: clamp(0.125 × threshold, 8 192,
+    32 000) tokens."""
+    return int(max(BAND_MIN_TOKENS, min(BAND_MAX_TOKENS, BAND_SHARE * threshold)))
 
 
 def should_precompute(context_tokens: int, context_window: int,
@@ -67,20 +65,18 @@ def should_precompute(context_tokens: int, context_window: int,
     threshold = context_window - reserve
     if threshold <= 0:
         return False
-    return threshold - precompute_band(threshold, settings) < context_tokens <= threshold
+    return threshold - precompute_band(threshold) < context_tokens <= threshold
 
 
-_DEFAULT_LEAD = (0.0, 0.5)  # precompute_draft_s, precompute_lead_max_share
 # A draft's time varies with the span it summarises and the queue it waits in: start it half
 # as early again as the last one took, so a slower one still lands before the threshold.
 LEAD_MARGIN = 1.5
 
 
-def precompute_horizon(threshold: int, settings: object | None = None) -> int:
-    """The farthest below ``threshold`` a draft may start: max(band, lead_max_share ×
-    threshold) tokens. Below it observe needs no round trip."""
-    share = getattr(settings, "precompute_lead_max_share", _DEFAULT_LEAD[1])
-    return max(precompute_band(threshold, settings), int(share * threshold))
+def precompute_horizon(threshold: int) -> int:
+    """The farthest below ``threshold`` a draft may start: max(band, 0.5 × threshold) tokens.
+    Below it observe needs no round trip."""
+    return max(precompute_band(threshold), int(LEAD_MAX_SHARE * threshold))
 
 
 def precompute_lead(threshold: int, rate: float, draft_s: float | None,
@@ -90,7 +86,6 @@ def precompute_lead(threshold: int, rate: float, draft_s: float | None,
     ``precompute_draft_s`` setting, 0 by default), × :data:`LEAD_MARGIN`; never less than the
     oh-my-pi band (its floor), never more than :func:`precompute_horizon`."""
     if draft_s is None:
-        draft_s = getattr(settings, "precompute_draft_s", _DEFAULT_LEAD[0])
+        draft_s = getattr(settings, "precompute_draft_s", 0.0)
     projected = int(max(0.0, rate) * draft_s * LEAD_MARGIN)
-    band = precompute_band(threshold, settings)
-    return max(band, min(projected, precompute_horizon(threshold, settings)))
+    return max(precompute_band(threshold), min(projected, precompute_horizon(threshold)))

@@ -160,17 +160,13 @@ class ClientSettings(BaseSettings):
 
     # Instant compaction (docs/instant-compaction.md): a speculative draft lives this long.
     draft_ttl_s: int = Field(default=900, gt=0)
-    # should_precompute: the band below the threshold = clamp(share × threshold, min, max).
+    # should_precompute: drafts in the band below the threshold (api_client.client.thresholds).
     precompute_enabled: bool = True
-    precompute_band_share: float = Field(default=0.125, ge=0, le=1)
-    precompute_band_min_tokens: int = Field(default=8_192, ge=0)
-    precompute_band_max_tokens: int = Field(default=32_000, ge=0)
     # observe starts a draft earlier than the band when the agent's growth rate says the draft
     # would not land before the threshold: it takes as long as the session's last one, or this
-    # long until one was measured (0: the band alone until then); never more than
-    # lead_max_share × threshold below it (thresholds.precompute_lead).
+    # long until one was measured (0: the band alone until then); never more than half the
+    # threshold below it (thresholds.precompute_lead).
     precompute_draft_s: float = Field(default=0.0, ge=0)
-    precompute_lead_max_share: float = Field(default=0.5, ge=0, le=1)
     # Loop guard: a compaction leaving more than share × threshold tokens is flagged
     # ``ineffective``; more than max automatic compactions within window_s fail the next one.
     loop_guard_share: float = Field(default=0.8, gt=0, le=1)

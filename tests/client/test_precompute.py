@@ -18,7 +18,7 @@ S = ClientSettings(redis_url="redis://127.0.0.1:1/0")
     (500_000, 32_000),    # the 32 000 cap
 ])
 def test_band_is_clamped(threshold: int, band: int) -> None:
-    assert precompute_band(threshold, S) == band == precompute_band(threshold)
+    assert precompute_band(threshold) == band
 
 
 @pytest.mark.parametrize(("tokens", "window", "settings", "expected"), [
@@ -31,7 +31,9 @@ def test_band_is_clamped(threshold: int, band: int) -> None:
     (170_000, 200_000, S.model_copy(update={"precompute_enabled": False}), False),
     (170_000, 200_000, S.model_copy(update={"compaction_enabled": False}), False),
     (170_000, 200_000, None, True),                # the default settings
-    (150_000, 200_000, S.model_copy(update={"precompute_band_min_tokens": 40_000}), True),
+    # the band follows the threshold: reserve 40 000 → threshold 160 000, band 20 000
+    (150_000, 200_000, S.model_copy(update={"reserve_tokens": 40_000}), True),
+    (139_999, 200_000, S.model_copy(update={"reserve_tokens": 40_000}), False),
     (10_000, 16_000, S, False),                    # window under the reserve
 ])
 def test_should_precompute(tokens: int, window: int, settings: ClientSettings | None,
@@ -54,4 +56,4 @@ def test_should_precompute(tokens: int, window: int, settings: ClientSettings | 
 def test_precompute_lead(rate: float, draft_s: float | None, settings: ClientSettings,
                          lead: int) -> None:
     assert precompute_lead(183_616, rate, draft_s, settings) == lead
-    assert precompute_horizon(183_616, settings) == 91_808
+    assert precompute_horizon(183_616) == 91_808
