@@ -11,11 +11,12 @@ listened), and every :data:`DISCOVER_S` it looks for new inboxes (``SCAN``).
 
 Each id is untrusted input: it must be a job id of the inbox's tenant whose record parses,
 names the same job and session and is ``queued``. The route is computed from the record's kind
-and reason, never taken from it; the admission (the tenant's queued jobs and its model budget,
-for every kind, as the fleet's settings and the tenant's quota say) is the fleet's. A refused
-job ends ``failed`` with the quota's error; a malformed id or record is dropped (counted: one
-warning per tenant now and then, however many). An id popped while Redis fails goes back. So a
-forged or deleted key of a tenant can only ever hurt that tenant.
+and reason, never taken from it; the admission (the tenant's queued jobs, its model budget and
+its sessions' bytes as measured now, :mod:`worker.store.inbox_bytes`, for every kind, as the
+fleet's settings and the tenant's quota say) is the fleet's. A refused job ends ``failed`` with
+the quota's error; a malformed id or record is dropped (counted: one warning per tenant now and
+then, however many). An id popped while Redis fails goes back. So a forged or deleted key of a
+tenant can only ever hurt that tenant.
 """
 
 from __future__ import annotations
