@@ -52,6 +52,8 @@
         ├── JobConflictError          an in-flight job of that kind has other parameters
         ├── QuotaExceededError        the tenant is over a quota (names it, the limit, the
         │                             value and when it resets); nothing was stored
+        ├── NoWorkerError             no worker is alive to run a job a caller waits for (its
+        │                             job, if one was made, is cancelled)
         └── JobError                  a job ended without a result
             ├── JobFailedError
             │   └── CompactionLoopError  too many automatic compactions in a window (loop guard)
@@ -92,6 +94,7 @@ __all__ = [
     "MessageSchemaError",
     "ModelError",
     "NestingTooDeepError",
+    "NoWorkerError",
     "NonFiniteNumberError",
     "NothingToCompactError",
     "PlanError",
@@ -359,6 +362,17 @@ class QuotaExceededError(ClientError):
         when = f"; it resets at {resets_at}" if resets_at else ""
         super().__init__(f"tenant {tenant!r} is over its {quota} quota: {value:,} of "
                          f"{limit:,}{when}; nothing was stored")
+
+
+class NoWorkerError(ClientError):
+    """No worker is alive (no fresh heartbeat, docs/recovery.md "Worker liveness") to run the job
+    a caller would wait for: at admission (no job is made), or while it waits, the job queued or
+    its worker lost (``job_id``: that job, cancelled, so no worker runs it later). Waiting could
+    only end at a timeout; a caller that can do the work itself does it now."""
+
+    def __init__(self, message: str, *, job_id: str = "") -> None:
+        self.job_id = job_id
+        super().__init__(message)
 
 
 class JobError(ClientError):

@@ -8,6 +8,12 @@ Each request is a summarize job (:meth:`AsyncCompactionClient.summarize`): a wor
 through the model router (retries, fallback, cooldowns, deadline, metrics; Flower shows it) and
 the request waits for it. A caller that hangs up cancels its job; one that outwaits
 ``COMPACTOR_API_SUMMARIZE_TIMEOUT_S`` gets 504 and the job is cancelled too.
+
+No worker alive (their heartbeats, the read ``GET /v1/workers`` makes): the request is answered
+424 ``no_worker`` at once and no job is made; while it waits, the count is read every
+``_LIVENESS_S``, and when it is 0 and the job is still queued or its worker is lost, the job is
+cancelled (no worker that starts later runs it) and the answer is the same 424. The caller, an
+agent, then compacts by itself at once rather than at its timeout (docs/oh-my-pi.md).
 """
 
 from __future__ import annotations
@@ -25,8 +31,11 @@ from api_client import (
     InvalidRequestError,
     JobFailedError,
     JobTimeoutError,
+    NoWorkerError,
 )
 from api_client.contract.reservations import refusal
+from api_client.contract.wire import JobState
+from api_client.server.problems import MEDIA_TYPE
 from api_client.server.schemas import (
     ChatChoice,
     ChatChoiceMessage,
@@ -38,6 +47,7 @@ from api_client.server.schemas import (
     Summary,
 )
 from api_client.server.server_state import ServerState, authorize, state_of
+from api_client.server.worker_routes import worker_lost, workers_alive
 
 __all__ = ["chat_prompts", "router"]
 
@@ -45,8 +55,17 @@ State = Annotated[ServerState, Depends(state_of)]
 router = APIRouter(prefix="/v1", tags=["summaries"])
 # The bearer routes; the summarize URL's check is BearerAuth's too (its tenant from the path).
 _BEARER = [Depends(authorize)]
+# 424, not 503 (docs/oh-my-pi.md "What falls back, and when"): the caller is an agent that can
+# summarize by itself, and oh-my-pi retries a 5xx 10 times (~512 s) before it does.
+_NO_WORKER_DOC: dict[int | str, dict[str, Any]] = {424: {
+    "content": {MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/ProblemBody"}}},
+    "description": "no_worker: no worker is alive to make the summary, answered at once (no "
+                   "job is made), or the job's worker was lost while the request waited and "
+                   "none is left (the job is cancelled, jobId names it); summarize by "
+                   "yourself, or ask GET /v1/workers when to try again"}}
 
 _HANG_UP_POLL_S = 0.5  # how soon a caller's hang-up cancels its job
+_LIVENESS_S = 1.0  # how soon a waiting caller learns that no worker is left for its job
 _CLOSED = 499  # nginx's "client closed request": logged, never read by anyone
 
 
@@ -54,15 +73,22 @@ class CallerGone(Exception):
     pass
 
 
-async def _result(request: Request, handle: AsyncJobHandle, timeout_s: float) -> Any:
-    """The job's result, cancelling the job when the caller hangs up or the time runs out."""
-    waiting = asyncio.ensure_future(handle.wait(timeout=timeout_s))
+async def _result(request: Request, state: ServerState, handle: AsyncJobHandle) -> Any:
+    """The job's result, cancelling the job when the caller hangs up, the time runs out or no
+    worker is left to run it."""
+    waiting = asyncio.ensure_future(handle.wait(timeout=state.settings.api_summarize_timeout_s))
+    checked = time.monotonic()
     try:
         while not (await asyncio.wait({waiting}, timeout=_HANG_UP_POLL_S))[0]:
             if await request.is_disconnected():
                 raise CallerGone()
+            if time.monotonic() - checked >= _LIVENESS_S:
+                checked = time.monotonic()
+                if await _orphaned(state, handle):
+                    raise NoWorkerError(_NO_WORKER + f"; its job {handle.id} is cancelled",
+                                        job_id=handle.id)
         return waiting.result()
-    except (CallerGone, JobTimeoutError):
+    except (CallerGone, JobTimeoutError, NoWorkerError):
         with contextlib.suppress(CompactorError):
             await handle.cancel()
         raise
@@ -73,11 +99,26 @@ async def _result(request: Request, handle: AsyncJobHandle, timeout_s: float) ->
                 await waiting
 
 
+_NO_WORKER = ("no Compactor worker is alive to make the summary (no fresh heartbeat: GET "
+              "/v1/workers); the caller does better to summarize by itself than to wait")
+
+
+async def _orphaned(state: ServerState, handle: AsyncJobHandle) -> bool:
+    """No worker is alive and the job is still queued, or its worker is lost: nothing will run
+    it. One read (the heartbeats') while a worker is alive."""
+    if await workers_alive(state.client) > 0:
+        return False
+    record = await handle.record()
+    return record.state is JobState.QUEUED or await worker_lost(state.client, record)
+
+
 async def _summarize(request: Request, state: ServerState, system_prompt: str, prompt: str,
                      max_tokens: int | None) -> tuple[AsyncJobHandle, dict[str, Any]]:
+    if await workers_alive(state.client) == 0:
+        raise NoWorkerError(_NO_WORKER + "; no job was made")
     handle = await state.client.summarize(system_prompt, prompt, max_tokens=max_tokens)
     try:
-        result = await _result(request, handle, state.settings.api_summarize_timeout_s)
+        result = await _result(request, state, handle)
     except JobFailedError as err:
         # Refused by its worker for the tenant's model budget or a prompt over the model's
         # window: answered as admission does (429 quota_exceeded with resetsAt, 413
@@ -91,7 +132,7 @@ async def _summarize(request: Request, state: ServerState, system_prompt: str, p
 
 
 @router.post("/summarize", response_model=Summary, response_model_exclude_none=True,
-             dependencies=_BEARER)
+             dependencies=_BEARER, responses=_NO_WORKER_DOC)
 async def summarize(body: SummarizeRequest, request: Request, state: State) -> Summary | Response:
     """The summary of ``prompt`` under ``systemPrompt`` by the workers' models."""
     return await _summary(body, request, state)
@@ -102,7 +143,7 @@ _SECRET = Path(description="the secret of a summarize URL (`compactor summarize-
 
 
 @router.post("/summarize/{url_secret}", response_model=Summary,
-             response_model_exclude_none=True)
+             response_model_exclude_none=True, responses=_NO_WORKER_DOC)
 async def summarize_by_url(body: SummarizeRequest, request: Request, state: State,
                            url_secret: Annotated[str, _SECRET]) -> Summary | Response:
     """``/v1/summarize`` for a caller that sends no header (oh-my-pi): the tenant is the one
@@ -140,7 +181,8 @@ def chat_prompts(messages: list[ChatMessage]) -> tuple[str, str]:
     return system, "\n\n".join(f"{m.role}: {_text(m)}" for m in rest)
 
 
-@router.post("/chat/completions", response_model=ChatCompletion, dependencies=_BEARER)
+@router.post("/chat/completions", response_model=ChatCompletion, dependencies=_BEARER,
+             responses=_NO_WORKER_DOC)
 async def chat_completions(body: ChatCompletionRequest, request: Request,
                            state: State) -> ChatCompletion | Response:
     """A chat completion whose answer is the summary (non-streaming only)."""

@@ -79,6 +79,9 @@ PROBLEMS: dict[type[BaseException], Problem] = {
     e.JobFailedError: _P(502, "job_failed"),
     e.CompactionLoopError: _P(429, "compaction_loop"),
     e.QuotaExceededError: _P(429, "quota_exceeded"),
+    # 424, not 503: a caller that retries a 5xx (oh-my-pi: 10 times over ~512 s) would wait
+    # for a worker it could do without (docs/oh-my-pi.md "What falls back, and when").
+    e.NoWorkerError: _P(424, "no_worker"),
     e.JobCancelledError: _P(409, "job_cancelled"),
     e.JobTimeoutError: _P(504, "job_timeout"),
 }

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from llm.llm_fakes import FAST, FakeLLMServer, openai
 from runtime.runtime_support import running_worker, runtime_settings
-from server.server_support import ACME, GLOBEX, TOKEN, running_api, server_settings
+from server.server_support import ACME, GLOBEX, TOKEN, running_api, server_settings, wait_alive
 
 from worker.celery_app import CompactorCelery
 from worker.cli.demo import embedded_redis
@@ -37,6 +37,7 @@ def worker(module_redis: str, model_server: FakeLLMServer) -> Iterator[Compactor
     candidate = ModelCandidate.model_validate(openai(model_server, MODEL, api_key="sk-test"))
     settings = runtime_settings(module_redis, models=[candidate], **FAST)
     with running_worker(settings) as app:
+        wait_alive(module_redis)  # else a summary asked at once is answered 424 no_worker
         yield app
 
 

@@ -12,13 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import redis
 import uvicorn
 from conftest import free_port
 from pydantic import SecretStr
 
 from api_client import ClientSettings
+from api_client.contract.keys import KeyLayout
 from api_client.server.asgi import create_app
 from api_client.server.settings import ServerSettings
+from helpers.waits import wait_until
 
 TOKEN = "test-token-0123456789abcdef"
 # The tokens of two more tenants (``tenant_api`` in conftest binds them) and the sample session.
@@ -60,3 +63,20 @@ def running_api(redis_url: str, settings: ServerSettings | None = None,
     finally:
         server.should_exit = True
         thread.join(15)
+
+
+def wait_alive(redis_url: str, timeout: float = 10.0) -> None:
+    """Until a worker's heartbeat counts (``GET /v1/workers``' read): a worker that has just
+    started may not have beaten yet, and the summary routes answer 424 ``no_worker`` while none
+    has."""
+    raw: redis.Redis[str] = redis.Redis.from_url(redis_url, decode_responses=True)
+    key = KeyLayout().workers
+
+    def fresh() -> int:
+        seconds, micros = raw.time()
+        return int(raw.zcount(key, f"({int(seconds) * 1000 + int(micros) // 1000}", "+inf"))
+
+    try:
+        wait_until(fresh, timeout, "a worker's heartbeat")
+    finally:
+        raw.close()

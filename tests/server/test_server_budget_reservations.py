@@ -21,7 +21,7 @@ import redis
 from llm.llm_fakes import FAST, FakeLLMServer, meet, ok, openai
 from runtime.runtime_support import running_worker, runtime_settings
 from server.conftest import MODEL
-from server.server_support import ACME, tenant_http
+from server.server_support import ACME, tenant_http, wait_alive
 
 from api_client import CompactionClient
 from api_client.contract.keys import KeyLayout
@@ -37,6 +37,7 @@ def worker(module_redis: str, model_server: FakeLLMServer) -> Iterator[Compactor
     candidate = ModelCandidate.model_validate(openai(model_server, MODEL, api_key="sk-test",
                                                      timeout_s=60.0))
     with running_worker(runtime_settings(module_redis, models=[candidate], **FAST)) as app:
+        wait_alive(module_redis)  # else a summary asked at once is answered 424 no_worker
         yield app
 
 

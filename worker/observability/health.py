@@ -37,6 +37,10 @@ TICK_S = 5.0
 # most BEAT_TTL_S after its last beat (docs/recovery.md "Worker liveness").
 BEAT_S = 1.0
 BEAT_TTL_S = 3.0
+# A worker not consuming (starting, or reconnecting to the broker) looks this often whether it
+# consumes again: its first beat follows within this, so a request just after its start finds it
+# alive (the summary routes answer 424 no_worker at once when none is, api_client.server).
+_CONSUMING_POLL_S = 0.05
 # A silent worker's member stays this long (a running job's holder is then known to be lost).
 _BEAT_KEEP_S = 3600
 
@@ -165,10 +169,11 @@ class Heartbeat:
 
     def _loop(self) -> None:
         while True:
-            if self.health.is_consuming:
+            consuming = self.health.is_consuming
+            if consuming:
                 try:
                     self.beat()
                 except redis.RedisError as err:  # Redis away: the count misses this worker
                     log.debug("heartbeat not written: %s", err)
-            if self._stop.wait(BEAT_S):
+            if self._stop.wait(BEAT_S if consuming else _CONSUMING_POLL_S):
                 return
