@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -51,31 +52,36 @@ def ensure_omp() -> Path:
     return BIN
 
 
-def write_omp_agent_dir(path: Path, *, model_url: str, provider_key: str, remote_endpoint: str,
-                        context_window: int, threshold_tokens: int, keep_recent_tokens: int,
-                        compaction_key: str | None = None) -> Path:
+def write_omp_agent_dir(path: Path, *, model_url: str, provider_key: str,
+                        remote_endpoint: str | None, context_window: int, threshold_tokens: int,
+                        keep_recent_tokens: int, compaction_key: str | None = None,
+                        retries: bool = False) -> Path:
     """oh-my-pi's config folder (``PI_CODING_AGENT_DIR``): one OpenAI-compatible model on
-    loopback whose key is ``provider_key``, remote compaction at ``remote_endpoint``, no
-    speculative compaction and no retries (a test's failures are meant). With
-    ``compaction_key``, a provider entry ``compactor`` of that key at the endpoint's base is the
-    model's ``compactionModel`` (the key a ``/chat/completions`` endpoint is sent first). JSON
-    is YAML: the files are written as JSON."""
+    loopback whose key is ``provider_key``, remote compaction at ``remote_endpoint`` (None:
+    none, oh-my-pi alone), no speculative compaction and no retries (a test's failures are
+    meant; ``retries``: oh-my-pi's default ``retry`` settings). With ``compaction_key``, a
+    provider entry ``compactor`` of that key at the endpoint's base is the model's
+    ``compactionModel`` (the key a ``/chat/completions`` endpoint is sent first). JSON is YAML:
+    the files are written as JSON."""
     path.mkdir(parents=True, exist_ok=True)
     model: dict[str, Any] = {"id": "m", "contextWindow": context_window, "maxTokens": 4000}
     models: dict[str, Any] = {"providers": {"loop": {
         "baseUrl": model_url, "api": "openai-completions", "apiKey": provider_key,
         "models": [model]}}}
-    if compaction_key is not None:
+    if compaction_key is not None and remote_endpoint is not None:
         model["compactionModel"] = "compactor/summarizer"
         models["providers"]["compactor"] = {
             "baseUrl": remote_endpoint.removesuffix("/chat/completions"),
             "api": "openai-completions", "apiKey": compaction_key,
             "models": [{"id": "summarizer", "contextWindow": context_window,
                         "maxTokens": 4000}]}
-    config = {"compaction": {"enabled": True, "thresholdTokens": threshold_tokens,
-                             "keepRecentTokens": keep_recent_tokens,
-                             "remoteEndpoint": remote_endpoint, "asyncEnabled": False},
-              "retry": {"enabled": False}}
+    compaction: dict[str, Any] = {"enabled": True, "thresholdTokens": threshold_tokens,
+                                  "keepRecentTokens": keep_recent_tokens, "asyncEnabled": False}
+    if remote_endpoint is not None:
+        compaction["remoteEndpoint"] = remote_endpoint
+    config: dict[str, Any] = {"compaction": compaction}
+    if not retries:
+        config["retry"] = {"enabled": False}
     (path / "models.yml").write_text(json.dumps(models), encoding="utf-8")
     (path / "config.yml").write_text(json.dumps(config), encoding="utf-8")
     return path
@@ -116,10 +122,15 @@ class OmpRpc(RpcChild):
         super().__init__(args, workdir, env, agent_dir / "omp-stderr.log")
 
     def _parse(self, line: bytes) -> Record | None:
+        """The record, with ``_at``: when it was read (``time.monotonic()``; oh-my-pi's records
+        carry no time)."""
         try:
-            return super()._parse(line)
+            record = super()._parse(line)
         except ValueError:
             return None  # not a record (oh-my-pi writes its records one a line)
+        if record is not None:
+            record["_at"] = time.monotonic()
+        return record
 
     def prompt(self, message: str, timeout: float = 60) -> int:
         """Send a prompt and wait for the end of its agent run; the index its records start at."""

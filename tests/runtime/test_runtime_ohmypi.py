@@ -9,6 +9,9 @@ server keeps every byte oh-my-pi sent it.
   sends no Authorization header to a summarize URL at all).
 - With a wrong secret the server answers 401 and oh-my-pi compacts by itself (its next method,
   with its own model), as it does when its endpoint refuses.
+- With no worker alive the server answers 424 ``no_worker`` at once and oh-my-pi, with its
+  default retry settings, compacts by itself no later than oh-my-pi alone would (+ 3 s); it
+  waited 300 s, its remote timeout, before.
 
 Skipped only when oh-my-pi is missing and npm's registry is unreachable (failing when ``CI``
 is set).
@@ -38,6 +41,7 @@ from helpers.omp_agent import (
 )
 from helpers.serve_process import TOKEN, ServeProcess
 from worker.celery_app import CompactorCelery
+from worker.cli.demo import embedded_redis
 from worker.llm import ModelCandidate
 from worker.settings import WorkerSettings
 
@@ -88,12 +92,13 @@ def proxy(serve: ServeProcess) -> Iterator[RecordingProxy]:
     recorder.close()
 
 
-def start_omp(omp_bin: Path, llm: OmpModel, endpoint: str, folder: Path,
-              compaction_key: str | None = None) -> OmpRpc:
+def start_omp(omp_bin: Path, llm: OmpModel, endpoint: str | None, folder: Path,
+              compaction_key: str | None = None, retries: bool = False) -> OmpRpc:
     agent = write_omp_agent_dir(folder / "agent", model_url=llm.base_url,
                                 provider_key=PROVIDER_KEY, remote_endpoint=endpoint,
                                 context_window=WINDOW, threshold_tokens=THRESHOLD,
-                                keep_recent_tokens=KEEP, compaction_key=compaction_key)
+                                keep_recent_tokens=KEEP, compaction_key=compaction_key,
+                                retries=retries)
     return OmpRpc(omp_bin, agent, folder / "work")
 
 
@@ -118,6 +123,14 @@ def cross_threshold(omp: OmpRpc, llm: OmpModel) -> tuple[int, list[dict[str, Any
                          and r.get("result") is not None, mark)
             return mark, omp.events("auto_compaction_end", mark)
     raise AssertionError("oh-my-pi did not reach its threshold")
+
+
+def threshold_stall(omp: OmpRpc, llm: OmpModel) -> tuple[float, list[dict[str, Any]]]:
+    """(seconds from oh-my-pi's ``auto_compaction_start`` to its ``auto_compaction_end`` with a
+    result, the ``auto_compaction_end`` records) of its threshold compaction."""
+    mark, ends = cross_threshold(omp, llm)
+    start = omp.events("auto_compaction_start", mark)[0]
+    return ends[-1]["_at"] - start["_at"], ends
 
 
 def summarize_posts(proxy: RecordingProxy) -> int:
@@ -207,3 +220,36 @@ def test_chat_completions_would_hand_compactor_the_provider_key(
     assert b"Bearer a-compactor-token-it-does-not-know" in sent
     assert f"Bearer {PROVIDER_KEY}".encode() in sent
     assert PROVIDER_KEY not in serve.log.read_text(encoding="utf-8", errors="replace")
+
+
+def test_no_worker_makes_omp_compact_by_itself_as_soon_as_alone(
+        omp_bin: Path, llm: OmpModel, tmp_path: Path) -> None:
+    """``compactor serve`` up, its Redis with no worker: the summarize URL answers 424
+    ``no_worker`` at once, a status oh-my-pi does not retry (its default retry settings here),
+    and its next method compacts with its own model; the stall at the threshold is oh-my-pi
+    alone's (no remote endpoint) within 3 s. Before: 300 s, oh-my-pi's remote timeout."""
+    alone = start_omp(omp_bin, llm, None, tmp_path / "alone", retries=True)
+    try:
+        stall_alone, ends = threshold_stall(alone, llm)
+        assert ends[-1]["result"]["summary"] and COMPACTOR_SUMMARY not in str(ends)
+    finally:
+        alone.close()
+    with embedded_redis() as no_worker_redis:
+        serve = ServeProcess(no_worker_redis, tmp_path / "serve.log", "info",
+                             COMPACTOR_API_TOKENS=json.dumps({OMP_TOKEN: "omp"}))
+        serve.start()
+        omp = start_omp(omp_bin, llm, summarize_url(serve.url, OMP_TOKEN), tmp_path / "omp",
+                        retries=True)
+        try:
+            stall, ends = threshold_stall(omp, llm)
+        finally:
+            omp.close()
+            serve.stop()
+        log = serve.log.read_text(encoding="utf-8", errors="replace")
+    print(f"\noh-my-pi threshold stall: alone {stall_alone * 1000:.0f} ms, with Compactor and "
+          f"no worker {stall * 1000:.0f} ms")
+    # The remote method failed on the 424 (no retry: one request), another method compacted.
+    assert ends[0]["action"] == "remote" and "424" in ends[0]["errorMessage"], ends
+    assert ends[-1]["result"]["summary"] and COMPACTOR_SUMMARY not in str(ends[-1])
+    assert log.count('"POST /v1/summarize/<redacted> HTTP/1.1" 424') == 1, log[-2000:]
+    assert stall < stall_alone + 3.0, (stall, stall_alone)
