@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 from types import TracebackType
 
 from api_client.contract.errors import CompactorError
@@ -18,14 +20,15 @@ from worker.service._job_stops import (
     JobStopped,
     LeaseLostError,
 )
-from worker.service.ports import SYSTEM_CLOCK, CancelFlags, Clock, JobLeases
+from worker.service.ports import SYSTEM_CLOCK, CancelFlags, Clock, Heartbeats, JobLeases
 from worker.store.leases import LeaseOutcome
 
-__all__ = ["CancelWatch", "JobControl"]
+__all__ = ["CancelWatch", "JobControl", "LeaseHeartbeats"]
 
 log = logging.getLogger("worker.service")
 
 _POLL_S = 0.2  # the cancel flag is read at most this often
+_DROP_WAIT_S = 2.0  # a job's end waits this long at most for its running beat
 
 
 class JobControl:
@@ -33,7 +36,8 @@ class JobControl:
 
     def __init__(self, jobs: JobLeases, job_id: str, worker_id: str, *, deadline_s: float,
                  lease_ttl_s: float, clock: Clock = SYSTEM_CLOCK,
-                 flags: CancelFlags | None = None, cancel_requested: bool = False) -> None:
+                 flags: CancelFlags | None = None, cancel_requested: bool = False,
+                 heartbeats: Heartbeats | None = None) -> None:
         self.jobs = jobs
         self.clock = clock
         self.job_id = job_id
@@ -44,8 +48,9 @@ class JobControl:
         self.deadline = self.started + deadline_s
         self._stop: JobStopped | None = None
         self._next_poll = 0.0
-        self._done = threading.Event()
-        self._heartbeat: threading.Thread | None = None
+        # None: this job's own (one thread for it alone), made on entry.
+        self._heartbeats = heartbeats
+        self._own_heartbeats: LeaseHeartbeats | None = None
         self._flags = flags
         self._cancel_seen = flags.watch(job_id) if flags is not None else None
         if cancel_requested:  # the record the start read says so already
@@ -86,31 +91,106 @@ class JobControl:
 
     # -- lease heartbeat ---------------------------------------------------------------------
     def __enter__(self) -> JobControl:
-        self._heartbeat = threading.Thread(target=self._beat, name=f"lease-{self.job_id}",
-                                           daemon=True)
-        self._heartbeat.start()
+        if self._heartbeats is None:
+            self._heartbeats = self._own_heartbeats = LeaseHeartbeats()
+        self._heartbeats.keep(self, self.lease_ttl_s / 3, self._beat)
         return self
 
     def __exit__(self, kind: type[BaseException] | None, err: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self._done.set()
         if self._flags is not None:
             self._flags.forget(self.job_id)
-        if self._heartbeat is not None:
-            self._heartbeat.join(timeout=2)
+        if self._heartbeats is not None:
+            self._heartbeats.drop(self)
+        if self._own_heartbeats is not None:
+            self._own_heartbeats.close()
 
-    def _beat(self) -> None:
-        while not self._done.wait(self.lease_ttl_s / 3):
-            try:
-                if self.jobs.renew_lease(self.job_id, self.worker_id, self.lease_ttl_s):
-                    continue
-                # Expired (a long pause): take it back unless another worker already has.
-                outcome = self.jobs.acquire_lease(self.job_id, self.worker_id, self.lease_ttl_s)
-                if outcome is not LeaseOutcome.ACQUIRED:
-                    self._stop = LeaseLostError()
+    def _beat(self) -> bool:
+        """Renew the lease; False once it is lost (the job stops at its next check)."""
+        try:
+            if self.jobs.renew_lease(self.job_id, self.worker_id, self.lease_ttl_s):
+                return True
+            # Expired (a long pause): take it back unless another worker already has.
+            outcome = self.jobs.acquire_lease(self.job_id, self.worker_id, self.lease_ttl_s)
+            if outcome is not LeaseOutcome.ACQUIRED:
+                self._stop = LeaseLostError()
+                return False
+        except CompactorError as err:
+            log.warning("job %s: lease renewal failed: %s", self.job_id, err)
+        return True
+
+
+class LeaseHeartbeats:
+    """The lease renewals of every running job of a process, on one daemon thread.
+
+    Each job used to start a thread of its own for its heartbeat and join it at its end: on a
+    busy threads-pool worker that start and join cost more CPU than the renewals (a job shorter
+    than a third of the lease renews nothing), and each waited for the GIL. A job's beat runs
+    every ``period_s`` from its start, as its own thread ran it; beats run one at a time, outside
+    the lock. :meth:`drop` returns once no beat of the job is running, so none follows the job's
+    end. The thread sleeps while no job runs.
+    """
+
+    def __init__(self) -> None:
+        self._due: dict[object, tuple[float, float, Callable[[], bool]]] = {}
+        self._changed = threading.Condition()
+        self._beating: object | None = None
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def keep(self, key: object, period_s: float, beat: Callable[[], bool]) -> None:
+        """Call ``beat`` every ``period_s`` until :meth:`drop` or it returns False."""
+        with self._changed:
+            self._due[key] = (time.monotonic() + period_s, period_s, beat)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="lease-heartbeats",
+                                                daemon=True)
+                self._thread.start()
+            self._changed.notify_all()
+
+    def drop(self, key: object) -> None:
+        with self._changed:
+            self._due.pop(key, None)
+            self._changed.wait_for(lambda: self._beating is not key, timeout=_DROP_WAIT_S)
+
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+
+    def _loop(self) -> None:
+        while True:
+            with self._changed:
+                key, beat = self._next()
+                if beat is None:
                     return
-            except CompactorError as err:
-                log.warning("job %s: lease renewal failed: %s", self.job_id, err)
+                self._beating = key
+            try:
+                again = beat()
+            except Exception:  # a bug in one job's beat must not stop the others'
+                log.exception("lease heartbeat failed")
+                again = True
+            with self._changed:
+                self._beating = None
+                if not again:
+                    self._due.pop(key, None)
+                self._changed.notify_all()
+
+    def _next(self) -> tuple[object, Callable[[], bool] | None]:
+        """The next beat due (rescheduled a period on), waited for under the lock; no beat
+        once closed."""
+        while not self._closed:
+            if not self._due:
+                self._changed.wait()
+                continue
+            key, (due, period, beat) = min(self._due.items(), key=lambda item: item[1][0])
+            wait = due - time.monotonic()
+            if wait > 0:
+                self._changed.wait(wait)
+                continue
+            self._due[key] = (max(due + period, time.monotonic()), period, beat)
+            return key, beat
+        return None, None
 
 
 class CancelWatch:

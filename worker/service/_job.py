@@ -161,7 +161,8 @@ def _start(rt: Runtime, job_id: str, owner: str) -> JobOutcome:
     s = rt.settings
     with JobControl(rt.jobs, job_id, owner, deadline_s=s.job_deadline_s,
                     lease_ttl_s=s.lease_ttl_s, clock=rt.clock, flags=rt.cancel_flags,
-                    cancel_requested=record.cancel_requested) as control:
+                    cancel_requested=record.cancel_requested,
+                    heartbeats=rt.heartbeats) as control:
         ctx = JobContext(rt, record, control, rt.new_summarizer())
         try:
             success = _earlier_effect(ctx) or _run(ctx)

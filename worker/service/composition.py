@@ -18,7 +18,7 @@ from worker.compaction import PlanCaches
 from worker.compaction.facts import SEARCH as FACT_SEARCH
 from worker.hooks import load_hook_runner
 from worker.llm import Summarizer, build_deterministic, build_summarizer
-from worker.service._control import CancelWatch
+from worker.service._control import CancelWatch, LeaseHeartbeats
 from worker.service.ports import SYSTEM_CLOCK, Runtime
 from worker.settings import WorkerSettings, model_chain_text
 from worker.store import CommitStore
@@ -76,6 +76,8 @@ def build_runtime(settings: WorkerSettings, *,
     jobs = JobStore(client, settings, layout, FairIndex(fair, layout))
     cancel_flags = CancelWatch(jobs)
     on_close.insert(0, cancel_flags.close)
+    heartbeats = LeaseHeartbeats()
+    on_close.insert(0, heartbeats.close)
     return Runtime(
         settings=settings,
         sessions=SnapshotStore(client, layout, EntryCache(),
@@ -91,6 +93,7 @@ def build_runtime(settings: WorkerSettings, *,
         drafts=DraftStore(client, layout, settings.draft_ttl_s, settings.session_ttl_s),
         on_close=on_close,
         cancel_flags=cancel_flags,
+        heartbeats=heartbeats,
         token_counts=RedisTokenCounts(client, layout, session_ttl_s=settings.session_ttl_s),
         # The process's planning caches: a re-plan of a session seen before (warm, or grown
         # since) serializes and folds the facts of its new messages only.

@@ -109,6 +109,19 @@ class CancelFlags(Protocol):
     def forget(self, job_id: str) -> None: ...
 
 
+class Heartbeats(Protocol):
+    """The lease renewals of a process's running jobs (``worker.service._control``'s
+    ``LeaseHeartbeats``)."""
+
+    def keep(self, key: object, period_s: float, beat: Callable[[], bool]) -> None:
+        """Call ``beat`` every ``period_s`` until :meth:`drop` or it returns False."""
+        ...
+
+    def drop(self, key: object) -> None:
+        """No more beats for ``key``; returns once none is running."""
+        ...
+
+
 class TokenCounts(Protocol):
     """A session's token counts shared by the workers (``worker.store.token_counts``)."""
 
@@ -262,6 +275,8 @@ class Runtime:
     drafts: Drafts | None = None  # speculative jobs fail without it
     # One poll for every running job's cancel flag; None: each job reads its own flag.
     cancel_flags: CancelFlags | None = None
+    # One thread renews every running job's lease; None: each job's on a thread of its own.
+    heartbeats: Heartbeats | None = None
     # A session's token counts shared with the other workers; None: each process counts alone.
     token_counts: TokenCounts | None = None
     # The tenants' model spend and budgets; None: neither counted nor checked.
