@@ -145,17 +145,20 @@ WORKER_ONLY = {"acquire_lease", "renew_lease", "release_lease", "mark_running",
 
 
 def test_the_workers_job_lifecycle_is_not_in_api_client() -> None:
-    """Leases, ``running`` and progress publishing live in worker/store, with their scripts."""
-    scripts = sorted(p.name for p in (ROOT / "api_client").rglob("*.lua"))
-    assert [s for s in scripts if s.startswith("lease_") or s == "running.lua"] == []
+    """Leases, ``running`` and progress publishing live in worker/store; their scripts are text
+    beside every other script (one folder, one loader: api_client/contract/lua_scripts.py)."""
     defined = {node.name for path in (ROOT / "api_client").rglob("*.py")
                for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)}
     assert defined & WORKER_ONLY == set()
-    lifecycle = {p.name for p in (ROOT / "worker" / "store").glob("*.lua")}
-    assert {"lease_acquire.lua", "lease_renew.lua", "lease_release.lua", "running.lua"} <= lifecycle
-    # One copy of each script: none stands in both packages.
-    assert set(scripts) & lifecycle == set()
+
+
+def test_every_lua_script_is_in_one_folder() -> None:
+    folder = ROOT / "api_client" / "contract" / "lua"
+    scripts = {p for d in ("api_client", "worker") for p in (ROOT / d).rglob("*.lua")}
+    assert {p.parent for p in scripts} == {folder}
+    assert {"lease_acquire.lua", "running.lua", "enqueue.lua", "finish.lua"} <= {
+        p.name for p in scripts}
 
 
 # --- static layering: which worker packages may import which (every import statement counts,

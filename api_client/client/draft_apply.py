@@ -66,7 +66,6 @@ from api_client.contract.errors import CompactionLoopError, InvalidRequestError
 from api_client.contract.job_records import event_fields
 from api_client.contract.json_templates import SLOTS, Template, escaped, template
 from api_client.contract.keys import KeyLayout
-from api_client.contract.lua_scripts import CLIENT_SCRIPTS
 from api_client.contract.redis_flows import Command, Flow, Pipeline, Script, cmd
 from api_client.contract.retention import retain_command
 from api_client.contract.settings import ClientSettings
@@ -206,7 +205,7 @@ def _call(layout: KeyLayout, settings: ClientSettings, session_id: str, reason: 
             str(settings.loop_guard_max), repr(float(settings.loop_guard_window_s)),
             repr(time.time()), "" if above is None else str(above), fields, str(max(0, ahead)),
             str(settings.session_ttl_s), key]
-    return Script("apply_draft", keys, args, package=CLIENT_SCRIPTS), job_id
+    return Script("apply_draft", keys, args), job_id
 
 
 def _global_copies(layout: KeyLayout, settings: ClientSettings, job_id: str,
@@ -249,7 +248,7 @@ def apply_draft(layout: KeyLayout, settings: ClientSettings, session_id: str,
     if then is not None:
         script = Script("compact_auto", [*script.keys, *then.keys],
                         [str(len(script.keys)), str(len(script.args)), *script.args, *then.args],
-                        then.rescue, CLIENT_SCRIPTS)
+                        then.rescue)
     raw = yield script
     if str(raw[0]) == "enqueued":
         return DraftOutcome("enqueued", enqueue_reply=tuple(raw[1:]))

@@ -24,7 +24,6 @@ import redis
 
 from api_client.contract.errors import HeaderTooLargeError, SessionFormatError
 from api_client.contract.keys import SessionKeys
-from api_client.contract.lua_scripts import CLIENT_SCRIPTS
 from api_client.contract.redis_flows import Flow, Pipeline, Rescue, Script, cmd
 from api_client.contract.retention import capped_ttl
 from api_client.contract.settings import ClientSettings
@@ -103,7 +102,7 @@ def import_flow(k: SessionKeys, session_id: str, args: Sequence[str], rescue: Re
     if small:
         head = import_head(replace, header, leaf, 0, retention_s, lines_bytes, counted)
         revision = int((yield Script("import", import_keys(k, (), counted), [*head, *pairs],
-                                     rescue, CLIENT_SCRIPTS)))
+                                     rescue)))
         yield from counted.after("set", lines_bytes)
         return revision
     staging = k.import_staging(secrets.token_hex(8))
@@ -117,6 +116,6 @@ def import_flow(k: SessionKeys, session_id: str, args: Sequence[str], rescue: Re
                        transaction=False)
     head = import_head(replace, header, leaf, len(pairs) // 2, retention_s, lines_bytes, counted)
     revision = int((yield Script("import", import_keys(k, staging, counted), head,
-                                 _incomplete(rescue, session_id), CLIENT_SCRIPTS)))
+                                 _incomplete(rescue, session_id))))
     yield from counted.after("set", lines_bytes)
     return revision

@@ -33,7 +33,6 @@ from api_client.contract.job_records import (
     job_rescue,
 )
 from api_client.contract.keys import INFLIGHT_SPECULATIVE, KeyLayout
-from api_client.contract.lua_scripts import CLIENT_SCRIPTS
 from api_client.contract.redis_flows import (
     AsyncShell,
     Flow,
@@ -251,7 +250,7 @@ class _JobCore:
         tenant = self.layout.resolve(session_id)[0]
         queued, quota, usage = admitted.keys
         tag = yield Script("admit", [queued], [admitted.policy, job_id, quota, usage],
-                           job_rescue(job_id, session_id, tenant), CLIENT_SCRIPTS)
+                           job_rescue(job_id, session_id, tenant))
         return int(tag)
 
     def _queued(self, session_id: str) -> str:
@@ -268,7 +267,7 @@ class _JobCore:
                                          instructions, target_id, broker_db, context_window,
                                          agent)
         rescue = job_rescue("", session_id, self.layout.resolve(session_id)[0])
-        return EnqueueCall(Script("enqueue", keys, args, rescue, CLIENT_SCRIPTS), route)
+        return EnqueueCall(Script("enqueue", keys, args, rescue), route)
 
     def _get(self, job_id: str) -> Flow[JobRecord]:
         return (yield from get_record(self.layout, job_id))

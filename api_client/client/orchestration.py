@@ -37,7 +37,7 @@ from api_client.contract.errors import (
     StorageFullError,
 )
 from api_client.contract.keys import KeyLayout
-from api_client.contract.lua_scripts import CLIENT_SCRIPTS, CONTRACT_SCRIPTS, lua, script_names
+from api_client.contract.lua_scripts import lua, script_names
 from api_client.contract.redis_flows import Pipeline, Script, cmd
 from api_client.contract.session.context import LlmContext, llm_context
 from api_client.contract.settings import ClientSettings
@@ -219,9 +219,7 @@ class Orchestration:
 
     def warm(self) -> ClientFlow[None]:
         """Load every packaged script, so no first EVALSHA meets NOSCRIPT."""
-        loads = tuple(cmd("script_load", lua(name, package))
-                      for package in (CONTRACT_SCRIPTS, CLIENT_SCRIPTS)
-                      for name in script_names(package))
+        loads = tuple(cmd("script_load", lua(name)) for name in script_names())
         if self.settings.redis_cluster:
             # A cluster pipeline refuses SCRIPT LOAD; a command of its own goes to every primary.
             # (Not `yield from loads`: the shell sends each reply in, and a tuple takes none.)
@@ -288,7 +286,7 @@ class Orchestration:
             call = Script("place", [push.queue_key, *self.layout.fair_index(route.queue,
                                                                            route.priority)],
                           [str(tag), job_id, push.message, str(self.settings.job_pending_ttl_s),
-                           push.channel, push.event], package=CLIENT_SCRIPTS)
+                           push.channel, push.event])
         else:
             calls = [cmd("lpush", push.queue_key, push.message)]
             if push.event:

@@ -49,7 +49,6 @@ from api_client.contract.keys import (
     check_idempotency_key,
     check_session_id,
 )
-from api_client.contract.lua_scripts import CLIENT_SCRIPTS
 from api_client.contract.redis_flows import (
     AsyncShell,
     Flow,
@@ -125,7 +124,7 @@ class _SessionCore:
 
     def _script(self, name: str, session_id: str, keys: Sequence[str], args: Sequence[str],
                 counted: StoredBytes | None = None) -> Script:
-        return Script(name, keys, args, _rescue(session_id, counted), CLIENT_SCRIPTS)
+        return Script(name, keys, args, _rescue(session_id, counted))
 
     def _create(self, session_id: str | None, cwd: str, title: str | None) -> Flow[str]:
         sid = check_session_id(session_id if session_id is not None else str(uuid.uuid4()))

@@ -24,7 +24,6 @@ from api_client.client.draft_apply import DraftOutcome, check_call, check_reply
 from api_client.client.thresholds import precompute_horizon, precompute_lead
 from api_client.contract.agent_settings import AgentSettings
 from api_client.contract.keys import INFLIGHT_SPECULATIVE, KeyLayout
-from api_client.contract.lua_scripts import CLIENT_SCRIPTS
 from api_client.contract.redis_flows import Flow, Script
 from api_client.contract.settings import ClientSettings
 
@@ -73,7 +72,7 @@ def look(layout: KeyLayout, settings: ClientSettings, session_id: str, context_t
     s = layout.session(session_id)
     keys = [*check.keys, s.pace, s.inflight(INFLIGHT_SPECULATIVE)]
     args = [*check.args, str(context_tokens), str(settings.draft_ttl_s)]
-    reply = [str(x) for x in (yield Script("observe", keys, args, package=CLIENT_SCRIPTS))]
+    reply = [str(x) for x in (yield Script("observe", keys, args))]
     return Seen(rate=float(reply[0]), draft_s=float(reply[1]) if reply[1] else None,
                 inflight=reply[2] or None, draft=check_reply(reply[3:]))
 

@@ -129,19 +129,14 @@ def _connected_clients(raw: redis.Redis[str]) -> int:
 def test_warm_loads_every_script_and_writes_nothing(
         client: CompactionClient, raw: redis.Redis[str]) -> None:
     # warm() loads the scripts (one pipeline), so no first EVALSHA meets NOSCRIPT.
-    from api_client.contract.lua_scripts import (
-        CLIENT_SCRIPTS,
-        CONTRACT_SCRIPTS,
-        lua,
-        script_names,
-    )
+    from api_client.contract.lua_scripts import lua, script_names
 
     raw.script_flush()
     before = raw.dbsize()
     raw.config_resetstat()
     client.warm()
     assert raw.dbsize() == before
-    texts = [lua(n, p) for p in (CONTRACT_SCRIPTS, CLIENT_SCRIPTS) for n in script_names(p)]
+    texts = [lua(n) for n in script_names()]
     shas = [hashlib.sha1(text.encode()).hexdigest() for text in texts]
     assert len(shas) >= 7 and all(raw.script_exists(*shas))
     assert not any(name in raw.info("commandstats") for name in (

@@ -26,7 +26,7 @@ import redis
 from celery import bootsteps
 
 from api_client.contract.keys import KeyLayout
-from worker.store.leases import script_text
+from api_client.contract.lua_scripts import register
 
 __all__ = ["BEAT_S", "BEAT_TTL_S", "HealthStep", "Heartbeat", "WorkerHealth", "worker_health"]
 
@@ -142,7 +142,7 @@ class Heartbeat:
         self.key = layout.workers
         self.worker_id = worker_id
         self.health = health or worker_health()
-        self._beat = client.register_script(script_text("heartbeat"))
+        self._beat = register(client, "heartbeat")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 

@@ -14,21 +14,19 @@ import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from functools import cache
-from importlib.resources import files
 from typing import Any
 
 import redis
 
 from api_client.contract.errors import SessionNotFoundError
 from api_client.contract.keys import KeyLayout
-from api_client.contract.lua_scripts import lua
+from api_client.contract.lua_scripts import register
 from api_client.contract.redis_conn import REDIS_DOWN, unavailable
 from api_client.contract.session import JsonObject, dump_record
 from api_client.contract.settings import DEFAULT_SESSION_TTL_S
 from api_client.contract.stored_bytes import StoredBytes
 
-__all__ = ["CommitOutcome", "CommitStatus", "CommitStore", "entry_line_parts", "script_text"]
+__all__ = ["CommitOutcome", "CommitStatus", "CommitStore", "entry_line_parts"]
 
 _CANDIDATES = 4
 # A prune rewrites its lines in steps of at most this many lines / bytes of new JSON, so that no
@@ -61,16 +59,6 @@ class CommitOutcome:
     @property
     def applied(self) -> bool:
         return self.status in (CommitStatus.COMMITTED, CommitStatus.DUPLICATE)
-
-
-@cache
-def script_text(name: str) -> str:
-    """A script of this package with the shared helpers in front (Redis scripts cannot
-    import): the path walk, the retention refresh and the stored-bytes count
-    (api_client/contract/lua/_walk.lua, _retention.lua, _stored_bytes.lua: one copy of each,
-    shared with the client)."""
-    helpers = "\n".join(lua(name) for name in ("_walk", "_retention", "_stored_bytes"))
-    return helpers + "\n" + (files("worker.store") / f"{name}.lua").read_text(encoding="utf-8")
 
 
 def entry_line_parts(entry: Mapping[str, Any]) -> tuple[str, str]:
@@ -109,13 +97,13 @@ class CommitStore:
         self.session_ttl_s = session_ttl_s  # every commit refreshes the session's retention
         # Effect markers older than this are trimmed by later commits (api_client.contract.keys).
         self.effect_retention_ms = max(1, int(effect_retention_s * 1000))
-        self._entry = client.register_script(script_text("commit_entry"))
-        self._branch = client.register_script(script_text("commit_branch"))
-        self._prune = client.register_script(script_text("commit_prune"))
+        self._entry = register(client, "commit_entry")
+        self._branch = register(client, "commit_branch")
+        self._prune = register(client, "commit_prune")
         # On a Cluster the tenant's count of stored bytes is kept by a command apart (None: as
         # the client is).
         self._cluster = is_cluster(client) if cluster is None else cluster
-        self._count = client.register_script(lua("stored_bytes"))
+        self._count = register(client, "stored_bytes")
 
     def effect(self, job_id: str) -> str | None:
         """The entry id an earlier delivery of ``job_id`` committed ('' = a change without an

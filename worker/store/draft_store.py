@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from functools import cache
-from importlib.resources import files
 from typing import Any, TypeVar
 
 import redis
 
 from api_client.contract.keys import INFLIGHT_SPECULATIVE, KeyLayout
-from api_client.contract.lua_scripts import lua
+from api_client.contract.lua_scripts import register
 from api_client.contract.redis_conn import REDIS_DOWN, unavailable
 from api_client.contract.settings import DEFAULT_SESSION_TTL_S
 from api_client.contract.wire import now_iso
@@ -26,13 +24,6 @@ from worker.store._commits import entry_line_parts
 __all__ = ["DraftStore", "draft_json"]
 
 T = TypeVar("T")
-
-
-@cache
-def _script() -> str:
-    # Refreshes the session's retention when it stores a draft (_retention.lua's retain()).
-    return lua("_retention") + "\n" + (files("worker.store") / "save_draft.lua").read_text(
-        encoding="utf-8")
 
 
 def draft_json(job_id: str, snapshot_leaf: str, revision: int, entry: Mapping[str, Any], *,
@@ -78,7 +69,7 @@ class DraftStore:
         self.layout = layout
         self.ttl_s = ttl_s
         self.session_ttl_s = session_ttl_s
-        self._save = client.register_script(_script())
+        self._save = register(client, "save_draft")
 
     def save(self, job_id: str, draft: str) -> str:
         """'saved', or why not: 'cancelled' | 'finished' | 'nosession'."""

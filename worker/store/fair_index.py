@@ -1,4 +1,4 @@
-"""The worker's end of the fair order's index (``api_client/client/lua/_place.lua``): a started
+"""The worker's end of the fair order's index (``api_client/contract/lua/_place.lua``): a started
 job leaves it, and the sweep asks it whether a queued job's message still waits in its list.
 
 The index lives beside the broker's queue lists: in the sessions' Redis when that is the

@@ -25,12 +25,12 @@ from api_client.contract.admission import admission, due_ms
 from api_client.contract.errors import QuotaExceededError
 from api_client.contract.job_records import quota_exceeded
 from api_client.contract.keys import TENANT_NAME, KeyLayout, tenant_of_job
-from api_client.contract.lua_scripts import CLIENT_SCRIPTS, lua
+from api_client.contract.lua_scripts import register
 from api_client.contract.redis_conn import redis_db
 from api_client.contract.task_messages import task_push
 from api_client.contract.wire import JobRecord, Route
 from worker.settings import WorkerSettings
-from worker.store.inbox_bytes import InboxBytes, admit_script
+from worker.store.inbox_bytes import InboxBytes
 from worker.store.leases import guarded
 
 __all__ = ["PRIORITY_SCALE", "InboxStore", "admitted_as"]
@@ -54,9 +54,8 @@ class InboxStore:
         self.layout = layout
         self.settings = settings
         self.bytes = InboxBytes(client, layout)
-        self._admit = client.register_script(admit_script())
-        self._place = None if broker is None else broker.register_script(
-            lua("place", CLIENT_SCRIPTS))
+        self._admit = register(client, "inbox_admit")
+        self._place = None if broker is None else register(broker, "place")
 
     def inbox_match(self) -> str:
         """``SCAN MATCH`` / ``PSUBSCRIBE`` pattern of every tenant's inbox."""

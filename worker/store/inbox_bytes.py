@@ -32,12 +32,11 @@ from __future__ import annotations
 
 import time
 from functools import partial
-from importlib.resources import files
 
 import redis
 
 from api_client.contract.keys import TENANT_SEP, KeyLayout
-from api_client.contract.lua_scripts import CLIENT_SCRIPTS, lua
+from api_client.contract.lua_scripts import lua, register
 from api_client.contract.stored_bytes import BYTES_TOTAL
 from worker.store.leases import guarded
 
@@ -48,25 +47,15 @@ RECHECK_PER_S = 500.0  # sessions of one tenant measured again a second, at most
 PAGE = 100  # fields of a measured hash per HSCAN, measured in one pipeline
 
 
-def _text(name: str) -> str:
-    return (files("worker.store") / f"{name}.lua").read_text(encoding="utf-8")
-
-
-def admit_script() -> str:
-    """``inbox_admit.lua`` with ``_admit.lua`` and ``_stored_bytes.lua`` in front."""
-    return "\n".join((lua("_admit", CLIENT_SCRIPTS), lua("_stored_bytes"),
-                      _text("inbox_admit")))
-
-
 class InboxBytes:
     """Measures inbox tenants' sessions and keeps their measured hashes (module doc)."""
 
     def __init__(self, client: redis.Redis[str], layout: KeyLayout) -> None:
         self.redis = client
         self.layout = layout
-        self._measure_lua = _text("measure_session")
-        self._measure = client.register_script(self._measure_lua)
-        self._count = client.register_script(lua("stored_bytes"))
+        self._measure_lua = lua("measure_session")
+        self._measure = register(client, "measure_session")
+        self._count = register(client, "stored_bytes")
         self._unlimited: dict[str, float] = {}  # tenant → until when (monotonic) not measured
         self._cursor: dict[str, int] = {}  # tenant → where its next recheck goes on
         self._allowance: dict[str, tuple[float, float]] = {}  # tenant → (sessions, at)

@@ -21,6 +21,7 @@ import redis
 from api_client.contract.errors import JobNotFoundError, StorageFullError
 from api_client.contract.job_records import finish_job, get_record
 from api_client.contract.keys import ANY_TENANT, DEFAULT_TENANT, KeyLayout, tenant_of_job
+from api_client.contract.lua_scripts import register
 from api_client.contract.redis_flows import SyncShell
 from api_client.contract.settings import ClientSettings
 from api_client.contract.wire import (
@@ -34,7 +35,7 @@ from api_client.contract.wire import (
 from worker.store.compaction_counter import CompactionCounter
 from worker.store.event_publisher import EventPublisher
 from worker.store.fair_index import FairIndex
-from worker.store.leases import LeaseOutcome, Leases, guarded, script_text
+from worker.store.leases import LeaseOutcome, Leases, guarded
 from worker.store.sweep import now_ms
 
 __all__ = ["JobStore"]
@@ -55,7 +56,7 @@ class JobStore:
         self._io = SyncShell(client)
         self.leases = Leases(client, self.layout)
         self.events = EventPublisher(client, self.settings, self.layout)
-        self._running = client.register_script(script_text("running"))
+        self._running = register(client, "running")
         self.compactions = CompactionCounter(client, self.layout, self.settings.session_ttl_s)
 
     def get(self, job_id: str) -> JobRecord:

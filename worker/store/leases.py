@@ -10,17 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from enum import StrEnum
-from functools import cache
-from importlib.resources import files
 from typing import Any, TypeVar
 
 import redis
 
 from api_client.contract.errors import JobNotFoundError
 from api_client.contract.keys import KeyLayout
+from api_client.contract.lua_scripts import register
 from api_client.contract.redis_conn import REDIS_DOWN, STORAGE_FULL, storage_full, unavailable
 
-__all__ = ["LeaseOutcome", "Leases", "guarded", "script_text"]
+__all__ = ["LeaseOutcome", "Leases", "guarded"]
 
 T = TypeVar("T")
 
@@ -29,12 +28,6 @@ class LeaseOutcome(StrEnum):
     ACQUIRED = "acquired"
     HELD = "held"          # another worker holds a live lease
     FINISHED = "finished"  # the job already ended (a duplicate delivery)
-
-
-@cache
-def script_text(name: str) -> str:
-    """The text of ``worker/store/<name>.lua``."""
-    return (files("worker.store") / f"{name}.lua").read_text(encoding="utf-8")
 
 
 def guarded(job_id: str, fn: Callable[[], T]) -> T:
@@ -62,9 +55,9 @@ class Leases:
     def __init__(self, client: redis.Redis[str], layout: KeyLayout) -> None:
         self.layout = layout
         self._client = client
-        self._acquire = client.register_script(script_text("lease_acquire"))
-        self._renew = client.register_script(script_text("lease_renew"))
-        self._release = client.register_script(script_text("lease_release"))
+        self._acquire = register(client, "lease_acquire")
+        self._renew = register(client, "lease_renew")
+        self._release = register(client, "lease_release")
 
     def acquire(self, job_id: str, worker_id: str, ttl_s: float) -> LeaseOutcome:
         jk = self.layout.job(job_id)

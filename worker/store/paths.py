@@ -31,9 +31,9 @@ from api_client.contract.errors import (
     SessionNotFoundError,
 )
 from api_client.contract.keys import KeyLayout, SessionKeys
+from api_client.contract.lua_scripts import register
 from api_client.contract.redis_conn import REDIS_DOWN, unavailable
 from api_client.contract.session import Entry, parse_entry
-from worker.store._commits import script_text
 from worker.store.entry_cache import EntryCache
 
 __all__ = ["PAGE_BYTES", "PAGE_LINES", "PathSnapshot", "PathStore", "Reach"]
@@ -77,7 +77,7 @@ class PathStore:
         self.redis = client
         self.layout = layout
         self._cache = cache
-        self._page = client.register_script(script_text("path_page"))
+        self._page = register(client, "path_page")
 
     def load_path(self, session_id: str, reach: Reach) -> PathSnapshot:
         k = self.layout.session(session_id)

@@ -17,9 +17,10 @@ from typing import Any
 import redis
 
 from api_client.contract.keys import KeyLayout, tenant_of_job
+from api_client.contract.lua_scripts import register
 from api_client.contract.wire import CompactReason, JobKind, JobState, route_for
 from worker.store.fair_index import FairIndex
-from worker.store.leases import guarded, script_text
+from worker.store.leases import guarded
 
 __all__ = ["JobLook", "SweepStore", "now_ms"]
 
@@ -50,7 +51,7 @@ class SweepStore:
         self.redis = client
         self.layout = layout
         self.fair = fair or FairIndex(client, layout)
-        self._claim = client.register_script(script_text("sweep_claim"))
+        self._claim = register(client, "sweep_claim")
 
     def claim(self, hold_ms: int, limit: int) -> list[str]:
         """Job ids due now, held ``hold_ms`` away from other sweeps."""

@@ -28,7 +28,7 @@ import threading
 import redis
 
 from api_client.contract.keys import ANY_TENANT, TENANT_NAME, KeyLayout
-from api_client.contract.lua_scripts import lua
+from api_client.contract.lua_scripts import register
 from api_client.contract.stored_bytes import BYTES_TOTAL
 from worker.store.inbox_bytes import InboxBytes
 
@@ -55,7 +55,7 @@ class BytesReconciler:
         self.redis = client
         self.prefix = prefix
         self.every_s = every_s
-        self._drop = client.register_script(lua("stored_bytes"))
+        self._drop = register(client, "stored_bytes")
         self.measured = InboxBytes(client, KeyLayout(prefix, ANY_TENANT))
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -14,7 +14,8 @@ import threading
 import redis
 
 from api_client.contract.keys import KeyLayout, tenant_of_job
-from worker.store.leases import guarded, script_text
+from api_client.contract.lua_scripts import register
+from worker.store.leases import guarded
 from worker.store.sweep import now_ms
 
 __all__ = ["DEFER_S", "TenantSlots"]
@@ -30,7 +31,7 @@ class TenantSlots:
         self.layout = layout
         self.max_running = max_running
         self.hold_ms = int(hold_s * 1000)
-        self._take = client.register_script(script_text("tenant_slot"))
+        self._take = register(client, "tenant_slot")
         self._held: set[str] = set()  # the jobs this process holds a slot for
         self._lock = threading.Lock()
 

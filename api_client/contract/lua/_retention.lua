@@ -2,7 +2,7 @@
 -- been idle for COMPACTOR_SESSION_TTL_S, so every script that writes a session ends its writing
 -- paths with retain(<any key of the session>, ttl s): the TTLs of all the session's keys are
 -- refreshed in the same atomic step as the write. Included with `-- include: _retention`
--- (api_client/contract/lua_scripts.py); the worker's scripts get it prepended too.
+-- (api_client/contract/lua_scripts.py), by the client's and the worker's scripts alike.
 --
 -- The keys are named here by suffix, not passed as KEYS: twenty more key names on every call
 -- would cost the request path more than deriving them, and they share the session's hash tag

@@ -4,7 +4,7 @@
 -- the two in step. On a single Redis the scripts that change a session's lines call them in the
 -- same atomic step (the hash is then one of their KEYS); on a Redis Cluster the hash lies in
 -- another slot, and stored_bytes.lua runs them after the session's script. Included with
--- `-- include: _stored_bytes`; the worker's commit scripts get it prepended too.
+-- `-- include: _stored_bytes` (the client's and the worker's scripts alike).
 
 -- No session id can be it (an id starts with a letter or digit).
 local BYTES_TOTAL = '*'

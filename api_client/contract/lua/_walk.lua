@@ -1,5 +1,6 @@
 -- Shared path-walk helpers of the session scripts (worker commits and the client's draft
--- apply). Prepended to a script by api_client.contract.redis_conn.lua (Redis scripts cannot import).
+-- apply). Included with `-- include: _walk` (api_client/contract/lua_scripts.py: Redis scripts
+-- cannot import).
 
 -- (type, parentId) of a stored entry line; parentId false for null/missing. Lines written by
 -- Compactor and by pi start with type, id, parentId: read those without decoding the whole

@@ -1,3 +1,4 @@
+-- include: _retention
 -- Store a speculative job's draft beside the session (never on its path), replacing an older
 -- one (the stale draft it extended, when it built on one: the new draft carries its summary and
 -- cost), only while the job is running and not asked to stop (a cancelled job leaves no draft).

@@ -1,7 +1,8 @@
+-- include: _admit _stored_bytes
 -- The admission of a job from a tenant's inbox (worker/store/inbox.py): first the bytes its
 -- session takes, as a worker measured it just now (worker/store/inbox_bytes.py), go into the
 -- tenant's measured hash, and while the hash's sum is over the tenant's stored_bytes_max the job
--- is refused; then admit() (_admit.lua: queued jobs, the model budget, the fair tag). Prepended
+-- is refused; then admit() (_admit.lua: queued jobs, the model budget, the fair tag). Included
 -- with _admit.lua and _stored_bytes.lua. Every key is the tenant's (one slot).
 -- KEYS: 1 the tenant's queued jobs, 2 its measured hash (session -> bytes, '*' -> their sum)
 -- ARGV: 1 the policy, 2 the job's id, 3 the tenant's quota overrides, 4 today's usage (as

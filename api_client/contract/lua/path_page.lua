@@ -1,3 +1,4 @@
+-- include: _walk _retention _stored_bytes
 -- One page of a session's path: the stored lines of an entry and of its parents, newest first,
 -- so that a worker reads the path back only as far as its plan needs (worker/store/paths.py).
 -- Bounded per call (lines and bytes): a long path takes several calls, none of them long.

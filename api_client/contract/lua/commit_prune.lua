@@ -1,3 +1,4 @@
+-- include: _walk _retention _stored_bytes
 -- Rewrite pruned tool results in place (docs/compaction.md "Pruning"), in one step or, for many
 -- lines, in bounded
 -- steps that still apply as one (worker/store/_commits.py ``rewrite``).

@@ -1,3 +1,4 @@
+-- include: _walk _retention _stored_bytes
 -- Conditional append of a compaction entry (docs/rules.md "Invariants").
 -- The entry becomes a child of the CURRENT leaf only if the snapshot's leaf is still on the
 -- current leaf's path and no compaction entry was added on it since; the job's effect is

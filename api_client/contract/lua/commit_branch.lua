@@ -1,3 +1,4 @@
+-- include: _walk _retention _stored_bytes
 -- Branch navigation with an optional branch_summary entry (docs/compaction.md "Branch navigation"),
 -- atomically.
 -- Applies only if the leaf is still the snapshot's leaf (the summarised branch is exactly the
