@@ -23,11 +23,11 @@ from api_client.contract.redis_conn import make_async_redis, make_redis, redis_d
 from api_client.contract.redis_flows import (
     AsyncShell,
     Call,
-    Done,
     Pipeline,
     Script,
     SyncShell,
-    advance,
+    drive,
+    drive_async,
 )
 from api_client.contract.settings import REDIS_SCHEMES, ClientSettings
 from api_client.contract.wire import Route
@@ -108,22 +108,14 @@ class SyncTransport(_Transport):
             self.broker_io = SyncShell(self._broker_redis)
 
     def run(self, flow: ClientFlow[T]) -> T:
-        reply: Any = None
-        error: Exception | None = None
-        while not isinstance(call := advance(flow, reply, error), Done):
-            reply, error = self._attempt(call)
-        return call.value  # type: ignore[no-any-return]
+        return drive(flow, self.execute)
 
-    def _attempt(self, call: ClientCall) -> tuple[Any, Exception | None]:
-        try:
-            if isinstance(call, Publish):
-                self.producer.send(call.job_id, call.route, resend=call.resend)
-                return None, None
-            if isinstance(call, OnBroker):
-                return self.broker_io.execute(call.call), None
-            return self.io.execute(call), None
-        except Exception as err:
-            return None, err
+    def execute(self, call: ClientCall) -> Any:
+        if isinstance(call, Publish):
+            return self.producer.send(call.job_id, call.route, resend=call.resend)
+        if isinstance(call, OnBroker):
+            return self.broker_io.execute(call.call)
+        return self.io.execute(call)
 
     def blocking_redis(self) -> redis.Redis[str]:
         """A second connection pool without a read timeout, for XREAD BLOCK."""
@@ -151,23 +143,15 @@ class AsyncTransport(_Transport):
             self.broker_io = AsyncShell(self._broker_redis)
 
     async def run(self, flow: ClientFlow[T]) -> T:
-        reply: Any = None
-        error: Exception | None = None
-        while not isinstance(call := advance(flow, reply, error), Done):
-            reply, error = await self._attempt(call)
-        return call.value  # type: ignore[no-any-return]
+        return await drive_async(flow, self.execute)
 
-    async def _attempt(self, call: ClientCall) -> tuple[Any, Exception | None]:
-        try:
-            if isinstance(call, Publish):  # kombu's publish blocks: off the event loop
-                await asyncio.to_thread(self.producer.send, call.job_id, call.route,
-                                        resend=call.resend)
-                return None, None
-            if isinstance(call, OnBroker):
-                return await self.broker_io.execute(call.call), None
-            return await self.io.execute(call), None
-        except Exception as err:
-            return None, err
+    async def execute(self, call: ClientCall) -> Any:
+        if isinstance(call, Publish):  # kombu's publish blocks: off the event loop
+            return await asyncio.to_thread(self.producer.send, call.job_id, call.route,
+                                           resend=call.resend)
+        if isinstance(call, OnBroker):
+            return await self.broker_io.execute(call.call)
+        return await self.io.execute(call)
 
     def blocking_redis(self) -> redis.asyncio.Redis[str]:
         if self._blocking is None:

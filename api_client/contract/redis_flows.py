@@ -2,18 +2,19 @@
 
 Every client operation is written once, as a generator (a *flow*) that yields the Redis calls it
 needs (:class:`Command`, :class:`Pipeline`, :class:`Script`), receives each reply (or, thrown in
-at the ``yield``, the error it raised) and returns the operation's result. :class:`SyncShell`
-runs a flow on a ``redis.Redis``, :class:`AsyncShell` on a ``redis.asyncio.Redis``; neither knows
-any operation. A dead server becomes :class:`BrokerUnavailableError` and a full one (``OOM``)
-:class:`StorageFullError` in one place per shell (:meth:`SyncShell.execute`,
-:meth:`AsyncShell.execute`).
+at the ``yield``, the error it raised) and returns the operation's result. A flow is run by one
+driver per side, as httpx's ``Auth.auth_flow`` is: :func:`drive` (sync) and :func:`drive_async`,
+given what executes one call. :class:`SyncShell` executes calls on a ``redis.Redis``,
+:class:`AsyncShell` on a ``redis.asyncio.Redis``; neither knows any operation. A dead server
+becomes :class:`BrokerUnavailableError` and a full one (``OOM``) :class:`StorageFullError` in one
+place per shell (:meth:`SyncShell.execute`, :meth:`AsyncShell.execute`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Generic, NoReturn, TypeAlias, TypeVar
@@ -52,9 +53,12 @@ __all__ = [
     "SyncShell",
     "advance",
     "cmd",
+    "drive",
+    "drive_async",
 ]
 
 T = TypeVar("T")
+C = TypeVar("C")
 R = TypeVar("R", "redis.Redis[str]", "redis.asyncio.Redis[str]")
 
 # What to make of an error reply: raise a typed error (or the reply's own), or return a value
@@ -172,6 +176,37 @@ def advance(flow: Generator[Any, Any, T], reply: Any, error: Exception | None) -
         return Done(done.value)
 
 
+def drive(flow: Generator[C, Any, T], execute: Callable[[C], Any]) -> T:
+    """The sync driver: run ``flow`` to its result, each call it yields by ``execute``; the
+    reply is sent back, or the error it raised thrown in (the flow decides what it means)."""
+    reply: Any = None
+    error: Exception | None = None
+    while True:
+        try:
+            call = flow.send(reply) if error is None else flow.throw(error)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        try:
+            reply, error = execute(call), None
+        except Exception as err:
+            reply, error = None, err
+
+
+async def drive_async(flow: Generator[C, Any, T], execute: Callable[[C], Awaitable[Any]]) -> T:
+    """:func:`drive` for asyncio: the same loop, each call awaited."""
+    reply: Any = None
+    error: Exception | None = None
+    while True:
+        try:
+            call = flow.send(reply) if error is None else flow.throw(error)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        try:
+            reply, error = await execute(call), None
+        except Exception as err:
+            reply, error = None, err
+
+
 class SyncShell(_Shell["redis.Redis[str]"]):
     def __init__(self, client: redis.Redis[str],
                  blocking: Callable[[], redis.Redis[str]] | None = None) -> None:
@@ -181,11 +216,7 @@ class SyncShell(_Shell["redis.Redis[str]"]):
         self._pack: _Pack | None = pack_command if type(client) is redis.Redis else None
 
     def run(self, flow: Flow[T]) -> T:
-        reply: Any = None
-        error: Exception | None = None
-        while not isinstance(call := advance(flow, reply, error), Done):
-            reply, error = self.attempt(call)
-        return call.value  # type: ignore[no-any-return]
+        return drive(flow, self.execute)
 
     def attempt(self, call: Call) -> tuple[Any, Exception | None]:
         """(reply, None) or (None, the error): the flow decides what an error means."""
@@ -237,11 +268,7 @@ class SyncShell(_Shell["redis.Redis[str]"]):
 
 class AsyncShell(_Shell["redis.asyncio.Redis[str]"]):
     async def run(self, flow: Flow[T]) -> T:
-        reply: Any = None
-        error: Exception | None = None
-        while not isinstance(call := advance(flow, reply, error), Done):
-            reply, error = await self.attempt(call)
-        return call.value  # type: ignore[no-any-return]
+        return await drive_async(flow, self.execute)
 
     async def attempt(self, call: Call) -> tuple[Any, Exception | None]:
         try:
