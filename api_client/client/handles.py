@@ -16,9 +16,10 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from api_client.client.jobs import _JobCore
+from api_client.client.jobs import JobFlows
 from api_client.client.orchestration import JobRef
 from api_client.contract.errors import (
     BrokerUnavailableError,
@@ -27,7 +28,7 @@ from api_client.contract.errors import (
     JobFailedError,
     JobTimeoutError,
 )
-from api_client.contract.job_records import decode_event
+from api_client.contract.job_records import decode_event, get_record
 from api_client.contract.redis_flows import Call, Command, Flow, Pause, cmd
 from api_client.contract.wire import (
     JobEvent,
@@ -37,9 +38,6 @@ from api_client.contract.wire import (
     PruneResult,
     job_error_text,
 )
-
-if TYPE_CHECKING:
-    from api_client.client.jobs import _JobCore
 
 if TYPE_CHECKING:
     from api_client.client.transport import AsyncTransport, SyncTransport
@@ -161,22 +159,23 @@ class _HandleCore:
         self.from_draft = job.from_draft
         self._since = job.since
         self._transport = transport
-        self._jobs = _JobCore(transport.settings, transport.layout)
+        self._jobs = JobFlows(transport.settings, transport.layout)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.kind.value} {self.id} coalesced={self.coalesced}>"
 
     def _wait(self, timeout: float | None) -> Flow[JobResult]:
-        jobs = self._jobs
+        layout = self._jobs.layout
+        read = partial(get_record, layout, self.id)
         deadline = None if timeout is None else time.monotonic() + timeout
-        stream = jobs.layout.session(self.session_id).events
+        stream = layout.session(self.session_id).events
         outage = _Outage(deadline)
         since = self._since
         if since is None:
             # Read the stream's tail first: a completion after it is then surely in the stream.
             last = yield from outage.call(cmd("xrevrange", stream, count=1))
             since = str(last[0][0]) if last else "0-0"
-            record = yield from outage.flow(lambda: jobs._get(self.id))
+            record = yield from outage.flow(read)
             if record.state.terminal:
                 return from_record(record)
         while (block := _block_ms(deadline)) is not None:
@@ -187,7 +186,7 @@ class _HandleCore:
                 yield outage.pause(err)
                 continue
             if outage.recovered():
-                record = yield from outage.flow(lambda: jobs._get(self.id))
+                record = yield from outage.flow(read)
                 if record.state.terminal:
                     return from_record(record)  # the stream may not have survived the outage
             last_seen, event = completion_in(reply, self.id)
@@ -195,11 +194,11 @@ class _HandleCore:
                 result = from_event(event)
                 if result is None and self.kind is JobKind.COMPACT:
                     # A worker that finished with only result_entry_id left the entry on the record.
-                    return (yield from jobs._get(self.id)).entry
+                    return (yield from read()).entry
                 return result
             since = last_seen or since
         # The event may be trimmed: the record still knows.
-        record = yield from _Outage(time.monotonic() + 1.0).flow(lambda: jobs._get(self.id))
+        record = yield from _Outage(time.monotonic() + 1.0).flow(read)
         if record.state.terminal:
             return from_record(record)
         raise _timeout(self.id, timeout)
@@ -214,11 +213,11 @@ class JobHandle(_HandleCore):
         self._transport: SyncTransport = transport
 
     def record(self) -> JobRecord:
-        return self._transport.run(self._jobs._get(self.id))
+        return self._transport.run(get_record(self._jobs.layout, self.id))
 
     def cancel(self) -> JobState:
         """Cancel (queued: at once; running: the worker stops at its next check)."""
-        return self._transport.run(self._jobs._request_cancel(self.id))
+        return self._transport.run(self._jobs.cancel_flow(self.id))
 
     def wait(self, timeout: float | None = None) -> JobResult:
         """Block until the job ends; return its result (see :data:`JobResult`).
@@ -237,10 +236,10 @@ class AsyncJobHandle(_HandleCore):
         self._transport: AsyncTransport = transport
 
     async def record(self) -> JobRecord:
-        return await self._transport.run(self._jobs._get(self.id))
+        return await self._transport.run(get_record(self._jobs.layout, self.id))
 
     async def cancel(self) -> JobState:
-        return await self._transport.run(self._jobs._request_cancel(self.id))
+        return await self._transport.run(self._jobs.cancel_flow(self.id))
 
     async def wait(self, timeout: float | None = None) -> JobResult:
         return await self._transport.run(self._wait(timeout))

@@ -1,6 +1,6 @@
 """Job records in Redis as a platform sees them: single-flight enqueue, records, cancel.
 
-:class:`JobStore` (sync) and :class:`AsyncJobStore` run the same flows (:class:`_JobCore`). A
+:class:`JobStore` (sync) and :class:`AsyncJobStore` run the same flows (:class:`JobFlows`). A
 job's end (``finish.lua``) is the contract's (:mod:`api_client.contract.job_records`): the
 client ends a job it could not send (failed) and a queued one it cancels; the worker the rest.
 """
@@ -57,7 +57,7 @@ from api_client.contract.wire import (
 )
 
 __all__ = [
-    "AsyncJobStore", "EnqueueCall", "EnqueueResult", "JobStore", "check_agent",
+    "AsyncJobStore", "EnqueueCall", "EnqueueResult", "JobFlows", "JobStore", "check_agent",
     "check_context_window",
     "enqueue_call", "parse_enqueue",
 ]
@@ -207,17 +207,18 @@ def parse_enqueue(reply: Sequence[Any], route: Route, pushed: bool = False) -> E
                          pushed=pushed and outcome == "created")
 
 
-class _JobCore:
+class JobFlows:
     """Every client-side job operation as a flow (:mod:`api_client.contract.redis_flows`)."""
 
     def __init__(self, settings: ClientSettings | None, layout: KeyLayout | None) -> None:
         self.settings = settings or ClientSettings()
         self.layout = layout or KeyLayout(self.settings.key_prefix)
 
-    def _enqueue(self, session_id: str, kind: JobKind | str, reason: CompactReason | str | None,
-                 instructions: str | None, target_id: str | None,
-                 broker_db: int | None = None, context_window: int | None = None,
-                 agent: AgentSettings | None = None) -> Flow[EnqueueResult]:
+    def enqueue_flow(self, session_id: str, kind: JobKind | str,
+                     reason: CompactReason | str | None, instructions: str | None,
+                     target_id: str | None, broker_db: int | None = None,
+                     context_window: int | None = None,
+                     agent: AgentSettings | None = None) -> Flow[EnqueueResult]:
         call = self.enqueue_script(session_id, kind, reason, instructions, target_id, broker_db,
                                    context_window, agent)
         job_id, indexed = str(call.script.args[0]), broker_db is not None
@@ -228,8 +229,8 @@ class _JobCore:
             # Indexed before the record exists: a client that dies between the two leaves a job
             # the workers' sweep still finds (an entry without a record is simply dropped).
             yield cmd("zadd", self.layout.jobs_due, {job_id: due_ms(self.settings)}, nx=True)
-            tag = yield from self._admit(session_id, kind, reason, job_id, call.route,
-                                         context_window=context_window)
+            tag = yield from self.admit_flow(session_id, kind, reason, job_id, call.route,
+                                             context_window=context_window)
         reply = yield call.script
         if not indexed and str(reply[0]) != "created":
             yield cmd("zrem", self.layout.jobs_due, job_id)
@@ -238,9 +239,10 @@ class _JobCore:
         result = parse_enqueue(reply, call.route, indexed)
         return result if indexed else replace(result, tag=tag)
 
-    def _admit(self, session_id: str, kind: JobKind | str, reason: CompactReason | str | None,
-               job_id: str, route: Route, summary_input: Mapping[str, Any] | None = None,
-               context_window: int | None = None) -> Flow[int]:
+    def admit_flow(self, session_id: str, kind: JobKind | str,
+                   reason: CompactReason | str | None, job_id: str, route: Route,
+                   summary_input: Mapping[str, Any] | None = None,
+                   context_window: int | None = None) -> Flow[int]:
         """``admit.lua`` on the tenant's keys (the enqueue script runs without the admission):
         the job's fair tag, or QuotaExceededError when the tenant is over a quota."""
         job_kind = JobKind(kind)
@@ -269,11 +271,8 @@ class _JobCore:
         rescue = job_rescue("", session_id, self.layout.resolve(session_id)[0])
         return EnqueueCall(Script("enqueue", keys, args, rescue), route)
 
-    def _get(self, job_id: str) -> Flow[JobRecord]:
-        return (yield from get_record(self.layout, job_id))
-
-    def _request_cancel(self, job_id: str) -> Flow[JobState]:
-        record = yield from self._get(job_id)
+    def cancel_flow(self, job_id: str) -> Flow[JobState]:
+        record = yield from get_record(self.layout, job_id)
         if record.state.terminal:
             return record.state
         text = job_error_text(record.kind, JobState.CANCELLED)
@@ -288,13 +287,8 @@ class _JobCore:
             return JobState.CANCELLED
         return JobState(before)
 
-    def _finish(self, job_id: str, state: JobState | str, event: JobEvent | None,
-                record: JobRecord | None, result: Mapping[str, Any]) -> Flow[bool]:
-        return (yield from finish_job(self.layout, self.settings, job_id, state, event, record,
-                                      result))
 
-
-class JobStore(_JobCore):
+class JobStore(JobFlows):
     """Job records for one Redis (``client`` must decode responses)."""
 
     def __init__(self, client: redis.Redis[str], settings: ClientSettings | None = None,
@@ -318,17 +312,17 @@ class JobStore(_JobCore):
         ``context_window`` (the agent's) is stored on a new record for the loop guard, and
         ``agent`` (its compaction settings) for the worker's plan.
         """
-        return self._io.run(self._enqueue(session_id, kind, reason, instructions, target_id,
-                                          broker_db, context_window, check_agent(agent)))
+        return self._io.run(self.enqueue_flow(session_id, kind, reason, instructions, target_id,
+                                              broker_db, context_window, check_agent(agent)))
 
     def get(self, job_id: str) -> JobRecord:
-        return self._io.run(self._get(job_id))
+        return self._io.run(get_record(self.layout, job_id))
 
     def request_cancel(self, job_id: str) -> JobState:
         """Cancel a queued job at once; ask a running one to stop. Returns the state now:
         ``cancelled``, ``running`` (the worker sees the flag and stops), or the state the job
         had already ended in."""
-        return self._io.run(self._request_cancel(job_id))
+        return self._io.run(self.cancel_flow(job_id))
 
     def finish(self, job_id: str, state: JobState | str, *, event: JobEvent | None = None,
                record: JobRecord | None = None, **result: Any) -> bool:
@@ -337,10 +331,11 @@ class JobStore(_JobCore):
         ``result`` (prune: PruneResult fields), plus event-only fields (``tokens_before``,
         ``tokens_after``, ``duration_ms``, ``old_leaf_id``, ``new_leaf_id``, ...) used when
         ``event`` is not given. Returns True if this call ended the job."""
-        return self._io.run(self._finish(job_id, state, event, record, result))
+        return self._io.run(finish_job(self.layout, self.settings, job_id, state, event,
+                                       record, result))
 
 
-class AsyncJobStore(_JobCore):
+class AsyncJobStore(JobFlows):
     """:class:`JobStore` for asyncio: the same operations, awaited."""
 
     def __init__(self, client: redis.asyncio.Redis[str], settings: ClientSettings | None = None,
@@ -354,16 +349,17 @@ class AsyncJobStore(_JobCore):
                       target_id: str | None = None, broker_db: int | None = None,
                       context_window: int | None = None,
                       agent: AgentSettings | None = None) -> EnqueueResult:
-        return await self._io.run(self._enqueue(session_id, kind, reason, instructions,
-                                                target_id, broker_db, context_window,
-                                                check_agent(agent)))
+        return await self._io.run(self.enqueue_flow(session_id, kind, reason, instructions,
+                                                    target_id, broker_db, context_window,
+                                                    check_agent(agent)))
 
     async def get(self, job_id: str) -> JobRecord:
-        return await self._io.run(self._get(job_id))
+        return await self._io.run(get_record(self.layout, job_id))
 
     async def request_cancel(self, job_id: str) -> JobState:
-        return await self._io.run(self._request_cancel(job_id))
+        return await self._io.run(self.cancel_flow(job_id))
 
     async def finish(self, job_id: str, state: JobState | str, *, event: JobEvent | None = None,
                      record: JobRecord | None = None, **result: Any) -> bool:
-        return await self._io.run(self._finish(job_id, state, event, record, result))
+        return await self._io.run(finish_job(self.layout, self.settings, job_id, state, event,
+                                             record, result))

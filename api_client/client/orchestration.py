@@ -23,7 +23,7 @@ from api_client.client.draft_apply import (
     refuse,
     uses_draft,
 )
-from api_client.client.jobs import EnqueueResult, _JobCore, parse_enqueue
+from api_client.client.jobs import EnqueueResult, JobFlows, parse_enqueue
 from api_client.client.speculation import agent_view, look, near, next_step
 from api_client.client.summaries import SummaryInput, summary_record
 from api_client.client.thresholds import should_compact
@@ -36,6 +36,7 @@ from api_client.contract.errors import (
     QuotaExceededError,
     StorageFullError,
 )
+from api_client.contract.job_records import finish_job, get_record
 from api_client.contract.keys import KeyLayout
 from api_client.contract.lua_scripts import lua, script_names
 from api_client.contract.redis_flows import Pipeline, Script, cmd
@@ -112,7 +113,7 @@ class Orchestration:
         self.settings = settings
         self.layout = layout
         self.broker = broker
-        self.jobs = _JobCore(settings, layout)
+        self.jobs = JobFlows(settings, layout)
 
     def compact(self, session_id: str, request: Request) -> ClientFlow[JobRef]:
         """Threshold/overflow first try the loop guard and a valid draft (with the enqueue in
@@ -128,7 +129,7 @@ class Orchestration:
     def enqueue(self, session_id: str, request: Request, discarded: str | None = None,
                 result: EnqueueResult | None = None) -> ClientFlow[JobRef]:
         if result is None:  # else compact_auto.lua enqueued it already
-            result = yield from self.jobs._enqueue(
+            result = yield from self.jobs.enqueue_flow(
                 session_id, request.kind, request.reason, request.instructions,
                 request.target_id, self.broker.inline_db, request.context_window, request.agent)
         if discarded:
@@ -187,8 +188,8 @@ class Orchestration:
             # finds.
             yield cmd("zadd", self.layout.jobs_due, {record.id: due_ms(self.settings)}, nx=True)
             # The tenant's quotas and fair order hold for summaries too (over budget: refused).
-            tag = yield from self.jobs._admit(record.session_id, JobKind.SUMMARIZE, None,
-                                              record.id, route, record.input)
+            tag = yield from self.jobs.admit_flow(record.session_id, JobKind.SUMMARIZE, None,
+                                                  record.id, route, record.input)
         yield Pipeline((cmd("hset", key, mapping=record.to_redis()),
                         cmd("expire", key, self.settings.job_pending_ttl_s)))
         try:
@@ -200,7 +201,7 @@ class Orchestration:
         return JobRef(record.id, record.session_id, JobKind.SUMMARIZE, since="0-0")
 
     def job(self, job_id: str) -> ClientFlow[JobRef]:
-        record = yield from self.jobs._get(job_id)
+        record = yield from get_record(self.layout, job_id)
         return JobRef(record.id, record.session_id, record.kind)
 
     def context(self, session_id: str) -> ClientFlow[LlmContext]:
@@ -304,7 +305,7 @@ class Orchestration:
             log.warning("could not re-send upgraded job %s: %s", result.job_id, err)
             return
         with contextlib.suppress(CompactorError):
-            yield from self.jobs._finish(result.job_id, JobState.FAILED, None, None,
-                                         {"error": str(err)})
+            yield from finish_job(self.layout, self.settings, result.job_id, JobState.FAILED,
+                                  None, None, {"error": str(err)})
         raise err
 

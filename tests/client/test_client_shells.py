@@ -30,6 +30,7 @@ from api_client import (
 )
 from api_client.client.jobs import EnqueueResult, JobStore
 from api_client.client.sessions import SessionStore
+from api_client.contract.job_records import get_record
 from api_client.contract.redis_flows import Command, Done, Pipeline, Script, advance, cmd
 from api_client.contract.wire import CompactReason, job_error_text, route_for
 from helpers.jobs import worker_jobs
@@ -60,11 +61,11 @@ def test_job_error_text(kind: JobKind, state: JobState, reason: Any, message: st
 
 def test_a_flow_asks_for_calls_and_reads_their_replies() -> None:
     jobs = JobStore(redis.Redis(decode_responses=True))  # never connects: the flow is driven here
-    flow = jobs._get(JOB)
+    flow = get_record(jobs.layout, JOB)
     assert next(flow) == cmd("hgetall", f"compactor:session:{{s1}}:job:{'0' * 16}")
     with pytest.raises(JobNotFoundError):
         flow.send({})
-    flow = jobs._get(JOB)
+    flow = get_record(jobs.layout, JOB)
     next(flow)
     done = advance(flow, {"id": JOB, "kind": "prune", "sessionId": "s1", "state": "running"}, None)
     assert isinstance(done, Done) and done.value.state is JobState.RUNNING

@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from api_client.contract.errors import SessionFormatError
 from api_client.contract.session import Entry, Session, load_session
@@ -30,14 +31,18 @@ HELP = {
 }
 
 
+# Each argparse ``commands`` object's session group. Weak keys: a registry keyed by id() breaks
+# when ids are reused, and one holding the parsers would keep them alive.
+_SESSION_GROUPS: WeakKeyDictionary[Any, Any] = WeakKeyDictionary()
+
+
 def session_subparsers(commands: Any) -> Any:
     """The shared ``session`` command group (runtime commands add import/export to it)."""
-    # Kept on the parser object itself: a registry keyed by id() breaks when ids are reused.
-    group = getattr(commands, "_compactor_session_group", None)
+    group = _SESSION_GROUPS.get(commands)
     if group is None:
         parser = commands.add_parser("session", help="session files and stored sessions")
         group = parser.add_subparsers(dest="session_command", required=True, metavar="ACTION")
-        commands._compactor_session_group = group
+        _SESSION_GROUPS[commands] = group
     return group
 
 
