@@ -1,6 +1,7 @@
 -- A tenant's admission of a new job and its place in the fair order (docs/tenants.md).
 -- Included by _enqueue.lua (the broker is this Redis: one round trip) and admit.lua (run on its
 -- own before the enqueue otherwise). Every key it takes is the tenant's: one Cluster slot.
+-- A helper: its functions read no KEYS or ARGV; the including script passes them its own.
 --
 -- admit(queued, quota, usage, policy, job_id)
 --   queued: the tenant's zset of queued jobs (score: route priority x 1e13 + Unix ms)

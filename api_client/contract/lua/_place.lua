@@ -1,6 +1,7 @@
 -- The fair order's placement of a task message in its queue list (docs/tenants.md "Fair scheduling").
 -- Included by _enqueue.lua (the broker is the sessions' Redis: in the enqueue script) and
 -- place.lua (a broker Redis of its own: run there after the admission gave the tag).
+-- A helper: its functions read no KEYS or ARGV; the including script passes them its own.
 --
 -- Push a task message into its queue list at its tag's place. kombu pops from the right end,
 -- so the list is kept in tag order from the right: the message goes right after (LINSERT

@@ -4,10 +4,17 @@
 -- refreshed in the same atomic step as the write. Included with `-- include: _retention`
 -- (api_client/contract/lua_scripts.py), by the client's and the worker's scripts alike.
 --
--- The keys are named here by suffix, not passed as KEYS: twenty more key names on every call
--- would cost the request path more than deriving them, and they share the session's hash tag
--- (the script stays in one Cluster slot). tests/client/test_client_retention.py checks both
--- lists against api_client/contract/keys.py (SessionKeys.all()).
+-- A helper: its functions read no KEYS or ARGV; the including script passes them a key of the
+-- session from its KEYS and the retention (s) from its ARGV.
+--
+-- The one rule for keys not in KEYS (docs/storage.md "Redis layout"): retain() and retain_keys()
+-- touch `<base><suffix>`, where <base> is the session key they are given cut after its hash
+-- tag ('<p>:session:{<sid>}:') and <suffix> is one of RETAIN_WITH_SESSION or RETAIN_CAPPED
+-- below; no script derives any other key. So every key they touch carries the session's hash
+-- tag: the call stays in the session's one Cluster slot. The keys are named here by suffix, not
+-- passed as KEYS: twenty more key names on every call would cost the request path more than
+-- deriving them. tests/client/test_client_retention.py checks both lists against
+-- api_client/contract/keys.py (SessionKeys.all()).
 
 -- Keys that live as long as the session ('header' first). They share one expiry instant, the
 -- header's: a key new to the session (no TTL yet) joins it, and the instant moves to now + the

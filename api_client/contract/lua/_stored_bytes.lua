@@ -5,6 +5,7 @@
 -- same atomic step (the hash is then one of their KEYS); on a Redis Cluster the hash lies in
 -- another slot, and stored_bytes.lua runs them after the session's script. Included with
 -- `-- include: _stored_bytes` (the client's and the worker's scripts alike).
+-- A helper: its functions read no KEYS or ARGV; the including script passes them its own.
 
 -- No session id can be it (an id starts with a letter or digit).
 local BYTES_TOTAL = '*'

@@ -1,6 +1,7 @@
 -- Shared path-walk helpers of the session scripts (worker commits and the client's draft
 -- apply). Included with `-- include: _walk` (api_client/contract/lua_scripts.py: Redis scripts
 -- cannot import).
+-- A helper: its functions read no KEYS or ARGV; the including script passes them its own.
 
 -- (type, parentId) of a stored entry line; parentId false for null/missing. Lines written by
 -- Compactor and by pi start with type, id, parentId: read those without decoding the whole
