@@ -41,7 +41,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from _loopback import REPO, SAMPLE, loopback_model, wait_for_workers, workers
+from _loopback import SAMPLE, loopback_model, wait_for_workers, workers
 from _report import Report
 
 from api_client import CompactionClient
@@ -56,20 +56,9 @@ PHASES = ("import", "first", "append", "cold", "steady", "load", "export", "dele
 
 
 def _script_names() -> dict[str, str]:
-    """sha1 → script name, for SLOWLOG lines (every packaged script, as each side loads it)."""
-    from api_client.contract.lua_scripts import CLIENT_SCRIPTS, CONTRACT_SCRIPTS, lua
-    names: dict[str, str] = {}
-    for package in (CONTRACT_SCRIPTS, CLIENT_SCRIPTS):
-        for path in (REPO / package.replace(".", "/") / "lua").glob("*.lua"):
-            names[_sha(lua(path.stem, package))] = path.stem
-    walk, retention, counted = lua("_walk"), lua("_retention"), lua("_stored_bytes")
-    for path in (REPO / "worker" / "store").glob("*.lua"):
-        text = path.read_text(encoding="utf-8")
-        # as worker.store loads them: alone, after the retention helper, after all three
-        for loaded in (text, retention + "\n" + text,
-                       "\n".join((walk, retention, counted, text))):
-            names[_sha(loaded)] = path.stem
-    return names
+    """sha1 → script name, for SLOWLOG lines (every packaged script, as both sides load it)."""
+    from api_client.contract.lua_scripts import lua, script_names
+    return {_sha(lua(name)): name for name in script_names()}
 
 
 def _sha(text: str) -> str:
