@@ -3,8 +3,9 @@
 A stream entry has the fields ``type``, ``job`` and ``data`` (the :class:`JobEvent` JSON).
 Readers tail a stream (``XREAD``) or share it through a consumer group (``XREADGROUP`` +
 ``XACK``); both are plain (async) iterators that block in Redis, never poll. The reading logic
-is written once (:class:`_ReaderCore`, a flow of Redis calls and events); the sync and asyncio
-readers only run it. Workers publish with ``worker.store.event_publisher.EventPublisher``.
+is written once (:class:`_ReaderCore`, as flows of Redis calls); the sync and asyncio readers
+run them with the contract's drivers and hand out the events. Workers publish with
+``worker.store.event_publisher.EventPublisher``.
 """
 
 from __future__ import annotations
@@ -12,30 +13,17 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
-from typing import Any, TypeAlias
+from typing import Any
 
 import redis
 import redis.asyncio
 
 from api_client.contract.job_records import decode_event
 from api_client.contract.keys import KeyLayout
-from api_client.contract.redis_flows import (
-    AsyncShell,
-    Call,
-    Command,
-    Done,
-    Flow,
-    SyncShell,
-    advance,
-    cmd,
-)
+from api_client.contract.redis_flows import AsyncShell, Command, Flow, SyncShell, cmd
 from api_client.contract.wire import JobEvent
 
 __all__ = ["AsyncEventReader", "EventReader"]
-
-# What a reader's flow yields: a Redis call (the reply is sent back) or an event to hand out.
-_Item: TypeAlias = Call | JobEvent
-_START: tuple[Any, Exception | None] = (None, None)  # (reply, error) sent to a flow: nothing yet
 
 
 def default_consumer() -> str:
@@ -48,8 +36,8 @@ def _tolerate_busygroup(err: redis.ResponseError) -> None:
 
 
 class _ReaderCore:
-    """Tail a stream (XREAD) or read it through a consumer group (XREADGROUP + XACK) as one
-    flow: it yields the Redis calls and, between them, the events to hand out."""
+    """Tail a stream (XREAD) or read it through a consumer group (XREADGROUP + XACK) as flows:
+    where to begin, the next events, what to do before handing one out; the readers run them."""
 
     def __init__(self, client: Any, layout: KeyLayout, *, session_id: str | None = None,
                  group: str | None = None, consumer: str | None = None, block_ms: int = 5000,
@@ -69,13 +57,16 @@ class _ReaderCore:
     def _open(self, client: Any) -> None:
         raise NotImplementedError
 
-    def _flow(self) -> Generator[_Item, Any, None]:
+    def _begin(self) -> Flow[str]:
+        """The cursor to read from first (creating the group when there is one)."""
         if self.group:
             yield Command("xgroup_create", (self.stream, self.group),
                           {"id": self.start or "$", "mkstream": True}, _tolerate_busygroup)
-            cursor = "0"  # first our own pending (delivered, never acked) events, then new ones
-        else:
-            cursor = self._initial_id((yield cmd("xrevrange", self.stream, count=1)))
+            return "0"  # first our own pending (delivered, never acked) events, then new ones
+        return self._initial_id((yield cmd("xrevrange", self.stream, count=1)))
+
+    def _next(self, cursor: str) -> Flow[tuple[str, list[JobEvent]] | None]:
+        """The next events and the cursor after them; None: the end (not following)."""
         while True:
             batch = self._decode((yield self._read(cursor)))
             if not batch:
@@ -83,16 +74,18 @@ class _ReaderCore:
                     cursor = ">"
                     continue
                 if not self.follow:
-                    break
+                    return None
                 continue
             if not self.group or cursor != ">":
                 cursor = batch[-1].stream_id or cursor
-            for event in batch:
-                yield from self._flush_ack()
-                if self.group and self.auto_ack:
-                    self._unacked = event.stream_id
-                yield event
-        yield from self._flush_ack()  # the last event was processed when the caller asks for more
+            return cursor, batch
+
+    def _hand(self, event: JobEvent) -> Flow[None]:
+        """Before ``event`` is handed out: ack the one before it (it was processed when the
+        caller asked for more); the last is acked when the caller asks again or closes."""
+        yield from self._flush_ack()
+        if self.group and self.auto_ack:
+            self._unacked = event.stream_id
 
     def _read(self, cursor: str) -> Command:
         block = self.block_ms if self.follow else None
@@ -149,9 +142,14 @@ class EventReader(_ReaderCore):
         self._it.close()
 
     def _events(self) -> Generator[JobEvent, None, None]:
-        flow, outcome = self._flow(), _START
-        while not isinstance(item := advance(flow, *outcome), Done):
-            outcome = ((yield item), None) if isinstance(item, JobEvent) else self._io.attempt(item)
+        run = self._io.run
+        cursor = run(self._begin())
+        while (read := run(self._next(cursor))) is not None:
+            cursor, batch = read
+            for event in batch:
+                run(self._hand(event))
+                yield event
+        run(self._flush_ack())
 
 
 class AsyncEventReader(_ReaderCore):
@@ -176,10 +174,11 @@ class AsyncEventReader(_ReaderCore):
         await self._it.aclose()
 
     async def _events(self) -> AsyncGenerator[JobEvent, None]:
-        flow, outcome = self._flow(), _START
-        while not isinstance(item := advance(flow, *outcome), Done):
-            if isinstance(item, JobEvent):
-                yield item
-                outcome = _START
-            else:
-                outcome = await self._io.attempt(item)
+        run = self._io.run
+        cursor = await run(self._begin())
+        while (read := await run(self._next(cursor))) is not None:
+            cursor, batch = read
+            for event in batch:
+                await run(self._hand(event))
+                yield event
+        await run(self._flush_ack())

@@ -44,14 +44,12 @@ __all__ = [
     "AsyncShell",
     "Call",
     "Command",
-    "Done",
     "Flow",
     "Pause",
     "Pipeline",
     "Rescue",
     "Script",
     "SyncShell",
-    "advance",
     "cmd",
     "drive",
     "drive_async",
@@ -162,20 +160,6 @@ def _replied(call: Command | Pipeline | Script, err: Exception) -> Any:
     raise err
 
 
-@dataclass(frozen=True, slots=True)
-class Done(Generic[T]):
-    value: T
-
-
-def advance(flow: Generator[Any, Any, T], reply: Any, error: Exception | None) -> Any:
-    """Hand the flow the last call's reply (or throw its error in): the next item it yields, or
-    :class:`Done` with its result."""
-    try:
-        return flow.throw(error) if error is not None else flow.send(reply)
-    except StopIteration as done:
-        return Done(done.value)
-
-
 def drive(flow: Generator[C, Any, T], execute: Callable[[C], Any]) -> T:
     """The sync driver: run ``flow`` to its result, each call it yields by ``execute``; the
     reply is sent back, or the error it raised thrown in (the flow decides what it means)."""
@@ -217,13 +201,6 @@ class SyncShell(_Shell["redis.Redis[str]"]):
 
     def run(self, flow: Flow[T]) -> T:
         return drive(flow, self.execute)
-
-    def attempt(self, call: Call) -> tuple[Any, Exception | None]:
-        """(reply, None) or (None, the error): the flow decides what an error means."""
-        try:
-            return self.execute(call), None
-        except Exception as err:
-            return None, err
 
     def execute(self, call: Call) -> Any:
         if isinstance(call, Pause):
@@ -269,12 +246,6 @@ class SyncShell(_Shell["redis.Redis[str]"]):
 class AsyncShell(_Shell["redis.asyncio.Redis[str]"]):
     async def run(self, flow: Flow[T]) -> T:
         return await drive_async(flow, self.execute)
-
-    async def attempt(self, call: Call) -> tuple[Any, Exception | None]:
-        try:
-            return await self.execute(call), None
-        except Exception as err:
-            return None, err
 
     async def execute(self, call: Call) -> Any:
         if isinstance(call, Pause):

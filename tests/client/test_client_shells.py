@@ -31,7 +31,7 @@ from api_client import (
 from api_client.client.jobs import EnqueueResult, JobStore
 from api_client.client.sessions import SessionStore
 from api_client.contract.job_records import get_record
-from api_client.contract.redis_flows import Command, Done, Pipeline, Script, advance, cmd
+from api_client.contract.redis_flows import Command, Pipeline, Script, cmd, drive
 from api_client.contract.wire import CompactReason, job_error_text, route_for
 from helpers.jobs import worker_jobs
 
@@ -65,10 +65,8 @@ def test_a_flow_asks_for_calls_and_reads_their_replies() -> None:
     assert next(flow) == cmd("hgetall", f"compactor:session:{{s1}}:job:{'0' * 16}")
     with pytest.raises(JobNotFoundError):
         flow.send({})
-    flow = get_record(jobs.layout, JOB)
-    next(flow)
-    done = advance(flow, {"id": JOB, "kind": "prune", "sessionId": "s1", "state": "running"}, None)
-    assert isinstance(done, Done) and done.value.state is JobState.RUNNING
+    fields = {"id": JOB, "kind": "prune", "sessionId": "s1", "state": "running"}
+    assert drive(get_record(jobs.layout, JOB), lambda call: fields).state is JobState.RUNNING
 
 
 def test_a_load_is_a_transaction_of_four_reads_then_bounded_pages() -> None:
@@ -93,13 +91,19 @@ def test_an_error_thrown_into_a_flow_is_handled_where_the_flow_says() -> None:
     client = CompactionClient("redis://127.0.0.1:1/0")  # never connects
     sent_error = BrokerUnavailableError("broker unavailable: down")
     result = EnqueueResult(JOB, "created", JobState.QUEUED, "0-0", route_for(JobKind.PRUNE))
-    flow = client.flows._unsent(result, sent_error)
-    assert next(flow).name == "hgetall"  # type: ignore[union-attr]  # the record, to finish it
+    calls: list[Any] = []
+
+    def down(call: Any) -> Any:
+        calls.append(call.name)
+        raise BrokerUnavailableError("Redis unavailable: down too")
+
     with pytest.raises(BrokerUnavailableError) as info:
-        advance(flow, None, BrokerUnavailableError("Redis unavailable: down too"))
+        drive(client.flows._unsent(result, sent_error), down)
     assert info.value is sent_error
+    assert calls == ["hgetall"]  # the record, to finish it
     upgraded = EnqueueResult(JOB, "upgraded", JobState.QUEUED, "0-0", route_for(JobKind.PRUNE))
-    assert advance(client.flows._unsent(upgraded, sent_error), None, None) == Done(None)
+    assert drive(client.flows._unsent(upgraded, sent_error), down) is None
+    assert calls == ["hgetall"]  # an upgraded job keeps its first message: nothing to fail
     client.close()
 
 
