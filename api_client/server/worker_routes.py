@@ -15,6 +15,7 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
 from api_client import AsyncCompactionClient
+from api_client.contract.lua_scripts import lua
 from api_client.contract.wire import JobRecord, JobState
 from api_client.server.server_state import ServerState, authorize, state_of
 
@@ -22,20 +23,6 @@ __all__ = ["JobView", "WorkersAlive", "router", "worker_lost", "workers_alive"]
 
 State = Annotated[ServerState, Depends(state_of)]
 router = APIRouter(prefix="/v1", tags=["workers"], dependencies=[Depends(authorize)])
-
-# KEYS: workers zset   ARGV: 1 a worker id ("" for none)
-# Returns {fresh heartbeats, 1 when that worker's heartbeat is known and stale else 0}.
-_READ = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local alive = redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
-local stale = 0
-if ARGV[1] ~= '' then
-  local until_ms = redis.call('ZSCORE', KEYS[1], ARGV[1])
-  if until_ms and tonumber(until_ms) <= now then stale = 1 end
-end
-return {alive, stale}
-"""
 
 
 class WorkersAlive(BaseModel):
@@ -53,7 +40,7 @@ class JobView(JobRecord):
 
 async def _read(client: AsyncCompactionClient, worker_id: str = "") -> tuple[int, bool]:
     reply: Any = await client.redis.eval(  # type: ignore[no-untyped-call]
-        _READ, 1, client.layout.workers, worker_id)
+        lua("workers_read"), 1, client.layout.workers, worker_id)
     return int(reply[0]), bool(int(reply[1]))
 
 

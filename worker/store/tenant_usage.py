@@ -12,60 +12,12 @@ from typing import Any
 import redis
 
 from api_client.contract.keys import KeyLayout
+from api_client.contract.lua_scripts import lua
 from api_client.contract.redis_flows import Command, Flow, SyncShell, cmd
 from api_client.contract.reservations import RESERVED_KEY_TTL_S
 from api_client.contract.usage import DayUsage, add_spend, read_budget, utc_day
 
 __all__ = ["TenantUsageStore"]
-
-# KEYS: the day's usage hash, the tenant's quota hash, the tenant's reservations. ARGV: tokens
-# wanted, the default tokens_per_day, the share of it this job may reach (drafts:
-# draft_budget_share), the job's id, the delivery's owner token, now and the reservation's end
-# (Unix ms), the reservations' TTL. Reserves when spent + every reservation held + wanted stays
-# within the limit (0: none), in one step, so that calls of parallel jobs cannot together pass
-# it. The job's own field counts only when this delivery owns it: an admission's estimate, or a
-# dead delivery's calls, are replaced by this one's. Returns {1|0, spent, reserved, limit}
-# ({1, 0, 0, '0'} without a budget: nothing is read or reserved).
-_RESERVE = """
-local limit = tonumber(redis.call('HGET', KEYS[2], 'tokens_per_day') or '') or tonumber(ARGV[2])
-limit = limit * tonumber(ARGV[3])
-if limit <= 0 then
-  return {1, 0, 0, '0'}  -- no budget: nothing to check a call against, nothing reserved
-end
-local u = redis.call('HMGET', KEYS[1], 'input_tokens', 'output_tokens', 'draft_input_tokens',
-                     'draft_output_tokens')
-local spent = 0
-for i = 1, 4 do spent = spent + (tonumber(u[i]) or 0) end
-local now, mine, others, expired = tonumber(ARGV[6]), 0, 0, {}
-local all = redis.call('HGETALL', KEYS[3])
-for i = 1, #all, 2 do
-  local tokens, till, owner = string.match(all[i + 1], '^(%d+) (%d+) (%S+)')
-  if not tokens or tonumber(till) <= now then
-    expired[#expired + 1] = all[i]
-  elseif all[i] == ARGV[4] then
-    if owner == ARGV[5] then mine = tonumber(tokens) end
-  else
-    others = others + tonumber(tokens)
-  end
-end
-local wanted = tonumber(ARGV[1])
-if limit > 0 and spent + others + mine + wanted > limit then
-  return {0, spent, others + mine, tostring(limit)}
-end
-for _, field in ipairs(expired) do redis.call('HDEL', KEYS[3], field) end
-redis.call('HSET', KEYS[3], ARGV[4], (mine + wanted) .. ' ' .. ARGV[7] .. ' ' .. ARGV[5])
-redis.call('EXPIRE', KEYS[3], ARGV[8])
-return {1, spent, others + mine, tostring(limit)}
-"""
-# KEYS: the tenant's reservations. ARGV: the job's id, the owner ('' = whoever holds it).
-_RELEASE = """
-local held = redis.call('HGET', KEYS[1], ARGV[1])
-if held and (ARGV[2] == '' or string.match(held, '%S+$') == ARGV[2]) then
-  return redis.call('HDEL', KEYS[1], ARGV[1])
-end
-return 0
-"""
-
 
 # How long a tenant this process named in the tenants set (``compactor usage`` lists it) is
 # not named again, and a day's hash it gave its TTL (USAGE_TTL_S, 400 days) is not given it
@@ -105,14 +57,15 @@ class TenantUsageStore:
         keys = (self.layout.tenant_usage(tenant, day), self.layout.tenant_quota(tenant),
                 self.layout.tenant_reserved(tenant))
         done, spent, held, limit = self._io.run(_one(cmd(
-            "execute_command", "EVAL", _RESERVE, 3, *keys, tokens, default_limit, share,
-            job_id, owner, int(time.time() * 1000), int(until * 1000), RESERVED_KEY_TTL_S)))
+            "execute_command", "EVAL", lua("reserve_tokens"), 3, *keys, tokens, default_limit,
+            share, job_id, owner, int(time.time() * 1000), int(until * 1000),
+            RESERVED_KEY_TTL_S)))
         return bool(done), int(spent), int(held), float(limit)
 
     def release(self, tenant: str, job_id: str, owner: str = "") -> None:
         """Give back what the job holds (``owner``: only when that delivery holds it; its
         real spend is counted by :meth:`add`)."""
-        self._io.run(_one(cmd("execute_command", "EVAL", _RELEASE, 1,
+        self._io.run(_one(cmd("execute_command", "EVAL", lua("release_tokens"), 1,
                               self.layout.tenant_reserved(tenant), job_id, owner)))
 
     def today(self, tenant: str, at: float) -> tuple[DayUsage, dict[str, str]]:
