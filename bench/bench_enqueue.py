@@ -135,7 +135,7 @@ def first_script_call(client: CompactionClient, sid: str) -> tuple[str, list[str
         from api_client.contract.wire import JobKind
 
         call = next(client.flows.compact(sid, Request(JobKind.COMPACT, "threshold")))
-        return lua(call.name, call.package), list(call.keys), list(call.args)
+        return lua(call.name), list(call.keys), list(call.args)
     except ImportError:  # the layout before issue 28 (api_client._instant, api_client.redis_conn)
         import importlib
 
