@@ -159,6 +159,12 @@ def test_every_lua_script_is_in_one_folder() -> None:
     assert {p.parent for p in scripts} == {folder}
     assert {"lease_acquire.lua", "running.lua", "enqueue.lua", "finish.lua"} <= {
         p.name for p in scripts}
+    # Each names its KEYS and ARGV in the comment it starts with (a helper: that it reads none).
+    for path in scripts:
+        lines = path.read_text(encoding="utf-8").split("\n")
+        header = "\n".join(line for line in lines[:next(i for i, line in enumerate(lines)
+                                                        if not line.startswith("--"))])
+        assert "KEYS" in header and "ARGV" in header, path.name
 
 
 # --- static layering: which worker packages may import which (every import statement counts,
