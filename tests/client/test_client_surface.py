@@ -39,7 +39,8 @@ PUBLIC = {
     "ConfigurationError", "DanglingParentError", "EntryExistsError", "EntryNotFoundError",
     "HookError", "InvalidIdError", "InvalidRequestError", "JobCancelledError",
     "JobConflictError", "JobError", "JobFailedError", "JobNotFoundError", "JobTimeoutError",
-    "ModelError", "NothingToCompactError", "PlanError", "SessionCycleError", "SessionError",
+    "ModelError", "NoWorkerError", "NothingToCompactError", "PlanError", "SessionCycleError",
+    "SessionError",
     "QuotaExceededError",  # a tenant over a quota (docs/tenants.md)
     "CompactionLoopError",  # the loop guard (docs/instant-compaction.md)
     "SessionExistsError", "SessionFormatError", "SessionNotFoundError", "StaleSnapshotError",
