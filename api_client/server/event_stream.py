@@ -17,17 +17,16 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Query
+from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import Response, StreamingResponse
 
 from api_client import AsyncEventReader, JobEvent, SessionNotFoundError
 from api_client.contract.job_records import stream_start
 from api_client.server.fanout import Fanout, Follower, TooManyWaiters, waiters_refused
-from api_client.server.server_state import ServerState, authorize, state_of
+from api_client.server.server_state import ServerState, authorize, server_state
 
 __all__ = ["router", "sse_frame"]
 
-State = Annotated[ServerState, Depends(state_of)]
 router = APIRouter(prefix="/v1", tags=["events"], dependencies=[Depends(authorize)])
 
 _SSE: dict[int | str, dict[str, Any]] = {200: {
@@ -114,16 +113,18 @@ async def _stream(state: ServerState, session_id: str | None, since: str | None,
 
 
 @router.get("/sessions/{session_id}/events", response_class=StreamingResponse, responses=_SSE)
-async def session_events(session_id: str, state: State, since: Since = None,
+async def session_events(session_id: str, request: Request, since: Since = None,
                          follow: Follow = True,
                          last_event_id: LastEventId = None) -> Response:
     """404 for a session that does not exist (never created, or deleted)."""
+    state = server_state(request)
     if not await state.client.sessions.exists(session_id):
         raise SessionNotFoundError(f"Session {session_id} not found")
     return await _stream(state, session_id, since, follow, last_event_id)
 
 
 @router.get("/events", response_class=StreamingResponse, responses=_SSE)
-async def all_events(state: State, since: Since = None, follow: Follow = True,
+async def all_events(request: Request, since: Since = None, follow: Follow = True,
                      last_event_id: LastEventId = None) -> Response:
+    state = server_state(request)
     return await _stream(state, None, since, follow, last_event_id)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 
 from api_client import AsyncJobHandle
@@ -18,12 +18,11 @@ from api_client.server.schemas import (
     JobAccepted,
     JobApplied,
 )
-from api_client.server.server_state import ServerState, authorize, state_of
+from api_client.server.server_state import authorize, server_state
 from api_client.server.worker_routes import JobView, worker_lost
 
 __all__ = ["router"]
 
-State = Annotated[ServerState, Depends(state_of)]
 router = APIRouter(prefix="/v1", tags=["jobs"], dependencies=[Depends(authorize)])
 
 _ACCEPTED: dict[int | str, dict[str, Any]] = {
@@ -40,9 +39,10 @@ def accepted(handle: AsyncJobHandle) -> JSONResponse:
 @router.post("/sessions/{session_id}/compact", status_code=202,
              responses={**_ACCEPTED, 200: {"model": JobApplied,
                                            "description": "a draft applied: the entry is in"}})
-async def compact(session_id: str, body: CompactRequest, state: State) -> JSONResponse:
+async def compact(session_id: str, body: CompactRequest, request: Request) -> JSONResponse:
     """Threshold and overflow compactions without instructions apply a valid speculative draft
     at once (200); otherwise the job is queued (202)."""
+    state = server_state(request)
     handle = await state.client.compact(session_id, body.reason, body.instructions,
                                         context_window=body.context_window, agent=body.agent)
     if not handle.from_draft:
@@ -54,24 +54,27 @@ async def compact(session_id: str, body: CompactRequest, state: State) -> JSONRe
 
 
 @router.post("/sessions/{session_id}/prune", status_code=202, responses=_ACCEPTED)
-async def prune(session_id: str, state: State) -> JSONResponse:
+async def prune(session_id: str, request: Request) -> JSONResponse:
+    state = server_state(request)
     return accepted(await state.client.prune(session_id))
 
 
 @router.post("/sessions/{session_id}/branch-summary", status_code=202, responses=_ACCEPTED)
 async def branch_summary(session_id: str, body: BranchSummaryRequest,
-                         state: State) -> JSONResponse:
+                         request: Request) -> JSONResponse:
+    state = server_state(request)
     return accepted(await state.client.branch_summary(session_id, body.target_id,
                                                       body.instructions, agent=body.agent))
 
 
 @router.get("/jobs/{job_id}", response_model=JobView, response_model_exclude_none=True)
-async def get_job(job_id: str, state: State,
+async def get_job(job_id: str, request: Request,
                   wait: Annotated[float, Query(ge=0, description="hold the request until the "
                                                "job ends, at most this many seconds (capped by "
                                                "COMPACTOR_API_MAX_WAIT_S)")] = 0) -> JSONResponse:
     """The job record (state, kind, reason, times, attempts, model, usage; the entry or result
     once it succeeded, the error once it failed)."""
+    state = server_state(request)
     jobs = state.client.jobs  # one read of the record (JobNotFoundError: 404)
     if wait <= 0:
         record = await jobs.get(job_id)
@@ -91,7 +94,8 @@ async def get_job(job_id: str, state: State,
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=CancelResult)
-async def cancel_job(job_id: str, state: State) -> CancelResult:
+async def cancel_job(job_id: str, request: Request) -> CancelResult:
+    state = server_state(request)
     handle = await state.client.job(job_id)
     after = await handle.cancel()
     return CancelResult(job_id=job_id, state=after)

@@ -46,12 +46,11 @@ from api_client.server.schemas import (
     SummarizeRequest,
     Summary,
 )
-from api_client.server.server_state import ServerState, authorize, state_of
+from api_client.server.server_state import ServerState, authorize, server_state
 from api_client.server.worker_routes import worker_lost, workers_alive
 
 __all__ = ["chat_prompts", "router"]
 
-State = Annotated[ServerState, Depends(state_of)]
 router = APIRouter(prefix="/v1", tags=["summaries"])
 # The bearer routes; the summarize URL's check is BearerAuth's too (its tenant from the path).
 _BEARER = [Depends(authorize)]
@@ -133,8 +132,9 @@ async def _summarize(request: Request, state: ServerState, system_prompt: str, p
 
 @router.post("/summarize", response_model=Summary, response_model_exclude_none=True,
              dependencies=_BEARER, responses=_NO_WORKER_DOC)
-async def summarize(body: SummarizeRequest, request: Request, state: State) -> Summary | Response:
+async def summarize(body: SummarizeRequest, request: Request) -> Summary | Response:
     """The summary of ``prompt`` under ``systemPrompt`` by the workers' models."""
+    state = server_state(request)
     return await _summary(body, request, state)
 
 
@@ -144,10 +144,11 @@ _SECRET = Path(description="the secret of a summarize URL (`compactor summarize-
 
 @router.post("/summarize/{url_secret}", response_model=Summary,
              response_model_exclude_none=True, responses=_NO_WORKER_DOC)
-async def summarize_by_url(body: SummarizeRequest, request: Request, state: State,
+async def summarize_by_url(body: SummarizeRequest, request: Request,
                            url_secret: Annotated[str, _SECRET]) -> Summary | Response:
     """``/v1/summarize`` for a caller that sends no header (oh-my-pi): the tenant is the one
     whose token the secret was derived from; a wrong secret is 401."""
+    state = server_state(request)
     del url_secret  # checked by BearerAuth before the body was read
     return await _summary(body, request, state)
 
@@ -183,9 +184,10 @@ def chat_prompts(messages: list[ChatMessage]) -> tuple[str, str]:
 
 @router.post("/chat/completions", response_model=ChatCompletion, dependencies=_BEARER,
              responses=_NO_WORKER_DOC)
-async def chat_completions(body: ChatCompletionRequest, request: Request,
-                           state: State) -> ChatCompletion | Response:
+async def chat_completions(body: ChatCompletionRequest,
+                           request: Request) -> ChatCompletion | Response:
     """A chat completion whose answer is the summary (non-streaming only)."""
+    state = server_state(request)
     if body.stream:
         raise InvalidRequestError("stream: true is not supported: this endpoint answers once")
     system, prompt = chat_prompts(body.messages)

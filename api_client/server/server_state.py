@@ -3,17 +3,16 @@ table) and the bearer check. The app keeps no other state: replicas are equal.
 
 The check is ASGI middleware (:class:`BearerAuth`), so a request without a valid token is
 answered 401 from its headers, before any of its body is read or parsed; the ``authorize``
-dependency only hands the tenant to a route and puts the bearer scheme into the OpenAPI
-document."""
+dependency only puts the bearer scheme into the OpenAPI document. A route finds its tenant's
+state with :func:`server_state` (a call, not a dependency FastAPI resolves per request)."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Annotated
 
-from fastapi import Depends, Request
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi import Request
+from fastapi.security import HTTPBearer
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api_client import AsyncCompactionClient
@@ -23,7 +22,7 @@ from api_client.server.problems import MEDIA_TYPE, problem_body
 from api_client.server.settings import ServerSettings
 from api_client.server.summarize_url import PATH_PREFIX, SummarizeSecrets
 
-__all__ = ["OPEN_PATHS", "BearerAuth", "ServerState", "authorize", "server_state", "state_of"]
+__all__ = ["OPEN_PATHS", "BearerAuth", "ServerState", "authorize", "server_state"]
 
 # What a load balancer, a probe or a client generator reads without a token.
 OPEN_PATHS = frozenset({"/livez", "/readyz", "/openapi.json"})
@@ -44,11 +43,6 @@ def server_state(request: Request) -> ServerState:
     """The state of the request's tenant (the default tenant's on the open paths)."""
     states: dict[str, ServerState] = request.app.state.compactor
     return states[getattr(request.state, "tenant", DEFAULT_TENANT)]
-
-
-async def state_of(request: Request) -> ServerState:
-    """The dependency (``async``: FastAPI runs a plain ``def`` one in a thread)."""
-    return server_state(request)
 
 
 class BearerAuth:
@@ -103,12 +97,7 @@ async def _unauthorized(send: Send, detail: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-# auto_error=False: BearerAuth has answered a request without a token already.
-_bearer = HTTPBearer(auto_error=False, description="a token of COMPACTOR_API_TOKENS")
-Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-
-
-async def authorize(request: Request, _: Credentials) -> str:
-    """The request's tenant, as :class:`BearerAuth` found it."""
-    tenant: str = request.state.tenant
-    return tenant
+# The routers' dependency: it puts the bearer scheme into the OpenAPI document and does
+# nothing more (auto_error=False: BearerAuth has answered a request without a token already).
+# One dependency, not a chain: FastAPI resolves each of a route's dependencies per request.
+authorize = HTTPBearer(auto_error=False, description="a token of COMPACTOR_API_TOKENS")

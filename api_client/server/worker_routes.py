@@ -9,19 +9,18 @@ the job's worker is lost when the lease is gone or the holder's heartbeat went s
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field
 
 from api_client import AsyncCompactionClient
 from api_client.contract.lua_scripts import lua
 from api_client.contract.wire import JobRecord, JobState
-from api_client.server.server_state import ServerState, authorize, state_of
+from api_client.server.server_state import authorize, server_state
 
 __all__ = ["JobView", "WorkersAlive", "router", "worker_lost", "workers_alive"]
 
-State = Annotated[ServerState, Depends(state_of)]
 router = APIRouter(prefix="/v1", tags=["workers"], dependencies=[Depends(authorize)])
 
 
@@ -63,7 +62,8 @@ async def worker_lost(client: AsyncCompactionClient, record: JobRecord) -> bool:
 
 
 @router.get("/workers", response_model=WorkersAlive)
-async def workers(state: State) -> WorkersAlive:
+async def workers(request: Request) -> WorkersAlive:
     """How many workers are alive: a client that finds none need not wait for a job (the pi
     extension then lets the agent compact by itself)."""
+    state = server_state(request)
     return WorkersAlive(alive=await workers_alive(state.client))
