@@ -14,9 +14,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 from starlette.routing import compile_path
 
@@ -146,6 +147,29 @@ def _document_problems(app: FastAPI, auth: bool) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
+def _include_flat(app: FastAPI, router: APIRouter) -> None:
+    """``app.include_router(router)``, the routes added to the app's own router: FastAPI keeps
+    an included router as one route of the app and matches a request against its routes twice
+    (once to find the router, again to find the route), which cost more CPU than any of our own
+    middleware. Same routes, same document."""
+    for route in router.routes:
+        assert isinstance(route, APIRoute)
+        app.router.add_api_route(
+            route.path, route.endpoint, response_model=route.response_model,
+            status_code=route.status_code, tags=route.tags, dependencies=route.dependencies,
+            summary=route.summary, description=route.description,
+            response_description=route.response_description, responses=route.responses,
+            deprecated=route.deprecated, methods=route.methods, operation_id=route.operation_id,
+            response_model_include=route.response_model_include,
+            response_model_exclude=route.response_model_exclude,
+            response_model_by_alias=route.response_model_by_alias,
+            response_model_exclude_unset=route.response_model_exclude_unset,
+            response_model_exclude_defaults=route.response_model_exclude_defaults,
+            response_model_exclude_none=route.response_model_exclude_none,
+            include_in_schema=route.include_in_schema, response_class=route.response_class,
+            name=route.name, callbacks=route.callbacks, openapi_extra=route.openapi_extra)
+
+
 def create_app(settings: ServerSettings | None = None,
                client_settings: ClientSettings | None = None) -> FastAPI:
     """The app; its client is made at start-up (in the server's event loop) and closed at the
@@ -185,7 +209,7 @@ def create_app(settings: ServerSettings | None = None,
                               "docs/http-api.md \"The HTTP API\".")
     for module in (session_routes, job_routes, event_stream, model_routes, usage_routes,
                    worker_routes):
-        app.include_router(module.router)
+        _include_flat(app, module.router)
     _probes(app)
     _document_problems(app, auth=bool(tokens.entries))
     app.add_exception_handler(CompactorError, _on_compactor_error)
