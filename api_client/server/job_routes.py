@@ -31,8 +31,8 @@ _ACCEPTED: dict[int | str, dict[str, Any]] = {
 
 
 def accepted(handle: AsyncJobHandle) -> JSONResponse:
-    body = JobAccepted(job_id=handle.id, coalesced=handle.coalesced)
-    return JSONResponse(body.model_dump(by_alias=True), status_code=202,
+    """202 with a :class:`JobAccepted` body (the document's; written here without the model)."""
+    return JSONResponse({"jobId": handle.id, "coalesced": handle.coalesced}, status_code=202,
                         headers={"Location": f"/v1/jobs/{handle.id}"})
 
 
