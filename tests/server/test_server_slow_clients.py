@@ -1,7 +1,7 @@
-"""Slow clients (docs/security.md "Slow clients"): ``compactor serve``'s protocol closes a
-connection whose head or body does not arrive in time, refuses a head over the bound (400), and
-never cuts a request that has been read. Over real sockets, with uvicorn's httptools protocol
-(what serves when httptools imports) and its h11 one (the fallback)."""
+"""Slow clients (docs/security.md "Slow clients (slowloris)"): ``compactor serve``'s protocol
+closes a connection whose head or body does not arrive in time, refuses a head over the bound
+(400), and never cuts a request that has been read. Over real sockets, with uvicorn's httptools
+protocol (what serves when httptools imports) and its h11 one (the fallback)."""
 
 from __future__ import annotations
 
