@@ -18,7 +18,6 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import cache
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -81,15 +80,18 @@ def short_max_tokens(reserve: int) -> int:
 # --- loading and rendering ---------------------------------------------------------------
 
 
-@cache
 def _installed_root() -> Traversable:
     packaged = resources.files("worker") / "_prompts"
     return packaged if packaged.is_dir() else _REPO_PROMPTS
 
 
+# Where the shipped templates lie, decided at import (the package does not move): finding it
+# through importlib.resources for every template cost more than reading the file.
+_INSTALLED = _installed_root()
+
+
 def _root(summary_format: SummaryFormat | None = None) -> Traversable:
-    root = _installed_root()
-    return root if summary_format is None else root / summary_format
+    return _INSTALLED if summary_format is None else _INSTALLED / summary_format
 
 
 def template_names(summary_format: SummaryFormat | None = None) -> tuple[str, ...]:
@@ -107,26 +109,19 @@ def _text(raw: str) -> str:
     return raw.rstrip()
 
 
-# Templates as loaded, by folder and name: they ship with the code, so a process reads each
-# once (every summary request renders two or three; finding and reading the files each time
-# was a tenth of a small job's CPU). Keyed by the folder, not the format: tests point ``_root``
-# at folders of their own.
-_LOADED: dict[tuple[str, str], Template] = {}
-
-
 def load_template(name: str, summary_format: SummaryFormat | None = None) -> Template:
     root = _root(summary_format)
-    key = (str(root), name)
-    loaded = _LOADED.get(key)
-    if loaded is not None:
-        return loaded
-    if not _NAME.fullmatch(name) or name not in template_names(summary_format):
+    # Read from disk on every render, found by its name (a template is a file
+    # ``<name>.md``: the listing of template_names says the same, at a listing's cost).
+    if not _NAME.fullmatch(name):
         raise PromptTemplateError(f"unknown prompt template {name!r} (in {root})")
-    raw = (root / f"{name}.md").read_text(encoding="utf-8")
+    try:
+        raw = (root / f"{name}.md").read_text(encoding="utf-8")
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        raise PromptTemplateError(f"unknown prompt template {name!r} (in {root})") from None
     template = Template(_text(raw))
     if not template.is_valid():
         raise PromptTemplateError(f"prompt template {name!r} has a malformed placeholder")
-    _LOADED[key] = template
     return template
 
 
