@@ -167,7 +167,7 @@ def test_a_live_stream_sends_keepalives_then_the_jobs_events(http: httpx.Client)
     listener = threading.Thread(target=listen, daemon=True)
     listener.start()
     assert subscribed.wait(10)
-    time.sleep(0.7)  # two keepalives at 0.3 s
+    wait_until(lambda: ": keepalive" in lines, 10, "a keepalive (every 0.3 s here)")
     http.post(f"/v1/sessions/{name}/compact", json={"reason": "manual"})
     listener.join(30)
     assert not listener.is_alive()
