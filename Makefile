@@ -20,8 +20,11 @@ install-test-plugins:
 	rm -rf $(TEST_PLUGINS)
 	$(PY) -m pip install -q --no-deps --target $(TEST_PLUGINS) examples/compactor-example-plugin
 
+# Two processes (pytest-xdist): most tests wait on servers, not on a core; tests/conftest.py
+# runs a module's tests in one process and the modules on shared services one at a time.
+TEST_PROCS ?= 2
 test: install-test-plugins pi omp
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_PROCS) --dist loadfile
 
 # The fast lane: every test that needs no Redis server, broker or worker (under a minute).
 # `integration` marks the others (tests/conftest.py); `make test` and `make check` run all.

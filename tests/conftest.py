@@ -6,10 +6,12 @@ skip when the folder is absent, and fail instead when CI is set.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,6 +61,33 @@ def needs_servers(item: pytest.Item) -> bool:
     return (any(path.is_relative_to(REPO / "tests" / d) for d in INTEGRATION_DIRS)
             or not INTEGRATION_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
             or item.get_closest_marker("integration") is not None)
+
+
+# `make test` runs the suite on two processes (pytest-xdist, `--dist loadfile`: a module's tests
+# stay in one process with its module-scoped Redis, worker and model; most tests wait on servers,
+# not on a core). The modules that use the machine's shared services (RabbitMQ on 5672, Redis on
+# 6379, the README's fixed ports 6380 and 8080, the default metrics port) take one lock, so no
+# two of them run at once.
+SHARED_SERVICES = frozenset({
+    "tests/client/test_client_enqueue_script.py", "tests/client/test_client_refusals.py",
+    "tests/client/test_client_settings_urls.py", "tests/client/test_client_surface.py",
+    "tests/client/test_json_templates.py", "tests/recovery/test_recovery_acl_tls.py",
+    "tests/recovery/test_recovery_liveness.py", "tests/recovery/test_recovery_rabbitmq.py",
+    "tests/recovery/test_recovery_storage.py", "tests/runtime/test_runtime_metrics.py",
+    "tests/server/test_server_readme.py", "tests/test_bpe.py", "tests/test_deploy.py",
+    "tests/test_k8s.py", "tests/test_redaction.py", "tests/test_thin_install.py",
+})
+SHARED_SERVICES_LOCK = Path(tempfile.gettempdir()) / "compactor-tests-shared-services.lock"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _shared_services_one_module_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
+    if request.node.nodeid.split("::")[0] not in SHARED_SERVICES:
+        yield
+        return
+    with SHARED_SERVICES_LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects
