@@ -232,8 +232,9 @@ def apply_draft(layout: KeyLayout, settings: ClientSettings, session_id: str,
     :func:`refuse`); ``clear``: the guard let a request without a draft pass. ``started``
     (``time.perf_counter()`` at the call) stores the measured stall on the record.
 
-    ``then`` (enqueue.lua's call) runs in the same script when there was no draft to apply and
-    the guard let the request pass (``compact_auto.lua``): ``enqueued`` with its reply.
+    ``then`` (enqueue.lua's call: its keys and its one argument) runs in the same script when
+    there was no draft to apply and the guard let the request pass (``compact_auto.lua``):
+    ``enqueued`` with its reply.
     ``agent``: the request's agent settings; a draft planned with others is discarded
     (``settings``) and the normal job runs.
     """
@@ -245,9 +246,8 @@ def apply_draft(layout: KeyLayout, settings: ClientSettings, session_id: str,
     context_window = check_context_window(context_window)
     script, job_id = _call(layout, settings, session_id, why, "apply" if use_draft else "guard",
                            context_window, agent=agent)
-    if then is not None:
-        script = Script("compact_auto", [*script.keys, *then.keys],
-                        [str(len(script.keys)), str(len(script.args)), *script.args, *then.args],
+    if then is not None:  # compact_auto.lua's layout: apply_draft's keys and args, then then's
+        script = Script("compact_auto", [*script.keys, *then.keys], [*script.args, *then.args],
                         then.rescue)
     raw = yield script
     if str(raw[0]) == "enqueued":

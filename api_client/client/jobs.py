@@ -36,6 +36,7 @@ from api_client.contract.keys import INFLIGHT_SPECULATIVE, KeyLayout
 from api_client.contract.redis_flows import (
     AsyncShell,
     Flow,
+    Pipeline,
     Script,
     SyncShell,
     cmd,
@@ -70,7 +71,7 @@ class EnqueueResult:
     state: JobState         # of the job returned (queued for a new one)
     since: str              # last id of the session's event stream when the script ran
     route: Route            # where to send the task (the upgraded route when upgraded)
-    pushed: bool = False    # the enqueue script already pushed the task message
+    pushed: bool = False    # the enqueue script already sent it on (message or inbox)
     tag: int | None = None  # the fair order's tag, when the caller places the message itself
 
     @property
@@ -99,11 +100,16 @@ def enqueue_call(layout: KeyLayout, settings: ClientSettings, session_id: str, k
                  reason: object, instructions: str | None, target_id: str | None,
                  broker_db: int | None = None, context_window: int | None = None,
                  agent: AgentSettings | None = None) -> tuple[list[str], list[str], Route]:
-    """KEYS and ARGV of enqueue.lua for a new job (plain strings: this is the request path).
-    ``agent``: the agent's compaction settings, stored on the record (docs/compaction.md).
+    """KEYS and ARGV of enqueue.lua for a new job: its key layout and its named arguments (one
+    JSON object), both listed in ``lua/_enqueue.lua``. ``agent``: the agent's compaction
+    settings, stored on the record (docs/compaction.md).
 
-    With ``broker_db`` (the broker is this Redis, that database) the script also pushes the
-    Celery message and the task-sent event: enqueue is then one round trip.
+    The script does what lies in this Redis's reach (docs/storage.md "Enqueue"): on one Redis
+    it admits the job, writes it and indexes it; with ``broker_db`` (the broker is this Redis,
+    that database) it also places the Celery message and the task-sent event; with the tenant's
+    inbox it writes the inbox instead. On a Redis Cluster it writes the record only (the other
+    keys lie in other slots: :meth:`JobFlows.enqueue_flow` admits and indexes the job around
+    it).
     """
     job_kind: JobKind = checked_enum(JobKind, kind, "job kind")
     why: CompactReason | None = None
@@ -132,34 +138,34 @@ def enqueue_call(layout: KeyLayout, settings: ClientSettings, session_id: str, k
             fields += [name, str(value)]
     if agent is not None and agent.to_wire():
         fields += ["agent", json.dumps(agent.to_wire(), separators=(",", ":"))]
-    push = None
-    if broker_db is not None:
-        push = task_push(route.task, job_id, route.queue, route.priority, db=broker_db,
-                         sent_event=settings.send_sent_event, prefix=layout.broker)
     # A speculative compaction flies apart: a real one must never coalesce into it.
     slot = INFLIGHT_SPECULATIVE if why is CompactReason.SPECULATIVE else job_kind.value
     keys = [skeys.inflight(slot), record_prefix + job_id.rpartition(":")[2],
             skeys.events, skeys.header, skeys.entries]
-    # With the broker in this (single, non-Cluster) Redis the script indexes, admits and places
-    # the job itself (one round trip); otherwise the caller does, with commands of its own.
-    tail = ["", "", "", "", "", ""]  # policy, queue list, jobs due, quota, usage: none
-    if push is None and settings.tenant_inbox:
-        # Into the tenant's inbox (ARGV 13 and 17), in the script: the workers admit it.
-        tenant = layout.resolve(session_id)[0]
-        tail = [str(int(time.time() * 1000)), "", "", layout.tenant_inbox(tenant), "", ""]
-    if push is not None:
+    named: dict[str, Any] = {
+        "job": job_id, "records": record_prefix, "priority": route.priority,
+        "queue": route.queue, "reason": why.value if why else "", "target": target_id or "",
+        "instructions": instructions or "", "ttl": settings.job_pending_ttl_s,
+        "retention": settings.session_ttl_s, "fields": fields,
+    }
+    if settings.tenant_inbox:
+        if not settings.redis_cluster:  # (else the inbox lies in another slot)
+            named["inbox"] = int(time.time() * 1000)
+            keys.append(layout.tenant_inbox(layout.resolve(session_id)[0]))
+    elif not settings.redis_cluster:
         admitted = admission(layout, settings, session_id, job_kind, why, route,
                              context_window=window)
         queued, quota, usage = admitted.keys
-        keys += [queued, *admitted.fair_index]
-        tail = [str(due_ms(settings)), admitted.policy, push.queue_key, layout.jobs_due, quota,
-                usage]
-    args = [job_id, record_prefix, str(route.priority), route.queue, why.value if why else "",
-            target_id or "", str(settings.job_pending_ttl_s), str(settings.job_pending_ttl_s),
-            instructions or "", push.message if push else "", push.channel if push else "",
-            push.event if push else "", tail[0], str(settings.session_ttl_s), *tail[1:],
-            *fields]
-    return keys, args, route
+        keys.append(queued)
+        named["admit"] = {"policy": admitted.policy, "quota": quota, "usage": usage}
+        named["due"] = {"key": layout.jobs_due, "at": due_ms(settings)}
+        if broker_db is not None:
+            push = task_push(route.task, job_id, route.queue, route.priority, db=broker_db,
+                             sent_event=settings.send_sent_event, prefix=layout.broker)
+            keys += admitted.fair_index
+            named["push"] = {"list": push.queue_key, "message": push.message,
+                             "channel": push.channel, "event": push.event}
+    return keys, [json.dumps(named, ensure_ascii=False, separators=(",", ":"))], route
 
 
 def check_instructions(instructions: str, session_id: str, settings: ClientSettings) -> None:
@@ -196,6 +202,8 @@ def check_context_window(value: object) -> int | None:
 
 
 def parse_enqueue(reply: Sequence[Any], route: Route, pushed: bool = False) -> EnqueueResult:
+    """enqueue.lua's reply; ``pushed``: the script sent the job on (its message, or the tenant's
+    inbox)."""
     outcome, job_id, state, since = (str(x) for x in reply[:4])
     if outcome == "conflict":
         what = "a branch summary to another target" if reply[4] == "target" else (
@@ -203,8 +211,9 @@ def parse_enqueue(reply: Sequence[Any], route: Route, pushed: bool = False) -> E
         raise JobConflictError(
             f"job {job_id} of this kind is {state} for the session with {what}; cancel it or "
             "wait for it before asking again", job_id=job_id)
+    tag = int(reply[4]) if outcome == "created" and len(reply) > 4 else None
     return EnqueueResult(job_id, outcome, JobState(state), since, route,
-                         pushed=pushed and outcome == "created")
+                         pushed=pushed and outcome == "created", tag=tag)
 
 
 class JobFlows:
@@ -219,25 +228,50 @@ class JobFlows:
                      target_id: str | None, broker_db: int | None = None,
                      context_window: int | None = None,
                      agent: AgentSettings | None = None) -> Flow[EnqueueResult]:
+        """One enqueue.lua call on one Redis (see :func:`enqueue_call`); on a Redis Cluster the
+        jobs-due index and the admission (other slots) around it."""
         call = self.enqueue_script(session_id, kind, reason, instructions, target_id, broker_db,
                                    context_window, agent)
-        job_id, indexed = str(call.script.args[0]), broker_db is not None
-        if self.settings.tenant_inbox and not indexed:
-            # The script put it in the tenant's inbox; the workers index, admit and send it.
-            return parse_enqueue((yield call.script), call.route)
-        if not indexed:
-            # Indexed before the record exists: a client that dies between the two leaves a job
-            # the workers' sweep still finds (an entry without a record is simply dropped).
-            yield cmd("zadd", self.layout.jobs_due, {job_id: due_ms(self.settings)}, nx=True)
-            tag = yield from self.admit_flow(session_id, kind, reason, job_id, call.route,
-                                             context_window=context_window)
+        if not self.settings.redis_cluster:
+            return self.enqueued((yield call.script), call.route, broker_db)
+        return (yield from self._cluster_enqueue(session_id, kind, reason, call,
+                                                 context_window))
+
+    def enqueued(self, reply: Sequence[Any], route: Route,
+                 broker_db: int | None) -> EnqueueResult:
+        """enqueue.lua's reply on one Redis, where the script sent the job on itself when the
+        broker is this Redis (``broker_db``: a new job's message) or with the tenant's inbox (a
+        new or upgraded job's id)."""
+        result = parse_enqueue(reply, route, pushed=broker_db is not None)
+        if self.settings.tenant_inbox and result.outcome != "coalesced":
+            return replace(result, pushed=True)
+        return result
+
+    def _cluster_enqueue(self, session_id: str, kind: JobKind | str,
+                         reason: CompactReason | str | None, call: EnqueueCall,
+                         context_window: int | None) -> Flow[EnqueueResult]:
+        """On a Redis Cluster enqueue.lua writes the session's keys only: the jobs-due index,
+        the tenant's admission and its inbox lie in other slots, each written by a command of
+        its own here."""
+        job_id = json.loads(call.script.args[0])["job"]
+        if self.settings.tenant_inbox:  # the workers index, admit and send it
+            result = parse_enqueue((yield call.script), call.route)
+            if result.outcome in ("created", "upgraded"):
+                inbox = self.layout.tenant_inbox(self.layout.resolve(session_id)[0])
+                yield Pipeline((cmd("zadd", inbox, {result.job_id: int(time.time() * 1000)}),
+                                cmd("publish", inbox, result.job_id)), transaction=False)
+            return replace(result, pushed=result.outcome != "coalesced")
+        # Indexed before the record exists: a client that dies between the two leaves a job
+        # the workers' sweep still finds (an entry without a record is simply dropped).
+        yield cmd("zadd", self.layout.jobs_due, {job_id: due_ms(self.settings)}, nx=True)
+        tag = yield from self.admit_flow(session_id, kind, reason, job_id, call.route,
+                                         context_window=context_window)
         reply = yield call.script
-        if not indexed and str(reply[0]) != "created":
-            yield cmd("zrem", self.layout.jobs_due, job_id)
-            yield cmd("zrem", self._queued(session_id), job_id)
-            yield release(self.layout, job_id)  # what its admission reserved
-        result = parse_enqueue(reply, call.route, indexed)
-        return result if indexed else replace(result, tag=tag)
+        if str(reply[0]) != "created":  # not this job: its index entries and reservation go
+            yield Pipeline((cmd("zrem", self.layout.jobs_due, job_id),
+                            cmd("zrem", self._queued(session_id), job_id),
+                            release(self.layout, job_id)), transaction=False)
+        return replace(parse_enqueue(reply, call.route), tag=tag)
 
     def admit_flow(self, session_id: str, kind: JobKind | str,
                    reason: CompactReason | str | None, job_id: str, route: Route,
@@ -263,8 +297,8 @@ class JobFlows:
                        target_id: str | None, broker_db: int | None = None,
                        context_window: int | None = None,
                        agent: AgentSettings | None = None) -> EnqueueCall:
-        """enqueue.lua's call for a new job (``broker_db``: the script pushes its task and
-        indexes it too)."""
+        """enqueue.lua's call for a new job (``broker_db``: the broker is this Redis, that
+        database: the script places the task message too)."""
         keys, args, route = enqueue_call(self.layout, self.settings, session_id, kind, reason,
                                          instructions, target_id, broker_db, context_window,
                                          agent)

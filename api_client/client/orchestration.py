@@ -3,10 +3,12 @@ one is valid), observe, warm. :class:`~api_client.client.sync_client.CompactionC
 :class:`~api_client.client.async_client.AsyncCompactionClient` only run these flows on their
 transport and wrap the jobs they name in handles.
 
-Enqueue is one Lua call: it writes the record and single-flight key and, when the broker is
-the sessions' Redis, pushes the Celery task message (whose only argument is the job id); a
-separate Redis broker gets it in one pipeline, RabbitMQ through kombu. With Redis or the broker
-down the client raises :class:`BrokerUnavailableError` within ``enqueue_timeout_s``.
+Enqueue is one Lua call per broker kind (docs/storage.md "Enqueue"): on one Redis it admits,
+records and indexes the job and, when the broker is that Redis, places the Celery task message
+(whose only argument is the job id); a Redis broker of its own then gets the message in its
+fair place (``place.lua``), RabbitMQ through kombu. A tenant on its own ACL user writes its
+inbox in the same script. With Redis or the broker down the client raises
+:class:`BrokerUnavailableError` within ``enqueue_timeout_s``.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from api_client.client.draft_apply import (
     refuse,
     uses_draft,
 )
-from api_client.client.jobs import EnqueueResult, JobFlows, parse_enqueue
+from api_client.client.jobs import EnqueueResult, JobFlows
 from api_client.client.speculation import agent_view, look, near, next_step
 from api_client.client.summaries import SummaryInput, summary_record
 from api_client.client.thresholds import should_compact
@@ -117,7 +119,7 @@ class Orchestration:
 
     def compact(self, session_id: str, request: Request) -> ClientFlow[JobRef]:
         """Threshold/overflow first try the loop guard and a valid draft (with the enqueue in
-        the same script when the broker is this Redis); else a plain enqueue."""
+        the same script on one Redis); else a plain enqueue."""
         tried = yield from self._attempt(session_id, request, time.perf_counter())
         if tried.finished is not None:
             if tried.from_draft:
@@ -235,9 +237,9 @@ class Orchestration:
         if request.reason not in GUARDED:
             return _Tried()
         reason, db = CompactReason(request.reason), self.broker.inline_db
-        # Combined only when the script can index the job itself (the broker is this Redis):
-        # else the due index lies in another Cluster slot; the caller then enqueues alone.
-        job = None if db is None else self.jobs.enqueue_script(
+        # Combined on one Redis, where the enqueue script admits and indexes the job itself; on
+        # a Cluster those keys lie in other slots, and the caller enqueues alone.
+        job = None if self.settings.redis_cluster else self.jobs.enqueue_script(
             session_id, JobKind.COMPACT, reason, request.instructions, None, db,
             request.context_window, request.agent)
         outcome: DraftOutcome = yield from apply_draft(
@@ -246,7 +248,7 @@ class Orchestration:
             context_window=request.context_window, started=started,
             then=None if job is None else job.script, agent=request.agent)
         if job is not None and outcome.status == "enqueued" and outcome.enqueue_reply:
-            return _Tried(enqueued=parse_enqueue(outcome.enqueue_reply, job.route, pushed=True))
+            return _Tried(enqueued=self.jobs.enqueued(outcome.enqueue_reply, job.route, db))
         if outcome.status == "guarded" and outcome.guard_count is not None:
             job_id = yield from refuse(self.layout, self.settings, session_id, reason,
                                        outcome.guard_count, request.context_window,
@@ -273,7 +275,7 @@ class Orchestration:
             return
         if self.broker.name == "inbox":
             # The tenant's inbox and its channel (docs/tenants.md): a worker admits the job
-            # (quotas, fair order) and sends it; an upgraded job is looked at again.
+            # (quotas, fair order) and sends it. (A compaction's enqueue script writes it.)
             inbox = self.layout.tenant_inbox(self.settings.tenant)
             yield Pipeline((cmd("zadd", inbox, {job_id: int(time.time() * 1000)}),
                             cmd("publish", inbox, job_id)), transaction=False)

@@ -1,11 +1,12 @@
 """A tenant's admission of a new job: its quotas and its place in the fair order across
 tenants (``lua/_admit.lua`` does both in one step; docs/tenants.md).
 
-When the broker is the sessions' Redis the enqueue script admits the job and places its task
-message in the fair order itself (one round trip). Otherwise ``admit.lua`` runs on the tenant's
-keys first (the quotas hold; the message goes to the end of its queue, first come first
-served); a job that then coalesces into one already queued leaves the tenant's queue again (as
-``jobs_due`` does).
+On one Redis the enqueue script admits the job itself, after its single-flight check (a job that
+coalesces is never admitted), and places its task message in the fair order when the broker is
+that Redis; a Redis broker of its own gets the message at the tag the script returns
+(``place.lua``), RabbitMQ in arrival order. On a Redis Cluster the tenant's keys lie in another
+slot than the session's: ``admit.lua`` runs first, and a job that then coalesces into one
+already queued leaves the tenant's queue again (as ``jobs_due`` does).
 """
 
 from __future__ import annotations

@@ -85,12 +85,13 @@ def test_plan_key_says_whether_two_plans_are_alike(a: Any, b: Any, same: bool) -
 
 def test_enqueue_writes_the_settings_on_the_record() -> None:
     agent = AgentSettings(keep_recent_tokens=3_000)
-    _, args, _ = enqueue_call(LAYOUT, SETTINGS, "s1", "compact", "manual", None, None,
-                              agent=agent)
-    at = args.index("agent")
-    assert json.loads(args[at + 1]) == {"keepRecentTokens": 3_000}
-    _, args, _ = enqueue_call(LAYOUT, SETTINGS, "s1", "compact", "manual", None, None)
-    assert "agent" not in args
+    _, (named,), _ = enqueue_call(LAYOUT, SETTINGS, "s1", "compact", "manual", None, None,
+                                  agent=agent)
+    fields = json.loads(named)["fields"]  # the record's field/value pairs
+    at = fields.index("agent")
+    assert json.loads(fields[at + 1]) == {"keepRecentTokens": 3_000}
+    _, (named,), _ = enqueue_call(LAYOUT, SETTINGS, "s1", "compact", "manual", None, None)
+    assert "agent" not in json.loads(named)["fields"]
 
 
 @pytest.mark.parametrize(("window", "reserve", "fit", "above"), [

@@ -1,6 +1,8 @@
 -- A tenant's admission of a new job and its place in the fair order (docs/tenants.md).
--- Included by _enqueue.lua (the broker is this Redis: one round trip) and admit.lua (run on its
--- own before the enqueue otherwise). Every key it takes is the tenant's: one Cluster slot.
+-- Included by _enqueue.lua (one Redis: in the enqueue script), admit.lua (run on its own before
+-- the enqueue on a Redis Cluster) and inbox_admit.lua. Every key it takes is the tenant's: one
+-- Cluster slot; the reservations and the stored-bytes count are named after the quota key (its
+-- siblings `<...>:reserved` and `<...>:bytes`: the one rule for its keys outside KEYS).
 -- A helper: its functions read no KEYS or ARGV; the including script passes them its own.
 --
 -- admit(queued, quota, usage, policy, job_id)

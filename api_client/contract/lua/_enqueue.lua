@@ -1,62 +1,83 @@
--- The body of enqueue.lua as a function of its KEYS and ARGV (included by enqueue and
--- compact_auto). What it does, its KEYS, ARGV and replies:
--- Create a job record unless a job of the same kind is already queued or running for the
--- session (single-flight), and push its Celery task message when the broker is this Redis.
--- KEYS: 1 inflight key (session, kind), 2 new record key, 3 session event stream,
---       4 session header, 5 session entries, 6-8 the tenant's queued jobs and the queue list's
---       fair index, tags and messages (only with ARGV[15]; given only when this Redis is no
---       Cluster)
--- ARGV: 1 new job id, 2 record key prefix (+ token = a record key), 3 priority (lower = sooner),
---       4 queue, 5 reason, 6 target id ('' = none), 7 inflight TTL s, 8 pending record TTL s,
---       9 instructions ('' = none), 10 task message to LPUSH ('' = the caller publishes),
---       11 event channel, 12 task-sent event to PUBLISH ('' = none),
---       13 when the sweep looks at the new job (Unix ms; '' = the caller indexes it),
---       14 the session's retention in s (0 = forever; needs _retention), 15 the tenant's admission
---       policy ('' = the caller admitted the job; needs _admit), 16 the broker's queue list
---       (with ARGV[10]), 17 the jobs-due index (with ARGV[13]), 18 the tenant's quota and 19
---       today's usage (with ARGV[15]), 20.. record field pairs
--- The keys of ARGV 16-19 are not declared: Redis checks a script's declared keys for reading
--- and writing both, and a tenant's ACL user may only write the broker's lists and the jobs-due
--- index and only read its quota and usage (docs/tenants.md); each command is checked.
+-- The body of enqueue.lua as a function (included by enqueue and compact_auto; needs _retention,
+-- _admit and _place). Creates a job record unless a job of the same kind is already queued or
+-- running for the session (single flight). Everything the job needs that lies in this Redis's
+-- reach is done here, in one step (docs/storage.md "Enqueue"): the tenant's admission, the
+-- record, the jobs-due index and, with the broker in this Redis, the task message in its fair
+-- place; with the tenant's inbox, the inbox and its announcement.
+--
+-- enqueue(K, a): K the KEYS in this layout, a the named arguments (one JSON object: ARGV[1] of
+-- enqueue.lua, decoded):
+-- K: 1 the session's single-flight key of the job's kind, 2 the new record, 3 the session's
+--    event stream, 4 its header, 5 its entries; then
+--    with a.admit: 6 the tenant's queued jobs, and with a.push too: 7-8 the queue list's fair
+--    index (tags, messages);
+--    with a.inbox: 6 the tenant's inbox (also its announcement channel).
+--    On a Redis Cluster only 1-5 are given (the others lie in other slots): the caller admits
+--    and indexes the job with commands of its own.
+-- a: job (the new job's id), records (record key prefix: + token = a record key), priority
+--    (lower = sooner), queue, reason, target (a branch summary's entry id, '' = none),
+--    instructions ('' = none), ttl (s: the single-flight key and a queued record), retention
+--    (the session's, s; 0 = forever), fields (the record's field/value pairs, one flat array),
+--    and what applies of:
+--    admit = {policy, quota, usage}: the tenant's admission (_admit.lua),
+--    due = {key, at}: the jobs-due index and when the sweep looks at the job (Unix ms),
+--    push = {list, message, channel, event}: LPUSH/place message on the broker's list, then
+--      PUBLISH event ('' = none) to channel (the task-sent event),
+--    inbox = at (Unix ms): ZADD the job to the inbox (K[6]) and PUBLISH its id there.
+-- The one rule for keys not in K: the keys a tenant's ACL user may hold read-only (admit.quota,
+-- admit.usage) or write-only (due.key, push.list) are named in the argument that uses them,
+-- because Redis checks a script's declared keys for reading and writing both
+-- (docs/tenants.md); _admit.lua derives the quota's siblings from its name. Each command is
+-- still checked against the caller's ACL.
 -- Errors: COMPACTOR_NOSESSION (no header), COMPACTOR_NOENTRY <id> (target not in the session),
---         COMPACTOR_QUOTA <quota> <limit> <value> (the tenant is over a quota: see _admit.lua)
+--         COMPACTOR_QUOTA <quota> <limit> <value> (over a quota: see _admit.lua; nothing
+--         written)
 -- Returns {outcome, job id, state, last event id of the session stream ('0-0' when empty),
---          why (conflicts only)}
+--          then the fair tag (created with a.admit and no a.push: the caller places the
+--          message) or why (conflicts only: 'target' | 'instructions')}
 --   outcome: created | coalesced | upgraded (re-send at the new priority) | conflict
 --   A queued job without instructions takes the request's instructions (coalesced); other
 --   instructions, or any instructions for a running job, are a conflict, never dropped.
-local function enqueue(KEYS, ARGV)
+local function announce(inbox, at, job_id)
+  redis.call('ZADD', inbox, at, job_id)
+  redis.call('PUBLISH', inbox, job_id)
+end
+
+local function enqueue(K, a)
   local function last_event_id()
-    local last = redis.call('XREVRANGE', KEYS[3], '+', '-', 'COUNT', 1)
+    local last = redis.call('XREVRANGE', K[3], '+', '-', 'COUNT', 1)
     if #last == 0 then
       return '0-0'
     end
     return last[1][1]
   end
-  if redis.call('EXISTS', KEYS[4]) == 0 then
+  if redis.call('EXISTS', K[4]) == 0 then
     return redis.error_reply('COMPACTOR_NOSESSION')
   end
-  if ARGV[6] ~= '' and redis.call('HEXISTS', KEYS[5], ARGV[6]) == 0 then
-    return redis.error_reply('COMPACTOR_NOENTRY ' .. ARGV[6])
+  if a.target ~= '' and redis.call('HEXISTS', K[5], a.target) == 0 then
+    return redis.error_reply('COMPACTOR_NOENTRY ' .. a.target)
   end
-  local current = redis.call('GET', KEYS[1])
+  local current = redis.call('GET', K[1])
   if current then
     local token = string.match(current, ':(%x+)$')
-    local record = ARGV[2] .. (token or '')
+    local record = a.records .. (token or '')
     local f = redis.call('HMGET', record, 'state', 'priority', 'targetId', 'instructions')
     if f[1] == 'queued' or f[1] == 'running' then
-      if (f[3] or '') ~= ARGV[6] then
+      if (f[3] or '') ~= a.target then
         return {'conflict', current, f[1], last_event_id(), 'target'}
       end
       local held = f[4] or ''
-      if ARGV[9] ~= '' and ARGV[9] ~= held then
+      if a.instructions ~= '' and a.instructions ~= held then
         if f[1] ~= 'queued' or held ~= '' then
           return {'conflict', current, f[1], last_event_id(), 'instructions'}
         end
-        redis.call('HSET', record, 'instructions', ARGV[9])
+        redis.call('HSET', record, 'instructions', a.instructions)
       end
-      if f[1] == 'queued' and tonumber(ARGV[3]) < tonumber(f[2]) then
-        redis.call('HSET', record, 'priority', ARGV[3], 'queue', ARGV[4], 'reason', ARGV[5])
+      if f[1] == 'queued' and a.priority < tonumber(f[2]) then
+        redis.call('HSET', record, 'priority', a.priority, 'queue', a.queue, 'reason', a.reason)
+        if a.inbox then  -- the workers look at it again, at its new priority
+          announce(K[6], a.inbox, current)
+        end
         return {'upgraded', current, f[1], last_event_id()}
       end
       -- Only the job record changed (it keeps its own TTL): the session's keys are untouched.
@@ -64,29 +85,35 @@ local function enqueue(KEYS, ARGV)
     end
   end
   local tag = nil
-  if ARGV[15] ~= '' then
-    tag = admit(KEYS[6], ARGV[18], ARGV[19], ARGV[15], ARGV[1])
+  if a.admit then
+    tag = admit(K[6], a.admit.quota, a.admit.usage, a.admit.policy, a.job)
     if type(tag) == 'table' then
       return tag
     end
   end
-  redis.call('HSET', KEYS[2], unpack(ARGV, 20))
-  redis.call('EXPIRE', KEYS[2], ARGV[8])
-  redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[7])
-  if ARGV[13] ~= '' then
-    redis.call('ZADD', ARGV[17], 'NX', ARGV[13], ARGV[1])
+  redis.call('HSET', K[2], unpack(a.fields))
+  redis.call('EXPIRE', K[2], a.ttl)
+  redis.call('SET', K[1], a.job, 'EX', a.ttl)
+  if a.due then
+    redis.call('ZADD', a.due.key, 'NX', a.due.at, a.job)
   end
-  if ARGV[10] ~= '' then
+  local placed = a.push
+  if placed then
     if tag then
-      place(ARGV[16], KEYS[7], KEYS[8], tag, ARGV[1], ARGV[10], ARGV[8])
+      place(placed.list, K[7], K[8], tag, a.job, placed.message, a.ttl)
     else
-      redis.call('LPUSH', ARGV[16], ARGV[10])
+      redis.call('LPUSH', placed.list, placed.message)
     end
-    if ARGV[12] ~= '' then
-      redis.call('PUBLISH', ARGV[11], ARGV[12])
+    if placed.event ~= '' then
+      redis.call('PUBLISH', placed.channel, placed.event)
     end
+  elseif a.inbox then
+    announce(K[6], a.inbox, a.job)
   end
   -- The session's only key written: the slot, whose TTL was just set.
-  retain_keys(KEYS[4], ARGV[14], {{KEYS[1], tonumber(ARGV[7]) * 1000}})
-  return {'created', ARGV[1], 'queued', last_event_id()}
+  retain_keys(K[4], a.retention, {{K[1], a.ttl * 1000}})
+  if tag and not placed then
+    return {'created', a.job, 'queued', last_event_id(), tag}
+  end
+  return {'created', a.job, 'queued', last_event_id()}
 end

@@ -2,21 +2,19 @@
 -- An automatic (threshold/overflow) compaction in one round trip: the loop guard and the draft
 -- (_apply_draft.lua), then, when no draft was there (or the request may not use one) and the
 -- guard let it pass, the enqueue (_enqueue.lua) in the same script.
--- KEYS: apply_draft's ARGV[1] keys, then enqueue's keys.
--- ARGV: 1 number of apply_draft keys, 2 number of apply_draft args, then apply_draft's args,
---       then enqueue's.
+-- KEYS: 1-10 apply_draft's (see _apply_draft.lua), 11.. enqueue()'s K (see _enqueue.lua)
+-- ARGV: 1-18 apply_draft's, 19 enqueue()'s named arguments, one JSON object
 -- Returns apply_draft's reply ('applied', 'guarded', or 'discarded' with a cause other than
 -- 'nodraft': the caller notes the discard, then enqueues), or {'enqueued', enqueue's reply...},
 -- or enqueue's error reply.
-local nkeys, nargs = tonumber(ARGV[1]), tonumber(ARGV[2])
--- unpack copies in C: a Lua loop over the arguments was a visible share of the call.
-local draft_keys, job_keys = {unpack(KEYS, 1, nkeys)}, {unpack(KEYS, nkeys + 1)}
-local draft_args, job_args = {unpack(ARGV, 3, nargs + 2)}, {unpack(ARGV, nargs + 3)}
-local tried = apply_draft(draft_keys, draft_args)
+local DRAFT_KEYS, DRAFT_ARGS = 10, 18
+-- apply_draft reads only its own KEYS[1-10] and ARGV[1-18]: it is given both tables as they are.
+local tried = apply_draft(KEYS, ARGV)
 if not (tried[1] == 'clear' or (tried[1] == 'discarded' and tried[2] == 'nodraft')) then
   return tried
 end
-local enqueued = enqueue(job_keys, job_args)
+-- unpack copies in C: the enqueue's keys are the few after apply_draft's.
+local enqueued = enqueue({unpack(KEYS, DRAFT_KEYS + 1)}, cjson.decode(ARGV[DRAFT_ARGS + 1]))
 if enqueued.err then
   return enqueued
 end

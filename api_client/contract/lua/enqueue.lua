@@ -1,3 +1,5 @@
 -- include: _retention _admit _place _enqueue
--- See _enqueue.lua. KEYS and ARGV: enqueue()'s, listed there.
-return enqueue(KEYS, ARGV)
+-- A new job, in one step: see _enqueue.lua (its key layout and named arguments).
+-- KEYS: enqueue()'s K
+-- ARGV: 1 enqueue()'s named arguments, one JSON object
+return enqueue(KEYS, cjson.decode(ARGV[1]))
