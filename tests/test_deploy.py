@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 import yaml
 
+from api_client.contract.settings import ClientSettings
 from api_client.server.settings import ServerSettings
 from helpers.ci import missing
-from worker.settings import WorkerSettings
+from worker.settings import SETTING_NAMES, WorkerSettings
 
 REPO = Path(__file__).resolve().parents[1]
 COMPOSE = REPO / "docker-compose.yml"
@@ -31,7 +32,7 @@ COMPACTOR_SERVICES = ("worker", "flower", "api")
 
 
 def _setting_names() -> set[str]:
-    fields = set(WorkerSettings.model_fields) | set(ServerSettings.model_fields)
+    fields = SETTING_NAMES | set(ServerSettings.model_fields)
     return {f"COMPACTOR_{name.upper()}" for name in fields}
 
 
@@ -213,7 +214,7 @@ def _secret_names() -> set[str]:
     def secret(annotation: object) -> bool:
         return annotation is SecretStr or SecretStr in getattr(annotation, "__args__", ())
 
-    names = {f"COMPACTOR_{n.upper()}" for cls in (WorkerSettings, ServerSettings)
+    names = {f"COMPACTOR_{n.upper()}" for cls in (WorkerSettings, ClientSettings, ServerSettings)
              for n, f in cls.model_fields.items() if secret(f.annotation)}
     names |= {f"COMPACTOR_HOOKS_{n.upper()}" for n, f in HookSettings.model_fields.items()
               if secret(f.annotation)}

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from api_client.contract.errors import ConfigurationError
+from api_client.contract.settings import ClientSettings
 from api_client.contract.wire import (
     QUEUES,
     CompactReason,
@@ -27,7 +28,7 @@ from api_client.contract.wire import (
     redis_transport_options,
     route_for,
 )
-from worker.settings import WorkerSettings, check_startup
+from worker.settings import SETTING_NAMES, WorkerSettings, check_startup
 
 REPO = Path(__file__).resolve().parents[1]
 K8S = REPO / "deploy" / "k8s"
@@ -159,7 +160,7 @@ def test_worker_probes_and_metrics_use_the_metrics_endpoint(directory: Path) -> 
 def test_every_setting_is_real_and_keys_come_from_secrets(directory: Path, tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     objs = render(directory)
-    known = {f"COMPACTOR_{name.upper()}" for name in WorkerSettings.model_fields}
+    known = {f"COMPACTOR_{name.upper()}" for name in SETTING_NAMES}
     assert set(config(objs)) <= known
     monkeypatch.chdir(tmp_path)
     for name, value in config(objs).items():
@@ -373,7 +374,7 @@ BROKER = {"redis-broker": "redis", "rabbitmq-broker": "rabbitmq"}
 
 def _redis_lists() -> set[str]:
     """Every Redis list a job can land in: kombu's ``<prefix><queue><sep><step>`` per route."""
-    options = redis_transport_options(WorkerSettings.model_fields["key_prefix"].default)
+    options = redis_transport_options(ClientSettings.model_fields["key_prefix"].default)
     steps, sep, prefix = options["priority_steps"], options["sep"], options["global_keyprefix"]
     routes = {route_for(JobKind.COMPACT, reason) for reason in CompactReason}
     routes |= {route_for(kind) for kind in JobKind if kind is not JobKind.COMPACT}

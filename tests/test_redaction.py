@@ -99,7 +99,7 @@ def test_settings_reprs_carry_no_password() -> None:
     for text in (repr(settings), str(settings), repr(settings.hooks), repr(settings.models[0])):
         assert PW not in text
     assert "redis_url='redis://***@h:6379/0'" in repr(settings)
-    assert settings.redis_url == f"redis://user:{PW}@h:6379/0"  # the value itself is intact
+    assert settings.client.redis_url == f"redis://user:{PW}@h:6379/0"  # the value itself is intact
     assert PW not in settings.models[0].cooldown_key  # part of a Redis key name
 
 

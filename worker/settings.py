@@ -1,11 +1,16 @@
-"""Worker settings: the client's (same Redis, keys, TTLs) plus the runtime, model and hook knobs.
+"""Worker settings: the runtime, model and hook knobs, with the client's settings (same Redis,
+keys, TTLs) under ``settings.client``.
 
 Environment variables use the prefix ``COMPACTOR_`` (``COMPACTOR_JOB_DEADLINE_S=120``); a
 ``.env`` file in the working directory is read too. The model layer's settings
 (``COMPACTOR_MODELS``, ``COMPACTOR_LLM_*``) are inherited from
 :class:`worker.llm.settings.LlmSettings` so ``build_summarizer(settings)`` takes these settings as
-they are; hook settings keep their own prefix (``COMPACTOR_HOOKS_*``) and live under
-``settings.hooks``.
+they are. The client's (``COMPACTOR_REDIS_URL``, ``COMPACTOR_KEY_PREFIX``, ...) are read from the
+same environment into one :class:`~api_client.contract.settings.ClientSettings`,
+``settings.client``: the worker reads the few it needs there, and hands that object to the
+contract's code that takes a client's settings (there, as here, an empty variable counts as
+unset: docker compose passes ``${VAR:-}`` through as ""). Hook settings keep their own prefix
+(``COMPACTOR_HOOKS_*``) and live under ``settings.hooks``.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import os
 import socket
 from collections.abc import Mapping
 from ipaddress import IPv4Address
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, IPvAnyAddress, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
@@ -25,10 +30,16 @@ from api_client.contract.settings import ClientSettings
 from worker.hooks.settings import HookSettings
 from worker.llm.settings import LlmSettings
 
-__all__ = ["Pool", "WorkerSettings", "check_startup"]
+__all__ = ["CLIENT_FIELDS", "SETTING_NAMES", "Pool", "WorkerSettings", "check_startup",
+           "client_settings"]
 
 Pool = Literal["threads", "prefork"]
 TokenizerName = Literal["tiktoken", "estimate"]
+
+
+# The client's settings a worker may be given by name (``WorkerSettings(redis_url=...)``, the
+# CLI's ``--redis-url``): they go to ``settings.client``.
+CLIENT_FIELDS = frozenset(ClientSettings.model_fields)
 
 
 def _hook_settings() -> HookSettings:
@@ -36,12 +47,29 @@ def _hook_settings() -> HookSettings:
     return HookSettings(_env_file=".env")  # type: ignore[call-arg]
 
 
-class WorkerSettings(LlmSettings, ClientSettings):
+def client_settings(**values: Any) -> ClientSettings:
+    """The client's settings as a worker reads them: ``values`` over the environment and
+    ``.env``, an empty variable counting as unset (as for every worker setting)."""
+    return ClientSettings(_env_ignore_empty=True, **values)  # type: ignore[call-arg]
+
+
+class WorkerSettings(LlmSettings):
     # Empty variables count as unset (docker compose passes ``${VAR:-}`` through as "").
+    # hide_input_in_errors: an error would quote a rejected value, which may hold a secret.
     model_config = SettingsConfigDict(
         env_prefix="COMPACTOR_", env_file=".env", env_file_encoding="utf-8", extra="ignore",
-        env_ignore_empty=True,
+        env_ignore_empty=True, hide_input_in_errors=True,
     )
+
+    def __init__(self, **values: Any) -> None:
+        # Client settings given by name build ``client`` (read from the environment otherwise);
+        # a bad one raises the client's own ValidationError, located by the variable's name.
+        given = {name: values.pop(name) for name in CLIENT_FIELDS & values.keys()}
+        if "client" not in values:
+            values["client"] = client_settings(**given)
+        elif given:
+            raise TypeError(f"give {sorted(given)} in client=, not beside it")
+        super().__init__(**values)
 
     # -- deadlines and redelivery ---------------------------------------------------------------
     # The longest one job may run; checked between steps and through the summarizer's cancel
@@ -103,6 +131,8 @@ class WorkerSettings(LlmSettings, ClientSettings):
     # chooses that summarizer explicitly. Off by default: local runs and tests need no model.
     require_models: bool = False
 
+    # The client's settings (the same COMPACTOR_ variables mean the same on both sides).
+    client: ClientSettings = Field(default_factory=client_settings)
     hooks: HookSettings = Field(default_factory=_hook_settings)
 
     @field_validator("metrics_tenants")
@@ -118,7 +148,7 @@ class WorkerSettings(LlmSettings, ClientSettings):
         # The model circuit breaker's keys sit under the key prefix like every other key (one
         # ACL pattern covers them), unless COMPACTOR_LLM_COOLDOWN_PREFIX puts them elsewhere.
         if "llm_cooldown_prefix" not in self.model_fields_set:
-            self.llm_cooldown_prefix = KeyLayout(self.key_prefix).llm
+            self.llm_cooldown_prefix = KeyLayout(self.client.key_prefix).llm
         return self
 
     @property
@@ -129,6 +159,11 @@ class WorkerSettings(LlmSettings, ClientSettings):
     def worker_id(self) -> str:
         """Lease owner id: unique per process (a restarted worker never inherits a lease)."""
         return self.worker_name or f"{socket.gethostname()}:{os.getpid()}"
+
+
+# Every worker setting by name, the client's included: ``COMPACTOR_<NAME>`` sets each (``client``
+# groups the client's, it is no variable of its own).
+SETTING_NAMES = (frozenset(WorkerSettings.model_fields) - {"client"}) | CLIENT_FIELDS
 
 
 def check_startup(settings: WorkerSettings, environ: Mapping[str, str] | None = None, *,

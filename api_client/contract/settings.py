@@ -1,7 +1,7 @@
 """Client settings (pydantic-settings, env prefix ``COMPACTOR_``, ``.env`` read when present).
 
-The worker's ``WorkerSettings`` subclasses :class:`ClientSettings`, so every field here means the
-same on both sides. ``COMPACTOR_REDIS_URL`` serves sessions, broker and results unless
+The worker's ``WorkerSettings`` holds one :class:`ClientSettings` (``settings.client``, read
+from the same variables), so every field here means the same on both sides. ``COMPACTOR_REDIS_URL`` serves sessions, broker and results unless
 ``COMPACTOR_BROKER_URL`` / ``COMPACTOR_RESULT_BACKEND`` override it.
 """
 

@@ -179,7 +179,7 @@ def test_a_job_refuses_a_session_over_max_session_bytes_before_loading_it(
     from worker.store.snapshot_store import SnapshotStore
 
     settings = runtime_settings(redis_url, max_session_bytes=50_000)
-    with CompactionClient(settings) as client, running_worker(settings):
+    with CompactionClient(settings.client) as client, running_worker(settings):
         sid = client.sessions.create()
         for turn in range(8):
             client.sessions.append_many(sid, [user(f"turn {turn} " + "w " * 4_000)])

@@ -25,7 +25,7 @@ def test_jobs_on_a_redis_cluster(redis_cluster: RedisClusterServers, model: Mode
         settings = runtime_settings(redis_cluster.url, redis_cluster=True, broker_url=broker.url,
                                     models=[model.candidate()], requeue_after_s=1.0,
                                     sweep_interval_s=0.5)
-        with CompactionClient(settings) as client, running_worker(settings):
+        with CompactionClient(settings.client) as client, running_worker(settings):
             client.warm()  # its probe compactions run on a cluster too, and write nothing
             assert not list(client.redis.scan_iter(match="*warm-probe*"))
             sids = [client.sessions.import_jsonl(demo_text, sid) for sid in _spread_ids(6)]
@@ -38,11 +38,11 @@ def test_jobs_on_a_redis_cluster(redis_cluster: RedisClusterServers, model: Mode
                 handle.wait(60)
                 assert handle.record().state.value == "succeeded"
                 assert len(completions(client, handle.session_id, handle.id)) == 1
-            async_entry = asyncio.run(_async_compact(settings, sids[4]))
+            async_entry = asyncio.run(_async_compact(settings.client, sids[4]))
             assert isinstance(async_entry, dict)
             for sid in sids:  # retention (issue 30): the scripts reach every key of the slot
                 k = client.layout.session(sid)
-                assert all(0 < client.redis.ttl(key) <= settings.session_ttl_s
+                assert all(0 < client.redis.ttl(key) <= settings.client.session_ttl_s
                            for key in (k.header, k.entries, k.order, k.leaf, k.rev, k.effects))
         # The sessions really are spread over the masters.
         owners = {_owner(redis_cluster, client.layout.session(sid).header) for sid in sids}

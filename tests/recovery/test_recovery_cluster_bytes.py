@@ -53,9 +53,9 @@ def test_stored_bytes_on_a_redis_cluster(redis_cluster: RedisClusterServers,
             workers = WorkerSettings(redis_url=redis_cluster.url, redis_cluster=True,
                                      broker_url=broker.url)
             worker_client = worker_redis(workers)
-            commits = CommitStore(worker_client, KeyLayout(workers.key_prefix, None))
+            commits = CommitStore(worker_client, KeyLayout(workers.client.key_prefix, None))
             job = acme.jobs.enqueue("k1", "compact", reason="manual").job_id
-            assert JobStore(worker_client, workers, commits.layout).mark_running(job) == 1
+            assert JobStore(worker_client, workers.client, commits.layout).mark_running(job) == 1
             leaf = acme.sessions.load("k1").leaf_id
             entry = {"type": "compaction", "timestamp": "t", "summary": "S" * 300,
                      "firstKeptEntryId": leaf, "tokensBefore": 9}
@@ -76,7 +76,7 @@ def test_stored_bytes_on_a_redis_cluster(redis_cluster: RedisClusterServers,
             while brief.sessions.exists("gone") and time.monotonic() < deadline:
                 time.sleep(0.1)
             assert "gone" in _check(acme, "k1", "k2")
-            reconciler = BytesReconciler(worker_client, workers.key_prefix)
+            reconciler = BytesReconciler(worker_client, workers.client.key_prefix)
             assert "acme" in reconciler.tenants() and reconciler.run_pass() == 1
             assert set(_check(acme, "k1", "k2")) == {"k1", "k2", BYTES_TOTAL}
             worker_client.close()

@@ -25,7 +25,7 @@ def test_priorities_and_routing_on_rabbitmq(redis_url: str, amqp_url: str, model
                                             demo_text: str) -> None:
     settings = runtime_settings(redis_url, broker_url=amqp_url, models=[model.candidate()],
                                 concurrency=1)
-    with CompactionClient(settings) as client:
+    with CompactionClient(settings.client) as client:
         sids = [new_session(client, demo_text) for _ in range(3)]
         # Queued before any worker runs: manual (priority 6), then threshold (3) on the same
         # queue, and a prune on its own queue.

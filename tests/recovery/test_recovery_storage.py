@@ -53,7 +53,7 @@ def test_effect_markers_are_trimmed_after_their_retention(redis_url: str,
 def test_a_session_stream_expires_with_its_records(redis_url: str, model: ModelServer,
                                                    demo_text: str) -> None:
     settings = runtime_settings(redis_url, models=[model.candidate()], job_ttl_s=600)
-    with CompactionClient(settings) as client, running_worker(settings):
+    with CompactionClient(settings.client) as client, running_worker(settings):
         sid = new_session(client, demo_text)
         client.compact(sid).wait(30)
         ttl = client.redis.ttl(client.layout.session(sid).events)
@@ -89,7 +89,7 @@ def test_no_log_line_carries_credentials_keys_or_session_text(
     base = model.base_url.replace("http://", "http://alice:s3cr3t-pw@")
     candidate = model.candidate().model_copy(update={"base_url": base})
     settings = runtime_settings(redis_url, models=[candidate])
-    with CompactionClient(settings) as client, running_worker(settings):
+    with CompactionClient(settings.client) as client, running_worker(settings):
         sid = new_session(client, demo_text)
         client.sessions.append(sid, user("MARKER-private-session-text"))
         client.compact(sid).wait(30)

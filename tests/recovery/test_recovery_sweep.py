@@ -19,7 +19,7 @@ def test_a_queued_job_whose_message_is_lost_is_sent_again(
         redis_url: str, model: ModelServer, demo_text: str) -> None:
     settings = runtime_settings(redis_url, models=[model.candidate()], requeue_after_s=1.0,
                                 sweep_interval_s=0.5)
-    with CompactionClient(settings) as client, running_worker(settings):
+    with CompactionClient(settings.client) as client, running_worker(settings):
         sid = new_session(client, demo_text)
         # The record and the index entry, but no message: a client that died after enqueue.
         job = client.jobs.enqueue(sid, "compact", reason="threshold")

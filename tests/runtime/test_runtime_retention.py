@@ -39,7 +39,7 @@ def msg(text: str, role: str = "user") -> dict[str, object]:
 def local(redis_url: str) -> Iterator[CompactionClient]:
     """A client of the run's Redis that writes without retention (the keys stay at -1 until a
     worker's write under test sets them)."""
-    with CompactionClient(WorkerSettings(redis_url=redis_url, session_ttl_s=0)) as c:
+    with CompactionClient(WorkerSettings(redis_url=redis_url, session_ttl_s=0).client) as c:
         yield c
 
 
@@ -146,7 +146,7 @@ def worker_settings(module_redis: str) -> WorkerSettings:
 
 @pytest.fixture
 def client(app: object, module_redis: str) -> Iterator[CompactionClient]:
-    with CompactionClient(WorkerSettings(redis_url=module_redis, session_ttl_s=TTL)) as c:
+    with CompactionClient(WorkerSettings(redis_url=module_redis, session_ttl_s=TTL).client) as c:
         yield c
 
 

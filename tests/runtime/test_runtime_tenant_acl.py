@@ -389,7 +389,7 @@ def test_a_worker_user_without_the_inbox_channel_polls(fleet: Fleet) -> None:
     client = fleet.raw("old-fleet")
     settings = WorkerSettings(redis_url=fleet.url("old-fleet"))
     admitter = Admitter(InboxStore(client, client, LAYOUT, settings),
-                        JobStore(client, settings, LAYOUT), lambda *_: None)
+                        JobStore(client, settings.client, LAYOUT), lambda *_: None)
     admitter._pubsub = admitter._subscribe()
     assert admitter._announced(10.0) == set()
     assert admitter._pubsub is None and not admitter.may_subscribe

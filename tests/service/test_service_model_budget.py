@@ -47,7 +47,7 @@ def test_the_budget_decision(reason: CompactReason, day: DayUsage, quota: dict[s
                              settings: dict[str, Any], action: str) -> None:
     record = JobRecord(id="acme~s1:00000000000000aa", kind=JobKind.COMPACT,
                        session_id="acme~s1", reason=reason)
-    assert decide(record, day, quota, WorkerSettings(**settings)).action == action
+    assert decide(record, day, quota, WorkerSettings(**settings).client).action == action
 
 
 def test_every_kind_that_calls_a_model_is_checked_again() -> None:
@@ -56,7 +56,8 @@ def test_every_kind_that_calls_a_model_is_checked_again() -> None:
     for kind, action in ((JobKind.BRANCH_SUMMARY, "refuse"), (JobKind.SUMMARIZE, "refuse"),
                          (JobKind.PRUNE, "model")):
         record = JobRecord(id="s1:00000000000000aa", kind=kind, session_id="s1")
-        assert decide(record, _day(10**6), {}, WorkerSettings(tokens_per_day=1)).action == action
+        one_token = WorkerSettings(tokens_per_day=1).client
+        assert decide(record, _day(10**6), {}, one_token).action == action
 
 
 class FakeUsage:

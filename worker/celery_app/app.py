@@ -54,7 +54,7 @@ def broker_transport_options(settings: WorkerSettings) -> dict[str, Any]:
     so a killed worker's job is running again about one interval after the timeout.
     """
     return {
-        **redis_transport_options(settings.key_prefix),
+        **redis_transport_options(settings.client.key_prefix),
         "visibility_timeout": settings.visibility_timeout_s,
         "unacked_restore_interval": settings.unacked_restore_interval_s,
         "unacked_restore_throttle": 1,
@@ -90,10 +90,10 @@ def configure(app: Celery, settings: WorkerSettings) -> None:
         # Celery's result keys (none are written: task_ignore_result) under the prefix too.
         result_backend_transport_options={
             "socket_connect_timeout": 5,
-            "global_keyprefix": KeyLayout(settings.key_prefix).broker},
-        result_expires=settings.job_ttl_s,
+            "global_keyprefix": KeyLayout(settings.client.key_prefix).broker},
+        result_expires=settings.client.job_ttl_s,
         task_queues=[Queue(name, routing_key=name,  # type: ignore[no-untyped-call]
-                           queue_arguments=queue_arguments(settings.resolved_broker_url))
+                           queue_arguments=queue_arguments(settings.client.resolved_broker_url))
                      for name in QUEUES],
         task_default_queue=QUEUE_COMPACT,
         task_create_missing_queues=False,
@@ -109,10 +109,10 @@ def _tls(settings: WorkerSettings) -> dict[str, Any]:
     would otherwise connect to a ``rediss://`` broker without checking the certificate, and
     Celery's result backend refuses a URL without ``ssl_cert_reqs`` (the worker exited)."""
     conf: dict[str, Any] = {}
-    broker = tls_options(settings.resolved_broker_url)
+    broker = tls_options(settings.client.resolved_broker_url)
     if broker is not None:
         conf["broker_use_ssl"] = broker
-    backend = tls_options(settings.resolved_result_backend)
+    backend = tls_options(settings.client.resolved_result_backend)
     if backend is not None:
         conf["redis_backend_use_ssl"] = backend
     return conf
@@ -161,7 +161,7 @@ class SweepStep(_ThreadStep):
             return None
 
         def send(job_id: str, route: Route, task_id: str) -> None:
-            priority = broker_priority(route.priority, settings.resolved_broker_url)
+            priority = broker_priority(route.priority, settings.client.resolved_broker_url)
             app.send_task(route.task, args=[job_id], queue=route.queue, priority=priority,
                           task_id=task_id)
 
@@ -174,7 +174,7 @@ class HeartbeatStep(_ThreadStep):
 
     def create(self, worker: Any) -> Heartbeat:
         settings: WorkerSettings = worker.app.compactor_settings
-        return Heartbeat(worker_redis(settings), KeyLayout(settings.key_prefix, ANY_TENANT),
+        return Heartbeat(worker_redis(settings), KeyLayout(settings.client.key_prefix, ANY_TENANT),
                          settings.worker_id)
 
 
@@ -187,7 +187,7 @@ class StoredBytesStep(_ThreadStep):
         settings: WorkerSettings = worker.app.compactor_settings
         if settings.sweep_interval_s <= 0:
             return None
-        return BytesReconciler(worker_redis(settings), settings.key_prefix)
+        return BytesReconciler(worker_redis(settings), settings.client.key_prefix)
 
 
 def create_app(settings: WorkerSettings | None = None, *,
@@ -196,10 +196,10 @@ def create_app(settings: WorkerSettings | None = None, *,
     settings = settings or WorkerSettings()
     log_redaction.install()
     app = CompactorCelery(settings, summarizer, main="compactor",
-                          broker=settings.resolved_broker_url,
-                          backend=settings.resolved_result_backend, set_as_current=False)
+                          broker=settings.client.resolved_broker_url,
+                          backend=settings.client.resolved_result_backend, set_as_current=False)
     configure(app, settings)
-    if urlsplit(settings.resolved_broker_url).scheme in ("redis", "rediss"):
+    if urlsplit(settings.client.resolved_broker_url).scheme in ("redis", "rediss"):
         # The stock transport with the connection-loss and full-memory fixes; TLS comes from
         # broker_use_ssl (_tls), as this transport name no longer says rediss.
         app.conf.broker_transport = "worker.celery_app.broker_transport:Transport"

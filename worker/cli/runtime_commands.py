@@ -31,7 +31,7 @@ EXIT_JOB_FAILED = 2
 def _client(args: argparse.Namespace) -> CompactionClient:
     from api_client import CompactionClient
 
-    return CompactionClient(load_settings(args))
+    return CompactionClient(load_settings(args).client)
 
 
 def _print_json(value: Any) -> None:

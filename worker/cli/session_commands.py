@@ -18,7 +18,7 @@ __all__ = ["register"]
 def _session_list(args: argparse.Namespace) -> int:
     from api_client import CompactionClient
 
-    with CompactionClient(load_settings(args)) as client:
+    with CompactionClient(load_settings(args).client) as client:
         found = sorted(set(client.sessions.iter_ids(prefix=args.prefix)))  # SCAN may repeat
         if args.json:
             print(json.dumps({"sessionIds": found, "count": len(found)}))
@@ -31,7 +31,7 @@ def _session_list(args: argparse.Namespace) -> int:
 def _session_delete(args: argparse.Namespace) -> int:
     from api_client import CompactionClient, SessionNotFoundError
 
-    with CompactionClient(load_settings(args)) as client:
+    with CompactionClient(load_settings(args).client) as client:
         if not client.sessions.delete(args.session_id):
             raise SessionNotFoundError(f"Session {args.session_id} not found")
     if args.json:

@@ -135,8 +135,8 @@ def _run(args: argparse.Namespace, values: Mapping[str, Number], cleared: Sequen
 
     tenant = check_tenant(args.tenant)
     settings = load_settings(args)
-    layout = KeyLayout(settings.key_prefix, tenant)
-    shell = SyncShell(make_redis(settings))
+    layout = KeyLayout(settings.client.key_prefix, tenant)
+    shell = SyncShell(make_redis(settings.client))
     try:
         shell.run(_write(layout, tenant, values, cleared))
         overrides, stored, queued = shell.run(_read(layout, tenant))

@@ -49,7 +49,7 @@ def _tenant_names(settings: WorkerSettings) -> list[str]:
     from api_client import CompactionClient
     from api_client.contract.redis_conn import REDIS_DOWN, refusal, unavailable
 
-    with CompactionClient(settings) as operator:
+    with CompactionClient(settings.client) as operator:
         try:
             return sorted(operator.redis.smembers(operator.layout.tenants))
         except REDIS_DOWN as err:
@@ -68,7 +68,7 @@ def _usage(args: argparse.Namespace) -> int:
     tenants = [args.tenant] if args.tenant else _tenant_names(settings)
     days: list[DayUsage] = []
     for tenant in tenants:
-        with CompactionClient(settings, tenant=tenant) as client:
+        with CompactionClient(settings.client, tenant=tenant) as client:
             days += [day for day in client.usage(args.days) if _spent(day)]
     if args.json:
         print(json.dumps({"days": args.days,

@@ -23,11 +23,12 @@ __all__ = ["start_metrics"]
 
 def start_metrics(settings: WorkerSettings) -> None:
     """Serve /metrics, /livez and /readyz (main process; before a prefork pool forks)."""
-    depth = QueueDepthCollector(settings.resolved_broker_url, QUEUES,
-                                prefix=KeyLayout(settings.key_prefix).broker)
+    depth = QueueDepthCollector(settings.client.resolved_broker_url, QUEUES,
+                                prefix=KeyLayout(settings.client.key_prefix).broker)
     health = worker_health()
     # Probes must answer within their timeout: a client of their own with short timeouts.
-    sessions = redis.Redis.from_url(settings.redis_url, socket_timeout=2, socket_connect_timeout=2)
+    sessions = redis.Redis.from_url(settings.client.redis_url, socket_timeout=2,
+                                    socket_connect_timeout=2)
     health.dependencies = {"redis": sessions.ping, "broker": depth.read}
     assert settings.metrics_port
     metrics.start(settings.metrics_port, address=str(settings.metrics_address),
@@ -41,16 +42,16 @@ def start_metrics(settings: WorkerSettings) -> None:
 def _session_gauge(settings: WorkerSettings, client: Any) -> list[Any]:
     """Stored sessions and bytes, every tenant's; not on a Redis Cluster (one SCAN walks one
     node)."""
-    if settings.redis_cluster:
+    if settings.client.redis_cluster:
         return []
-    return [SessionGaugeCollector(client, KeyLayout(settings.key_prefix, ANY_TENANT))]
+    return [SessionGaugeCollector(client, KeyLayout(settings.client.key_prefix, ANY_TENANT))]
 
 
 def _tenant_gauge(settings: WorkerSettings, client: Any) -> list[Any]:
     """Named tenants' queued and running jobs; not on a Redis Cluster (a plain client)."""
-    if settings.redis_cluster:
+    if settings.client.redis_cluster:
         return []
-    return [TenantQueueCollector(client, KeyLayout(settings.key_prefix),
+    return [TenantQueueCollector(client, KeyLayout(settings.client.key_prefix),
                                  settings.metrics_tenants)]
 
 

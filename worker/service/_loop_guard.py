@@ -39,7 +39,7 @@ def check_loop(ctx: JobContext) -> None:
     """Raise :class:`CompactionLoopError` when this automatic compaction would be one too many."""
     if ctx.record.reason not in REFUSED:
         return
-    s = ctx.rt.settings
+    s = ctx.rt.settings.client
     count = ctx.rt.jobs.recent_compactions(ctx.session_id, ctx.rt.clock.time(),
                                            s.loop_guard_window_s)
     if count >= s.loop_guard_max:
@@ -54,7 +54,7 @@ def count_compaction(ctx: JobContext) -> None:
     """Count a committed automatic compaction (idempotent per job)."""
     if _counted(ctx):
         ctx.rt.jobs.count_compaction(ctx.session_id, ctx.job_id, ctx.rt.clock.time(),
-                                     ctx.rt.settings.loop_guard_window_s)
+                                     ctx.rt.settings.client.loop_guard_window_s)
 
 
 def fit_threshold(ctx: JobContext) -> int:
@@ -72,7 +72,7 @@ def guard_threshold(ctx: JobContext) -> int:
     """``share × (window - reserve_tokens)`` tokens (:func:`fit_threshold`'s window): a context
     above it after a compaction is ineffective (the agent will be back at the threshold within
     a turn or two)."""
-    return int(ctx.rt.settings.loop_guard_share * fit_threshold(ctx))
+    return int(ctx.rt.settings.client.loop_guard_share * fit_threshold(ctx))
 
 
 def is_ineffective(ctx: JobContext, tokens_after: int | None) -> bool | None:

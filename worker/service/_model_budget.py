@@ -138,10 +138,10 @@ def check_budget(ctx: JobContext) -> None:
         return
     now = rt.clock.time()
     usage, quota = rt.usage.today(record.tenant, now)
-    decision = decide(record, usage, quota, rt.settings)
+    decision = decide(record, usage, quota, rt.settings.client)
     if decision.over is None:
         # Without a tokens_per_day nothing is reserved: a call checks nothing against it.
-        budget = _limit(quota, "tokens_per_day", float(rt.settings.tokens_per_day))
+        budget = _limit(quota, "tokens_per_day", float(rt.settings.client.tokens_per_day))
         if budget > 0 and getattr(rt.usage, "reserve", None) is not None:
             ctx.summarizer = BudgetedSummarizer(ctx.summarizer, ctx)
         return
@@ -152,7 +152,8 @@ def _over(ctx: JobContext, over: Over) -> Summarizer:
     """The deterministic summarizer in the model's place (an automatic compaction, when so
     configured), else :class:`QuotaExceededError`."""
     rt, record = ctx.rt, ctx.record
-    deterministic = _automatic(record) and rt.settings.over_budget_summarizer == "deterministic"
+    deterministic = (_automatic(record)
+                     and rt.settings.client.over_budget_summarizer == "deterministic")
     if deterministic and rt.deterministic is not None:
         ctx.over_budget = over.note("deterministic")
         metrics.observe_tenant_budget(record.tenant, "deterministic")
@@ -178,7 +179,7 @@ class BudgetedSummarizer:
     def __init__(self, inner: Summarizer, ctx: JobContext) -> None:
         self.inner, self._ctx = inner, ctx
         self._day = utc_day(ctx.rt.clock.time())
-        self._share = (ctx.rt.settings.draft_budget_share
+        self._share = (ctx.rt.settings.client.draft_budget_share
                        if ctx.record.reason is CompactReason.SPECULATIVE else 1.0)
         self._lock = threading.Lock()
         self.reserved = 0
@@ -204,7 +205,7 @@ class BudgetedSummarizer:
         assert store is not None
         # Ridden out: a Redis blip between two calls must not throw away the calls made.
         done, spent, held, limit = ride_out(ctx.control, "budget", lambda: store.reserve(
-            ctx.record.tenant, self._day, wanted, int(ctx.rt.settings.tokens_per_day),
+            ctx.record.tenant, self._day, wanted, int(ctx.rt.settings.client.tokens_per_day),
             self._share, job_id=ctx.job_id, owner=self.owner, until=self._until))
         if not done:
             log.info("job %s: a call of ~%d tokens refused: tenant %s has spent %d and "

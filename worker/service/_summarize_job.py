@@ -59,7 +59,7 @@ def check_window(ctx: JobContext, request: SummaryRequest) -> None:
 
 
 def run_summarize(ctx: JobContext) -> JobSuccess:
-    request = summary_request(ctx.record.input, ctx.rt.settings.reserve_tokens)
+    request = summary_request(ctx.record.input, ctx.rt.settings.client.reserve_tokens)
     check_window(ctx, request)
     ctx.control.check()
     call = ctx.summarizer.summarize(request, ctx.control)

@@ -57,11 +57,11 @@ class Sweeper:
     """The sweep of one worker process (a daemon thread between :meth:`start` and :meth:`stop`)."""
 
     def __init__(self, settings: WorkerSettings, client: redis.Redis[str], send: Sender) -> None:
-        layout = KeyLayout(settings.key_prefix, ANY_TENANT)
+        layout = KeyLayout(settings.client.key_prefix, ANY_TENANT)
         self.settings = settings
-        fair = FairIndex(fair_index_redis(settings, client), layout)
+        fair = FairIndex(fair_index_redis(settings.client, client), layout)
         self.store = SweepStore(client, layout, fair)
-        self.jobs = JobStore(client, settings, layout, fair)
+        self.jobs = JobStore(client, settings.client, layout, fair)
         self.send = send
         self.admitter = Admitter(InboxStore(client, fair.redis, layout, settings), self.jobs,
                                  send)
@@ -117,7 +117,8 @@ class Sweeper:
         if job.state is JobState.RUNNING and job.attempts >= self.settings.max_deliveries:
             return self._give_up(job)
         if job.state is JobState.QUEUED and self.store.still_queued(job):
-            self.store.due_at(job.job_id, now_ms() + int(self.settings.requeue_after_s * 1000))
+            requeue_ms = int(self.settings.client.requeue_after_s * 1000)
+            self.store.due_at(job.job_id, now_ms() + requeue_ms)
             return 0
         return self._resend(job)
 
@@ -127,7 +128,7 @@ class Sweeper:
             wait_s = self.settings.lease_ttl_s * 2  # time for the new delivery to take the lease
             tag, why = f"t{job.attempts}", "its worker is gone (lease expired)"
         else:
-            wait_s = self.settings.requeue_after_s
+            wait_s = self.settings.client.requeue_after_s
             tag, why = f"q{n}", "its message may be lost"
         wait_s *= 2 ** min(n - 1, _MAX_BACKOFF_STEPS)
         self.store.due_at(job.job_id, now_ms() + int(wait_s * 1000))

@@ -45,19 +45,20 @@ def worker_redis(settings: WorkerSettings) -> redis.Redis[str]:
         "decode_responses": True, "socket_connect_timeout": 2.0, "socket_timeout": 30.0,
         "retry": Retry(ExponentialBackoff(cap=0.5, base=0.05), 2),
     }
-    if settings.redis_cluster:
+    if settings.client.redis_cluster:
         from redis.cluster import RedisCluster
 
-        cluster: Any = RedisCluster.from_url(settings.redis_url, **options)
+        cluster: Any = RedisCluster.from_url(settings.client.redis_url, **options)
         return cast("redis.Redis[str]", cluster)
-    return redis.Redis.from_url(settings.redis_url, health_check_interval=30, **options)
+    return redis.Redis.from_url(settings.client.redis_url, health_check_interval=30, **options)
 
 
 def build_runtime(settings: WorkerSettings, *,
                   summarizer: Callable[[], Summarizer] | None = None) -> Runtime:
     """Connect nothing yet (redis-py connects on first use); load hooks and the model router."""
     client = worker_redis(settings)
-    layout = KeyLayout(settings.key_prefix, ANY_TENANT)
+    shared = settings.client  # what the client's settings say (keys, TTLs, limits)
+    layout = KeyLayout(shared.key_prefix, ANY_TENANT)
     # The process's token counts: every job and the model router count with this one.
     tokenizer = get_tokenizer(settings.tokenizer, TokenCache())
     log.info("model chain: %s", model_chain_text(settings))
@@ -70,10 +71,10 @@ def build_runtime(settings: WorkerSettings, *,
         on_close.append(router.close)
         summarizer = router.for_job
     on_close.append(client.close)  # last: the router's cooldown store may still write
-    fair = fair_index_redis(settings, client)
+    fair = fair_index_redis(shared, client)
     if fair is not None and fair is not client:
         on_close.insert(0, fair.close)
-    jobs = JobStore(client, settings, layout, FairIndex(fair, layout))
+    jobs = JobStore(client, shared, layout, FairIndex(fair, layout))
     cancel_flags = CancelWatch(jobs)
     on_close.insert(0, cancel_flags.close)
     heartbeats = LeaseHeartbeats()
@@ -81,25 +82,25 @@ def build_runtime(settings: WorkerSettings, *,
     return Runtime(
         settings=settings,
         sessions=SnapshotStore(client, layout, EntryCache(),
-                               max_bytes=settings.max_session_bytes),
+                               max_bytes=shared.max_session_bytes),
         jobs=jobs,
         commits=CommitStore(client, layout,
-                            effect_retention_s=settings.job_ttl_s + settings.visibility_timeout_s,
-                            session_ttl_s=settings.session_ttl_s),
+                            effect_retention_s=shared.job_ttl_s + settings.visibility_timeout_s,
+                            session_ttl_s=shared.session_ttl_s),
         tokenizer=tokenizer,
         hooks=load_hook_runner(settings),
         new_summarizer=summarizer,
         clock=SYSTEM_CLOCK,
-        drafts=DraftStore(client, layout, settings.draft_ttl_s, settings.session_ttl_s),
+        drafts=DraftStore(client, layout, shared.draft_ttl_s, shared.session_ttl_s),
         on_close=on_close,
         cancel_flags=cancel_flags,
         heartbeats=heartbeats,
-        token_counts=RedisTokenCounts(client, layout, session_ttl_s=settings.session_ttl_s),
+        token_counts=RedisTokenCounts(client, layout, session_ttl_s=shared.session_ttl_s),
         # The process's planning caches: a re-plan of a session seen before (warm, or grown
         # since) serializes and folds the facts of its new messages only.
         plan_caches=PlanCaches(),
         usage=TenantUsageStore(client, layout),
-        slots=TenantSlots(client, layout, max_running=settings.max_running,
+        slots=TenantSlots(client, layout, max_running=shared.max_running,
                           hold_s=settings.job_deadline_s + settings.lease_ttl_s),
         deterministic=build_deterministic(tokenizer).for_job,
     )

@@ -297,8 +297,8 @@ class Runtime:
 
     @property
     def compaction_settings(self) -> CompactionSettings:
-        return CompactionSettings(keep_recent_tokens=self.settings.keep_recent_tokens,
-                                  reserve_tokens=self.settings.reserve_tokens)
+        return CompactionSettings(keep_recent_tokens=self.settings.client.keep_recent_tokens,
+                                  reserve_tokens=self.settings.client.reserve_tokens)
 
     def close(self) -> None:
         for fn in self.on_close:

@@ -105,7 +105,7 @@ class InboxStore:
         key = self.layout.tenant_admitted(tenant_of_job(job_id))
         pipe = self.redis.pipeline(transaction=False)
         pipe.hsetnx(key, f"{job_id}:hooks", "1")
-        pipe.expire(key, self.settings.job_ttl_s)
+        pipe.expire(key, self.settings.client.job_ttl_s)
         return bool(guarded(job_id, pipe.execute)[0])
 
     def admitted_priority(self, job_id: str) -> int | None:
@@ -130,11 +130,11 @@ class InboxStore:
 
     def _admitted(self, record: JobRecord, route: Route, tenant: str, measured: list[str]
                   ) -> int:
-        admitted = admission(self.layout, self.settings, record.session_id, record.kind,
+        admitted = admission(self.layout, self.settings.client, record.session_id, record.kind,
                              record.reason, route, record.input, record.context_window)
         queued, quota, usage = admitted.keys
         args = [admitted.policy, record.id, quota, usage, *measured,
-                str(self.settings.stored_bytes_max)]
+                str(self.settings.client.stored_bytes_max)]
         keys = [queued, self.layout.tenant_measured(tenant)]
         try:
             tag, limit = guarded(record.id, lambda: self._admit(keys=keys, args=args))
@@ -164,9 +164,9 @@ class InboxStore:
         job_id, key = record.id, self.layout.job(record.id).record
         admitted = self.layout.tenant_admitted(tenant_of_job(job_id))
         pipe = self.redis.pipeline(transaction=False)
-        pipe.zadd(self.layout.jobs_due, {job_id: due_ms(self.settings)}, nx=True)
+        pipe.zadd(self.layout.jobs_due, {job_id: due_ms(self.settings.client)}, nx=True)
         pipe.hset(admitted, job_id, admitted_as(record))
-        pipe.expire(admitted, self.settings.job_ttl_s)
+        pipe.expire(admitted, self.settings.client.job_ttl_s)
         pipe.hset(key, mapping={"priority": str(route.priority), "queue": route.queue})
         guarded(job_id, pipe.execute)
 
@@ -175,11 +175,12 @@ class InboxStore:
         False: the broker is no Redis (the caller sends it)."""
         if self._place is None:
             return False
+        shared = self.settings.client
         push = task_push(route.task, job_id, route.queue, route.priority,
-                         db=redis_db(self.settings.resolved_broker_url),
-                         sent_event=self.settings.send_sent_event, prefix=self.layout.broker)
+                         db=redis_db(shared.resolved_broker_url),
+                         sent_event=shared.send_sent_event, prefix=self.layout.broker)
         tags, messages = self.layout.fair_index(route.queue, route.priority)
-        args: list[Any] = [str(tag), job_id, push.message, str(self.settings.job_pending_ttl_s),
+        args: list[Any] = [str(tag), job_id, push.message, str(shared.job_pending_ttl_s),
                            push.channel, push.event]
         place = self._place
         guarded(job_id, lambda: place(keys=[push.queue_key, tags, messages], args=args))
