@@ -59,8 +59,8 @@ def main() -> None:
     with embedded_redis() as url:
         raw: redis.Redis[str] = redis.Redis.from_url(url, decode_responses=True)
         settings = WorkerSettings(redis_url=url, pool="threads", concurrency=2)
-        layout = KeyLayout(settings.key_prefix)
-        with CompactionClient(settings) as client:
+        layout = KeyLayout(settings.client.key_prefix)
+        with CompactionClient(settings.client) as client:
             for path in files:
                 text = path.read_text(encoding="utf-8")
                 size = len(text.encode("utf-8"))
