@@ -63,11 +63,10 @@ from typing import Any
 from api_client.client.jobs import check_context_window
 from api_client.contract.agent_settings import AgentSettings, plan_key
 from api_client.contract.errors import CompactionLoopError, InvalidRequestError
-from api_client.contract.job_records import event_fields
+from api_client.contract.job_events import event_writes, global_write
 from api_client.contract.json_templates import SLOTS, Template, escaped, template
 from api_client.contract.keys import KeyLayout
 from api_client.contract.redis_flows import Command, Flow, Pipeline, Script, cmd
-from api_client.contract.retention import retain_command
 from api_client.contract.settings import ClientSettings
 from api_client.contract.stored_bytes import StoredBytes, utf8_len
 from api_client.contract.wire import (
@@ -214,9 +213,8 @@ def _global_copies(layout: KeyLayout, settings: ClientSettings, job_id: str,
     # As the worker's commits: the session stream got the events atomically; the global stream
     # (another Cluster slot) gets its copies right after, with the measured stall (call →
     # entry in hand) on the record for the worker's stall metric.
-    calls = [Command("xadd", (layout.global_events, {"type": kind, "job": job_id, "data": data}),
-                     {"maxlen": settings.event_stream_maxlen, "approximate": True})
-             for kind, data in events]
+    calls = [global_write(layout.global_events, settings,
+                          {"type": kind, "job": job_id, "data": data}) for kind, data in events]
     if stall_ms is not None:
         calls.append(cmd("hset", layout.job(job_id).record, "stallMs", str(stall_ms)))
     return Pipeline((*calls, *more), transaction=False)
@@ -286,26 +284,15 @@ def refuse(layout: KeyLayout, settings: ClientSettings, session_id: str,
     record = _record(job_id, layout.qualified(session_id), why, now_iso(), context_window,
                      JobState.FAILED,
                      error=error, result=result, agent=agent)
-    fields = event_fields(JobEvent.completion(record, JobState.FAILED, error=error,
-                                              result=result, duration_ms=0))
-    key, events = layout.job(job_id).record, layout.session(session_id).events
+    event = JobEvent.completion(record, JobState.FAILED, error=error, result=result,
+                                duration_ms=0)
+    key = layout.job(job_id).record
     yield Pipeline((
         Command("hset", (key,), {"mapping": record.to_redis()}),
         cmd("expire", key, settings.job_ttl_s),
-        Command("xadd", (events, fields),
-                {"maxlen": settings.session_event_maxlen, "approximate": True}),
-        *_event_lifetime(events, settings),
-        Command("xadd", (layout.global_events, fields),
-                {"maxlen": settings.event_stream_maxlen, "approximate": True}),
+        *event_writes(layout, settings, event, whole_session=True),
     ), transaction=False)
     return job_id
-
-
-def _event_lifetime(events: str, settings: ClientSettings) -> tuple[Command, Command]:
-    """After an XADD to the session's stream: it lives as long as job records (as finish.lua
-    has it), and the session's retention is refreshed (a write like any other)."""
-    return (cmd("expire", events, settings.job_ttl_s),
-            retain_command(events, settings.session_ttl_s))
 
 
 def check_call(layout: KeyLayout, settings: ClientSettings, session_id: str,
@@ -342,17 +329,11 @@ def discard_note(layout: KeyLayout, settings: ClientSettings, session_id: str, j
     record = JobRecord(id=job_id, kind=JobKind.COMPACT, session_id=layout.qualified(session_id),
                        reason=CompactReason(reason), queue=QUEUE_COMPACT)
     event = JobEvent.for_record(record, EventType.DRAFT_DISCARDED, error=cause)
-    fields = event_fields(event)
     calls: list[Command] = []
     if created:
         calls.append(cmd("hset", layout.job(job_id).record, "draftDiscarded", cause))
-    events = layout.session(session_id).events
-    calls.append(Command("xadd", (events, fields),
-                         {"maxlen": settings.session_event_maxlen, "approximate": True}))
-    calls += _event_lifetime(events, settings)
-    calls.append(Command("xadd", (layout.global_events, fields),
-                         {"maxlen": settings.event_stream_maxlen, "approximate": True}))
-    yield Pipeline(tuple(calls), transaction=False)
+    yield Pipeline((*calls, *event_writes(layout, settings, event, whole_session=True)),
+                   transaction=False)
 
 
 def read_draft(layout: KeyLayout, session_id: str) -> Flow[dict[str, Any] | None]:

@@ -1,11 +1,13 @@
 """Job events on Redis Streams: a stream per session and a global one (docs/rules.md "Job events").
 
-A stream entry has the fields ``type``, ``job`` and ``data`` (the :class:`JobEvent` JSON).
+A stream entry has the fields ``type``, ``job`` and ``data`` (the :class:`JobEvent` JSON; an
+event about an entry holds its id, and the reader puts the entry back:
+:mod:`api_client.contract.job_events`).
 Readers tail a stream (``XREAD``) or share it through a consumer group (``XREADGROUP`` +
 ``XACK``); both are plain (async) iterators that block in Redis, never poll. The reading logic
 is written once (:class:`_ReaderCore`, as flows of Redis calls); the sync and asyncio readers
-run them with the contract's drivers and hand out the events. Workers publish with
-``worker.store.event_publisher.EventPublisher``.
+run them with the contract's drivers and hand out the events. Every writer builds its events
+with :mod:`api_client.contract.job_events`.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from api_client.contract.job_records import decode_event
+from api_client.contract.job_events import decode_event, fill_entries
 from api_client.contract.keys import KeyLayout
 from api_client.contract.redis_flows import AsyncShell, Command, Flow, SyncShell, cmd
 from api_client.contract.wire import JobEvent
@@ -44,6 +46,7 @@ class _ReaderCore:
                  follow: bool = True, start: str | None = None, auto_ack: bool = True,
                  count: int = 100) -> None:
         self.stream = layout.session(session_id).events if session_id else layout.global_events
+        self.layout = layout
         self.group = group
         self.consumer = consumer or default_consumer()
         self.block_ms = max(1, block_ms)
@@ -78,7 +81,7 @@ class _ReaderCore:
                 continue
             if not self.group or cursor != ">":
                 cursor = batch[-1].stream_id or cursor
-            return cursor, batch
+            return cursor, (yield from fill_entries(self.layout, batch))
 
     def _hand(self, event: JobEvent) -> Flow[None]:
         """Before ``event`` is handed out: ack the one before it (it was processed when the

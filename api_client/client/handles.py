@@ -28,7 +28,8 @@ from api_client.contract.errors import (
     JobFailedError,
     JobTimeoutError,
 )
-from api_client.contract.job_records import decode_event, get_record
+from api_client.contract.job_events import decode_event, fill_entries
+from api_client.contract.job_records import get_record
 from api_client.contract.redis_flows import Call, Command, Flow, Pause, cmd
 from api_client.contract.wire import (
     JobEvent,
@@ -191,6 +192,7 @@ class _HandleCore:
                     return from_record(record)  # the stream may not have survived the outage
             last_seen, event = completion_in(reply, self.id)
             if event is not None:
+                [event] = yield from outage.flow(partial(fill_entries, layout, [event]))
                 result = from_event(event)
                 if result is None and self.kind is JobKind.COMPACT:
                     # A worker that finished with only result_entry_id left the entry on the record.

@@ -25,6 +25,7 @@ from api_client.contract.errors import (
     QuotaExceededError,
     SessionNotFoundError,
 )
+from api_client.contract.job_events import event_fields, global_write
 from api_client.contract.keys import DEFAULT_TENANT, INFLIGHT_SPECULATIVE, JOB_KINDS, KeyLayout
 from api_client.contract.redis_flows import Command, Flow, Rescue, Script, cmd
 from api_client.contract.reservations import release
@@ -32,8 +33,8 @@ from api_client.contract.settings import ClientSettings
 from api_client.contract.wire import JobEvent, JobRecord, JobState, TokenUsage, now_iso
 
 __all__ = [
-    "checked_enum", "completion_for", "decode_event", "event_fields", "finish_call",
-    "finish_job", "get_record", "global_copy", "job_rescue", "result_fields", "stream_start",
+    "checked_enum", "completion_for", "finish_call", "finish_job", "get_record", "global_copy",
+    "job_rescue", "result_fields", "stream_start",
 ]
 
 
@@ -43,15 +44,6 @@ def checked_enum(cls: type[StrEnum], value: object, what: str) -> Any:
     except ValueError:
         allowed = ", ".join(m.value for m in cls)  # type: ignore[attr-defined]
         raise InvalidRequestError(f"invalid {what} {value!r} (one of: {allowed})") from None
-
-
-def event_fields(event: JobEvent) -> dict[str, str]:
-    return {"type": event.type.value, "job": event.job_id, "data": event.to_json()}
-
-
-def decode_event(stream_id: str, fields: Mapping[str, str]) -> JobEvent:
-    event = JobEvent.model_validate_json(fields["data"])
-    return event.model_copy(update={"stream_id": stream_id})
 
 
 def _dump(value: Any) -> str:
@@ -161,10 +153,9 @@ def get_record(layout: KeyLayout, job_id: str) -> Flow[JobRecord]:
 
 
 def global_copy(layout: KeyLayout, settings: ClientSettings, event: JobEvent) -> Command:
-    """The completion event's copy on the global stream. The session stream got it atomically;
-    the copy follows it (lost only if the process dies in between)."""
-    return cmd("xadd", layout.events_of(event.session_id), event_fields(event),
-               maxlen=settings.event_stream_maxlen, approximate=True)
+    """The completion event's copy on the global stream (:func:`job_events.global_write`).
+    finish.lua wrote it to the session stream atomically with the job's end."""
+    return global_write(layout.events_of(event.session_id), settings, event_fields(event))
 
 
 def finish_job(layout: KeyLayout, settings: ClientSettings, job_id: str,

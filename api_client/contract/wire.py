@@ -383,7 +383,8 @@ class JobEvent(_Wire):
     """One job event (docs/rules.md "Job events").
 
     ``state`` is set only on a job's completion event (exactly one per job, published by
-    :meth:`JobStore.finish` together with the state change). ``stream_id`` is filled on read.
+    :meth:`JobStore.finish` together with the state change). ``stream_id`` and ``entry_ref``
+    are filled on read (docs/storage.md "Job events in Redis").
     """
 
     type: EventType
@@ -411,6 +412,8 @@ class JobEvent(_Wire):
     draft_cost_usd: float | None = None
     timestamp: str = Field(default_factory=now_iso)
     stream_id: str | None = Field(default=None, exclude=True)
+    # Read from a stream: the id of the entry stored apart (api_client.contract.job_events).
+    entry_ref: str | None = Field(default=None, exclude=True)
 
     @property
     def terminal(self) -> bool:

@@ -33,9 +33,10 @@ from typing import Any
 from fastapi.responses import JSONResponse
 
 from api_client.contract.errors import BrokerUnavailableError, InvalidRequestError
-from api_client.contract.job_records import decode_event
-from api_client.contract.keys import KeyLayout
+from api_client.contract.job_events import decode_event, fill_entries
+from api_client.contract.keys import ANY_TENANT, KeyLayout
 from api_client.contract.redis_conn import make_async_redis
+from api_client.contract.redis_flows import AsyncShell
 from api_client.contract.settings import ClientSettings
 from api_client.contract.wire import JobEvent
 from api_client.server.problems import MEDIA_TYPE, problem_body
@@ -86,6 +87,9 @@ class Fanout:
         # One connection for the blocking read; a few for the reads that follow a ring.
         self._blocking = make_async_redis(settings, blocking=True)
         self._reads = make_async_redis(settings.model_copy(update={"redis_pool_size": 4}))
+        # The entries the events name, read back for the followers (job_events.fill_entries).
+        self._entries = AsyncShell(self._reads)
+        self._sessions = KeyLayout(settings.key_prefix, ANY_TENANT)
         self._jobs: dict[str, set[asyncio.Future[None]]] = {}
         self._followers: dict[str, set[Follower]] = {}
         self._fetching: dict[str, asyncio.Task[None]] = {}
@@ -236,12 +240,15 @@ class Fanout:
                 try:
                     reply = await self._reads.xread({key: f"{lowest[0]}-{lowest[1]}"},
                                                     count=_READ_COUNT)
+                    entries = reply[0][1] if reply else []
+                    # A pending entry trimmed from the stream comes back without fields.
+                    events = await self._entries.run(fill_entries(self._sessions, [
+                        decode_event(str(sid), fields) for sid, fields in entries if fields]))
                 except Exception as err:  # Redis away: read again after a pause
                     log.warning("event reader: %s", err)
                     await asyncio.sleep(_RETRY_S)
                     continue
-                entries = reply[0][1] if reply else []
-                _deliver(entries, self._followers.get(key, set()))
+                _deliver(events, self._followers.get(key, set()))
                 if len(entries) < _READ_COUNT and key not in self._dirty:
                     return
         finally:
@@ -261,15 +268,11 @@ def _start(since: str | None) -> str | None:
     return since
 
 
-def _deliver(entries: list[Any], followers: set[Follower]) -> None:
-    for stream_id, fields in entries:
-        if not fields:  # trimmed while pending
-            continue
-        at = stream_position(str(stream_id))
-        event: JobEvent | None = None
+def _deliver(events: list[JobEvent], followers: set[Follower]) -> None:
+    for event in events:
+        at = stream_position(str(event.stream_id))
         for follower in followers:
             if at > follower.position:
-                event = event or decode_event(str(stream_id), fields)
                 follower.position = at
                 follower.queue.put_nowait(event)
 

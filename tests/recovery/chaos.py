@@ -29,7 +29,7 @@ from recovery.recovery_support import REPO, RedisServer, WorkerProcess, wait_unt
 
 from api_client import ClientSettings, CompactionClient
 from api_client.contract.errors import CompactorError
-from api_client.contract.job_records import decode_event
+from api_client.contract.job_events import decode_event
 
 DEMO = REPO / "worker" / "data" / "demo-session.jsonl"
 

@@ -13,7 +13,8 @@ from celery.contrib.testing.worker import start_worker
 from celery.signals import task_postrun
 
 from api_client import CompactionClient, JobEvent
-from api_client.contract.job_records import decode_event
+from api_client.contract.job_events import decode_event, fill_entries
+from api_client.contract.redis_flows import SyncShell
 from worker.celery_app import CompactorCelery, create_app
 from worker.hooks import HookSettings
 from worker.settings import WorkerSettings
@@ -51,8 +52,10 @@ def new_session(client: CompactionClient, text: str) -> str:
 
 
 def session_events(client: CompactionClient, session_id: str) -> list[JobEvent]:
+    """The session's events as a reader hands them out (the entries they name read back)."""
     stream = client.layout.session(session_id).events
-    return [decode_event(i, f) for i, f in client.redis.xrange(stream)]
+    events = [decode_event(i, f) for i, f in client.redis.xrange(stream)]
+    return SyncShell(client.redis).run(fill_entries(client.layout, events))
 
 
 def completions(client: CompactionClient, session_id: str, job_id: str) -> list[JobEvent]:

@@ -1,4 +1,5 @@
-"""The worker's progress events: XADD to the session's stream and to the global one.
+"""The worker's progress events: XADD to the session's stream and to the global one, built by
+``api_client.contract.job_events.event_writes`` (the one Python writer of events).
 
 Completion events are not published here: ``finish`` writes each atomically with the job's
 terminal state (api_client's finish.lua) and then copies it to the global stream. A full Redis
@@ -12,10 +13,9 @@ import logging
 
 import redis
 
-from api_client.contract.job_records import event_fields
+from api_client.contract.job_events import as_pipeline_calls, event_writes
 from api_client.contract.keys import ANY_TENANT, KeyLayout
 from api_client.contract.redis_conn import REDIS_DOWN, STORAGE_FULL, unavailable
-from api_client.contract.retention import retain_in
 from api_client.contract.settings import ClientSettings
 from api_client.contract.wire import JobEvent
 
@@ -34,24 +34,14 @@ class EventPublisher:
         self.layout = layout or KeyLayout(settings.key_prefix, ANY_TENANT)
 
     def publish(self, event: JobEvent, *, ttl_set: bool = False) -> str:
-        """XADD to the session's stream and the global one; returns the session stream id
-        ('' when Redis was full and refused it). ``ttl_set``: an earlier event of this delivery
-        gave the stream its TTL (and refreshed the session's retention): XADD keeps it, and the
-        job's end sets it again, so only the two XADDs go."""
-        fields = event_fields(event)
-        stream = self.layout.session(event.session_id).events
+        """XADD to the session's stream and the global one (``event_writes``, as every Python
+        writer of an event); returns the session stream id ('' when Redis was full and
+        refused it). ``ttl_set``: an earlier event of this delivery gave the stream its TTL
+        (and refreshed the session's retention): XADD keeps it, and the job's end sets it
+        again, so only the two XADDs go."""
         pipe = self.redis.pipeline(transaction=False)
-        pipe.xadd(stream, fields,  # type: ignore[arg-type]
-                  maxlen=self.settings.session_event_maxlen, approximate=True)
-        if not ttl_set:
-            # As finish.lua: the stream lives as long as the records of its jobs.
-            pipe.expire(stream, self.settings.job_ttl_s)
-            # A write of the session, sent with it: the session's retention is refreshed (the
-            # stream's TTL is the one just set: capped, not read back).
-            retain_in(pipe, stream, self.settings.session_ttl_s, written=True,
-                      ttl_s=self.settings.job_ttl_s)
-        pipe.xadd(self.layout.events_of(event.session_id), fields,  # type: ignore[arg-type]
-                  maxlen=self.settings.event_stream_maxlen, approximate=True)
+        as_pipeline_calls(pipe, event_writes(self.layout, self.settings, event,
+                                             lifetime=not ttl_set))
         try:
             session_id, *_ = pipe.execute()
         except REDIS_DOWN as err:

@@ -1,6 +1,7 @@
+-- include: _events
 -- The body of apply_draft.lua as a function of its KEYS and ARGV (included by apply_draft,
--- compact_auto and observe; needs _walk and _retention). What it does, its KEYS, ARGV and
--- replies:
+-- compact_auto and observe; needs _walk and _retention, brings _events). What it does, its
+-- KEYS, ARGV and replies:
 -- Apply the session's speculative draft (api_client/client/draft_apply.py), or check it, in one
 -- step. The draft summarises a prefix of the path up to its cut; what was appended after its
 -- snapshot only lengthens the kept part. So it applies while
@@ -23,7 +24,8 @@
 -- ARGV: 1 mode 'apply' | 'check' | 'guard' (the loop guard only), 2 new job id, 3 walk limit,
 --       4 the line the context must fit under, tokens ('' = the draft's `threshold`),
 --       5 timestamp (entry), 6 id candidates, 7 record TTL s,
---       8 stream MAXLEN, 9 session_compact event JSON (no entry/tokens/result/fromExtension),
+--       8 stream MAXLEN, 9 session_compact event JSON (no entry/tokens/result/fromExtension;
+--       the events get the entry's id as their entry, _events.lua),
 --       10 compaction_end event JSON (same), 11 loop-guard limit (0 = off), 12 its window s,
 --       13 now (epoch s), 14 ineffective above this many tokens after ('' = the draft's
 --       ineffectiveAbove, the worker's line), 15 job record field/value pairs as one JSON
@@ -31,7 +33,8 @@
 --       grow before the draft is applied ('' = 0), 17 the session's retention s (0 = forever),
 --       18 the request's agent settings key ('' = none): a draft with another `agentKey` is
 --       deleted ('settings')
--- Returns {'applied', entry id, revision, line, result JSON, event 1 JSON, event 2 JSON}
+-- Returns {'applied', entry id, revision, line, result JSON, event 1 JSON, event 2 JSON} (the
+--       events' data as stored: the global copies follow)
 --       | {'valid', growth tokens, draft leadMs or ''} | {'stale', growth tokens, leadMs or ''}
 --       | {'clear'} (guard mode) | {'guarded', count} | {'discarded', cause}
 --   cause: nodraft | nosession | corrupt | settings | offpath | compacted | grown (kept) | noid
@@ -160,7 +163,9 @@ local function apply_draft(KEYS, ARGV)
   local result = '{"fromDraft":true,"draftJobId":' .. cjson.encode(tostring(draft['jobId']))
     .. ',"snapshotLeafId":' .. cjson.encode(target) .. ',"growthTokens":' .. tostring(grown)
     .. tokens .. ',"entry":' .. line .. '}'
-  local fields = ',"entry":' .. line .. tokens .. ',"fromExtension":' .. ext
+  -- The events hold the entry's id, not the entry (_events.lua): it is in `entries` and on the
+  -- record.
+  local fields = ',"entry":' .. cjson.encode(new_id) .. tokens .. ',"fromExtension":' .. ext
   -- What the draft cost (its extensions summed), apart from the compaction's own usage (none).
   local draft_usage = nil
   if type(draft['usage']) == 'table' then
@@ -190,11 +195,9 @@ local function apply_draft(KEYS, ARGV)
     redis.call('HSET', KEYS[8], 'draftCostUsd', draft_cost)
   end
   redis.call('EXPIRE', KEYS[8], ARGV[7])
-  redis.call('XADD', KEYS[9], 'MAXLEN', '~', ARGV[8], '*', 'type', 'session_compact',
-    'job', ARGV[2], 'data', ev1)
-  redis.call('XADD', KEYS[9], 'MAXLEN', '~', ARGV[8], '*', 'type', 'compaction_end',
-    'job', ARGV[2], 'data', ev2)
-  redis.call('EXPIRE', KEYS[9], ARGV[7])  -- as finish.lua: the stream lives as long as records
+  -- As finish.lua: the stream lives as long as records.
+  emit_event(KEYS[9], ARGV[8], ARGV[7], 'session_compact', ARGV[2], ev1)
+  emit_event(KEYS[9], ARGV[8], ARGV[7], 'compaction_end', ARGV[2], ev2)
   redis.call('DEL', KEYS[7])
   retain(KEYS[1], ARGV[17])
   return {'applied', new_id, tostring(rev), line, result, ev1, ev2}

@@ -1,4 +1,4 @@
--- include: _retention
+-- include: _retention _events
 -- End a job exactly once: terminal state, single-flight key cleared, lease dropped, record TTL,
 -- and its completion event on the session stream, all atomically.
 -- KEYS: record, lease, inflight compact, inflight prune, inflight branch_summary, session stream,
@@ -33,10 +33,8 @@ redis.call('EXPIRE', KEYS[1], ARGV[4])
 local id = ''
 local written = KEYS[6]  -- of the session's keys, only the stream is written
 if ARGV[6] ~= '' then
-  id = redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[5], '*',
-    'type', ARGV[6], 'job', ARGV[1], 'data', ARGV[7])
   -- A session's stream lives as long as the records of its jobs, then goes.
-  redis.call('EXPIRE', KEYS[6], ARGV[4])
+  id = emit_event(KEYS[6], ARGV[5], ARGV[4], ARGV[6], ARGV[1], ARGV[7])
   written = {KEYS[6], tonumber(ARGV[4]) * 1000}
 end
 retain_keys(KEYS[6], ARGV[9], {written})

@@ -1,0 +1,16 @@
+-- Job events (docs/storage.md "Job events in Redis"): the one way a script writes an event to a
+-- session's stream. Included with `-- include: _events` (finish and apply_draft's body); the
+-- Python writers build the same writes with api_client.contract.job_events.event_writes.
+--
+-- A helper: its function reads no KEYS or ARGV. emit_event(stream, maxlen, ttl_s, kind, job,
+-- data) adds the event (fields type, job, data; `MAXLEN ~ maxlen`) and gives the stream its
+-- lifetime: it lives `ttl_s` (the job records' TTL) after its last event. `data` is the event's
+-- JSON as stored: an event about an entry the job wrote holds that entry's id as its "entry",
+-- not the entry. Returns the stream id. The caller refreshes the session's retention
+-- (retain_keys with {stream, ttl_s * 1000}); the global copy follows the script.
+local function emit_event(stream, maxlen, ttl_s, kind, job, data)
+  local id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'type', kind, 'job', job,
+    'data', data)
+  redis.call('EXPIRE', stream, ttl_s)
+  return id
+end
