@@ -53,6 +53,7 @@ __all__ = [
     "cmd",
     "drive",
     "drive_async",
+    "replied",
 ]
 
 T = TypeVar("T")
@@ -145,19 +146,24 @@ class _Shell(Generic[R]):
         return partial(method, *call.args, **call.kwargs)
 
 
-def _replied(call: Command | Pipeline | Script, err: Exception) -> Any:
-    """What an error of ``call`` means, in one place for both shells: a typed error (a full or
-    read-only Redis, refused credentials, Redis down), the flow's own rescue of an error reply,
-    or the error itself."""
+def replied(err: Exception, rescue: Rescue = reraise) -> Any:
+    """What an error of a Redis call means, in one place for both shells and the worker's stores
+    (``worker.store.leases.guarded``): a typed error (a full or read-only Redis, refused
+    credentials, Redis down), the caller's own ``rescue`` of an error reply, or the error
+    itself."""
     if isinstance(err, STORAGE_FULL):
         raise storage_full(err) from err
     if (refused := refusal(err)) is not None:
         raise refused from err
     if isinstance(err, redis.ResponseError):
-        return call.rescue(err)
+        return rescue(err)
     if isinstance(err, REDIS_DOWN):
         raise unavailable(err) from err
     raise err
+
+
+def _replied(call: Command | Pipeline | Script, err: Exception) -> Any:
+    return replied(err, call.rescue)
 
 
 def drive(flow: Generator[C, Any, T], execute: Callable[[C], Any]) -> T:

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from enum import StrEnum
-from typing import Any, TypeVar
+from functools import partial
+from typing import Any, NoReturn, TypeVar, cast
 
 import redis
 
 from api_client.contract.errors import JobNotFoundError
 from api_client.contract.keys import KeyLayout
 from api_client.contract.lua_scripts import register
-from api_client.contract.redis_conn import REDIS_DOWN, STORAGE_FULL, storage_full, unavailable
+from api_client.contract.redis_flows import replied
 
 __all__ = ["LeaseOutcome", "Leases", "guarded"]
 
@@ -31,18 +32,20 @@ class LeaseOutcome(StrEnum):
 
 
 def guarded(job_id: str, fn: Callable[[], T]) -> T:
-    """Run one Redis call of a job: a dead server → BrokerUnavailableError, a full one →
-    StorageFullError, a vanished record (``COMPACTOR_NOJOB``) → JobNotFoundError."""
+    """Run one Redis call of a job, its errors mapped as every flow's are
+    (:func:`~api_client.contract.redis_flows.replied`: a dead server → BrokerUnavailableError,
+    a full one → StorageFullError, refused credentials or a read-only replica → their typed
+    errors), and a vanished record (``COMPACTOR_NOJOB``) → JobNotFoundError."""
     try:
         return fn()
-    except STORAGE_FULL as err:
-        raise storage_full(err) from err
-    except redis.ResponseError as err:
-        if str(err).startswith("COMPACTOR_NOJOB"):
-            raise JobNotFoundError(job_id) from err
-        raise
-    except REDIS_DOWN as err:
-        raise unavailable(err) from err
+    except Exception as err:
+        return cast(T, replied(err, partial(_vanished, job_id)))
+
+
+def _vanished(job_id: str, err: redis.ResponseError) -> NoReturn:
+    if str(err).startswith("COMPACTOR_NOJOB"):
+        raise JobNotFoundError(job_id) from err
+    raise err
 
 
 def _ms(seconds: float) -> str:
