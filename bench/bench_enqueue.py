@@ -9,6 +9,8 @@ Without ``--redis-url`` a private redis-server is started (never the shared one)
 * **compact()** of a new job (a fresh session each call, created beforehand), p50/p99, with
   Celery's task-sent event on (the default) and off, each as a ratio to the baseline's p50;
 * **coalesced**: the session already has a job in flight;
+* **asyncio**: the same new-job ``compact()`` through ``AsyncCompactionClient`` (what
+  ``compactor serve`` runs), against an asyncio redis-py ``RPUSH`` interleaved on one loop;
 * **first call**: in a fresh process, the first ``compact()`` after ``CompactionClient(...)``
   (and, separately, after ``warm()``), as a ratio to the first call of later rounds in the same
   process (each round creates 21 sessions, then compacts them; medians over 7 processes), and
@@ -27,6 +29,7 @@ under ``notes``).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
@@ -39,9 +42,10 @@ from pathlib import Path
 from typing import Any
 
 import redis
+import redis.asyncio
 from _report import Report
 
-from api_client import ClientSettings, CompactionClient
+from api_client import AsyncCompactionClient, ClientSettings, CompactionClient
 
 PREFIX = "compactor-bench"
 REPO = Path(__file__).resolve().parents[1]
@@ -192,6 +196,33 @@ def compact_calls(url: str, n: int, sent_event: bool) -> dict[str, Any]:
             "new_job_vs_evalsha": summary(ours, pct(plain, .5))}
 
 
+async def _async_calls(url: str, n: int) -> tuple[list[float], list[float]]:
+    settings = ClientSettings(redis_url=url, key_prefix=PREFIX)
+    raw = redis.asyncio.Redis.from_url(url)
+    base, calls = [], []
+    async with AsyncCompactionClient(settings) as client:
+        await client.compact(await client.sessions.create(), "threshold")  # warm-up
+        sids = [await client.sessions.create() for _ in range(n)]
+        for sid in sids:
+            t = time.perf_counter()
+            await raw.rpush(f"{PREFIX}-baseline", "x" * 200)
+            t1 = time.perf_counter()
+            await client.compact(sid, "threshold")
+            calls.append((time.perf_counter() - t1) * 1000)
+            base.append((t1 - t) * 1000)
+    await raw.delete(f"{PREFIX}-baseline")
+    await raw.aclose()
+    return base, calls
+
+
+def async_compact_calls(url: str, n: int) -> dict[str, Any]:
+    """The asyncio client's new-job compact(), against an asyncio RPUSH on the same loop."""
+    base, calls = asyncio.run(_async_calls(url, n))
+    cleanup(url)
+    return {"baseline_rpush": summary(base, 1.0) | {"ratio_p50": 1.0, "ratio_p99": 1.0},
+            "new_job": summary(calls, pct(base, .5))}
+
+
 def first_call(url: str, mode: str, processes: int = 7, rounds: int = 11) -> dict[str, float]:
     """Medians over ``processes`` fresh processes. The first call follows the creation of 21
     sessions; so does the baseline, the first call of each later round: a call that follows
@@ -221,6 +252,7 @@ def main() -> None:
         result: dict[str, Any] = {
             "sent_event_on": compact_calls(url, args.n, True),
             "sent_event_off": compact_calls(url, args.n, False),
+            "asyncio": async_compact_calls(url, args.n),
             "first_call_cold": first_call(url, "cold"),
             "first_call_warm": first_call(url, "warm"),
         }
@@ -240,6 +272,12 @@ def main() -> None:
             for q in ("p50", "p99"):
                 report.figure(f"{name} {q} ({config})", numbers[name][f"{q}_ms"], "ms",
                               against=f"rpush p50 ({config})")
+    numbers = result["asyncio"]
+    report.baseline("asyncio rpush p50", numbers["baseline_rpush"]["p50_ms"], "ms",
+                    "asyncio redis-py RPUSH on the same loop, interleaved")
+    for q in ("p50", "p99"):
+        report.figure(f"asyncio new_job {q}", numbers["new_job"][f"{q}_ms"], "ms",
+                      against="asyncio rpush p50")
     for mode in ("first_call_cold", "first_call_warm"):
         values = result[mode]
         report.baseline(f"first call of a later round ({mode})",
