@@ -3,12 +3,14 @@
     .venv/bin/python bench/bench_session_bytes.py [--fixtures DIR]
 
 Starts a private redis-server (never the shared one), imports each reference session
-(``../shared/fixtures/pi/*.jsonl``; skipped without them) and sums ``MEMORY USAGE <key>
-SAMPLES 0`` (exact: every element counted) over every key of the session (``SCAN MATCH
-<p>:session:{<sid>}:*``); then a worker (the no-LLM summarizer, so the figure does not
-depend on a model) runs a prune and a manual compaction on each and the sum is taken again (job
-records, events, effect markers and token counts included). Figures are bytes, against the
-JSONL's bytes: docs/storage.md, "Sizing".
+(``../shared/fixtures/pi/*.jsonl``; skipped without them) and a small one cut from the first of
+them (its first 20 lines, every string of a message cut to 200 characters: ~10 kB, where a
+job's fixed costs show) and sums ``MEMORY USAGE <key> SAMPLES 0`` (exact: every element
+counted) over every key of the session (``SCAN MATCH <p>:session:{<sid>}:*``); then a worker
+(the no-LLM summarizer, so the figure does not depend on a model) runs a prune and the sum is
+taken again, then a manual compaction and the sum is taken once more (job records, events,
+effect markers and token counts included). Figures are bytes, against the JSONL's bytes:
+docs/storage.md, "Sizing".
 Writes ``bench/results/session_bytes.json``.
 """
 
@@ -46,6 +48,25 @@ def session_bytes(raw: redis.Redis[str], layout: KeyLayout, sid: str) -> dict[st
     return dict(sizes)
 
 
+def small_session(text: str, lines: int = 20, chars: int = 200) -> str:
+    """The first ``lines`` of a session, every string of a message cut to ``chars``."""
+    def cut(value: Any) -> Any:
+        if isinstance(value, str):
+            return value[:chars]
+        if isinstance(value, list):
+            return [cut(v) for v in value]
+        if isinstance(value, dict):
+            return {k: cut(v) for k, v in value.items()}
+        return value
+    out = []
+    for line in text.splitlines()[:lines]:
+        entry = json.loads(line)
+        if entry.get("type") == "message":
+            entry["message"] = cut(entry["message"])
+        out.append(json.dumps(entry, ensure_ascii=False, separators=(",", ":")))
+    return "\n".join(out) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--fixtures", type=Path, default=FIXTURES)
@@ -54,6 +75,9 @@ def main() -> None:
     if not files:
         print(f"bench_session_bytes: skipped, no reference sessions at {args.fixtures}")
         return
+    texts = {path.stem: (path.read_text(encoding="utf-8"), path.name) for path in files}
+    first = texts[files[0].stem][0]
+    texts["small-session"] = (small_session(first), f"{files[0].name}'s first 20 lines, cut")
     report = Report("session_bytes")
     notes: dict[str, Any] = {}
     with embedded_redis() as url:
@@ -61,27 +85,29 @@ def main() -> None:
         settings = WorkerSettings(redis_url=url, pool="threads", concurrency=2)
         layout = KeyLayout(settings.client.key_prefix)
         with CompactionClient(settings.client) as client:
-            for path in files:
-                text = path.read_text(encoding="utf-8")
+            for name, (text, origin) in texts.items():
                 size = len(text.encode("utf-8"))
-                sid = client.sessions.import_jsonl(text, path.stem)
+                sid = client.sessions.import_jsonl(text, name)
                 imported = session_bytes(raw, layout, sid)
-                report.baseline(f"{sid}_jsonl", size, "B", f"{path.name}, {len(text.splitlines())}"
-                                " lines")
+                report.baseline(f"{sid}_jsonl", size, "B",
+                                f"{origin}, {len(text.splitlines())} lines")
                 report.figure(f"{sid}_imported", sum(imported.values()), "B",
                               against=f"{sid}_jsonl", what="every key after the import")
                 notes[sid] = {"jsonl": size, "imported": imported}
             app = create_app(settings)
             with worker_thread(app):
-                for path in files:
-                    sid = path.stem
+                for sid in texts:
                     client.prune(sid).wait(timeout=300)
+                    pruned = session_bytes(raw, layout, sid)
+                    report.figure(f"{sid}_pruned", sum(pruned.values()), "B",
+                                  against=f"{sid}_jsonl",
+                                  what="after a prune (its record and events)")
                     client.compact(sid, reason="manual").wait(timeout=300)
                     worked = session_bytes(raw, layout, sid)
                     report.figure(f"{sid}_worked", sum(worked.values()), "B",
                                   against=f"{sid}_jsonl",
                                   what="after a prune and a compaction (records, events, ...)")
-                    notes[sid]["worked"] = worked
+                    notes[sid].update(pruned=pruned, worked=worked)
             app.close_runtime()
         raw.close()
     report.note(**notes)
