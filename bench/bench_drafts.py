@@ -17,8 +17,9 @@ The sessions run one after the other (``--parallel N``: N at once, shorter, the 
 shared); each session's model calls and input tokens are read from its job records (the
 loopback reports a call's input tokens as its usage); the loopback's own totals check the sum.
 Prints per mode the model calls, input tokens, drafts computed / extended / applied, instant
-compactions and the mean stall; JSON to bench/results/drafts.json (``drafts-pace<N>.json``
-for another pace).
+compactions, the mean stall and the tokens a turn sends to the agent's own model (the context
+its next request carries, mean over the turns: a draft applied may keep more); JSON to
+bench/results/drafts.json (``drafts-pace<N>.json`` for another pace).
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ class Run:
     pace_s: float
     sid: str = ""
     turns: int = 0
+    sent_tokens: int = 0  # the context the agent's next request carries, summed over the turns
     compactions: list[dict[str, Any]] = field(default_factory=list)
     jobs: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
@@ -151,12 +153,14 @@ class Agent:
             started = time.perf_counter()
             asked = step()
             if asked is None:
+                self.run.sent_tokens += self.context
                 continue
             handle, from_draft = asked
             entry = handle.wait(300)
             stall = time.perf_counter() - started
             before = self.context
             self.recount()
+            self.run.sent_tokens += self.context
             self.run.compactions.append({"fromDraft": from_draft, "stallS": round(stall, 4),
                                          "entry": entry["id"], "contextBefore": before,
                                          "contextAfter": self.context, "turn": self.run.turns})
@@ -191,6 +195,8 @@ def tally(runs: list[Run]) -> dict[str, Any]:
     compactions = [c for r in runs for c in r.compactions]
     return {
         "seeds": [r.seed for r in runs], "turns": sum(r.turns for r in runs),
+        "sent_tokens_per_turn": round(sum(r.sent_tokens for r in runs)
+                                      / max(1, sum(r.turns for r in runs))),
         "model_calls": sum((j.get("result") or {}).get("modelAttempts", 0) for j in jobs),
         "input_tokens": sum((j.get("usage") or {}).get("input", 0) for j in jobs),
         "draft_input_tokens": sum((j.get("usage") or {}).get("input", 0) for j in speculative),
@@ -244,12 +250,12 @@ def main() -> None:
     print(f"\n  pace {args.pace:g} s, model {args.model_ms} ms, seeds {args.seeds}, "
           f"{args.parallel} session(s) at once")
     header = ("mode", "calls", "input tok", "drafts", "extended", "applied", "instant",
-              "stall s", "turns")
+              "stall s", "turns", "tok/turn")
     print("  " + " ".join(f"{h:>10}" for h in header))
     for mode, t in modes.items():
         row = (mode, t["model_calls"], f"{t['input_tokens'] / 1e6:.2f} M", t["drafts_computed"],
                t["drafts_extended"], t["drafts_applied"], f"{t['instant']}/{t['compactions']}",
-               t["stall_mean_s"], t["turns"])
+               t["stall_mean_s"], t["turns"], t["sent_tokens_per_turn"])
         print("  " + " ".join(f"{v!s:>10}" for v in row))
     counted = sum(t["model_calls"] for t in modes.values())
     print(f"  loopback totals: {totals['calls']} calls, {totals['input_tokens'] / 1e6:.2f} M "
@@ -259,6 +265,12 @@ def main() -> None:
                     f"plain mode, {plain['compactions']} compactions")
     report.figure("drafts_input_tokens", drafts["input_tokens"], "tok",
                   against="plain_input_tokens", goal="<= 1.3")
+    # What a turn costs the agent's own model: a draft applied keeps more (its cut was planned
+    # turns earlier), so every later request carries more; the summarizer's tokens are a share.
+    report.baseline("plain_sent_tokens_per_turn", plain["sent_tokens_per_turn"], "tok",
+                    "the context the agent's next request carries, mean over the turns")
+    report.figure("drafts_sent_tokens_per_turn", drafts["sent_tokens_per_turn"], "tok",
+                  against="plain_sent_tokens_per_turn", goal="<= 1.1")
     share = drafts["instant"] / drafts["compactions"] if drafts["compactions"] else 0.0
     report.figure("instant_share", share, "", goal=">= 0.9",
                   what="threshold compactions applied from a draft")
