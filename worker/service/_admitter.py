@@ -34,8 +34,10 @@ from pydantic import ValidationError
 from api_client.contract.errors import (
     BrokerUnavailableError,
     CompactorError,
+    ConfigurationError,
     QuotaExceededError,
     StorageFullError,
+    StorageReadOnlyError,
 )
 from api_client.contract.keys import split_job_id, tenant_of_job
 from api_client.contract.wire import (
@@ -51,6 +53,14 @@ from worker.store.inbox import InboxStore
 from worker.store.job_lifecycle import JobStore
 
 __all__ = ["Admitter"]
+
+
+def redis_trouble(err: BaseException) -> bool:
+    """Redis away, full, read-only or refusing the workers' user (a reply typed by
+    ``redis_flows.replied``): no fault of the job, which stays to be admitted later."""
+    return isinstance(err, (redis.RedisError, BrokerUnavailableError, StorageFullError,
+                            StorageReadOnlyError)) or (
+        isinstance(err, ConfigurationError) and isinstance(err.__cause__, redis.RedisError))
 
 log = logging.getLogger("worker.admit")
 
@@ -133,12 +143,12 @@ class Admitter:
                 wait_s = 0.0 if due else AGAIN_S if self.pending else POLL_S
                 self.pending = self.drain(due | self.pending | self._announced(wait_s))
                 self._report()
-            except (redis.RedisError, BrokerUnavailableError, StorageFullError) as err:
-                log.debug("admit: %s", err)
-                self._reset()
-                self._stop.wait(1.0)
-            except Exception:  # the admitter must outlive a bug in one look
-                log.exception("admit failed")
+            except Exception as err:  # the admitter must outlive a bug in one look
+                if redis_trouble(err):
+                    log.debug("admit: %s", err)
+                    self._reset()
+                else:
+                    log.exception("admit failed")
                 self._stop.wait(1.0)
         self._reset()
 
@@ -226,18 +236,19 @@ class Admitter:
         jobs = [job_id for job_id in ids if self._own(tenant, job_id)]
         try:
             records = self.store.records(jobs)
-        except (BrokerUnavailableError, StorageFullError):
-            self.store.put_back(tenant, *jobs)
+        except Exception as err:
+            if redis_trouble(err):
+                self.store.put_back(tenant, *jobs)
             raise
         for index, (job_id, fields) in enumerate(zip(jobs, records, strict=True)):
             try:
                 record = self._checked(tenant, job_id, fields)
                 if record is not None:
                     self._admit(record)
-            except (BrokerUnavailableError, StorageFullError):
-                self.store.put_back(tenant, *jobs[index:])
-                raise
             except CompactorError as err:
+                if redis_trouble(err):
+                    self.store.put_back(tenant, *jobs[index:])
+                    raise
                 self._drop(tenant, job_id, str(err))
 
     def _own(self, tenant: str, job_id: str) -> bool:
