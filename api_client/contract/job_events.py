@@ -9,8 +9,9 @@ lifetime, then the global copy), and every script that emits one calls ``emit_ev
 The stored shape: the stream fields ``type``, ``job`` and ``data``, the :class:`JobEvent` JSON,
 but for one field: an event about an entry the job wrote (``session_compact``, ``compaction_end``,
 ``branch_summary``, ``session_tree``) holds that entry's id as its ``"entry"``, not the entry.
-The entry is in the session's ``entries`` hash (committed before the event is written, kept as
-long as the session) and once on the job record; the streams do not hold it twice more each.
+(Nor does an applied draft's ``compaction_end`` hold it in its ``result``.) The entry is in the
+session's ``entries`` hash (committed before the event is written, kept as long as the session)
+and once on the job record; the streams do not hold it twice more each.
 Readers put it back (:func:`fill_entries`: one ``HGET`` per such event, one round trip a batch),
 so every consumer sees the event it saw when the event carried the entry.
 """
@@ -29,7 +30,7 @@ from api_client.contract.wire import JobEvent
 
 __all__ = [
     "as_pipeline_calls", "decode_event", "event_fields", "event_writes",
-    "fill_entries", "global_write",
+    "fill_entries", "global_write", "with_entry",
 ]
 
 # What a stored event's JSON holds when its entry is stored apart (its id as a string).
@@ -74,8 +75,18 @@ def fill_entries(layout: KeyLayout, events: Sequence[JobEvent]) -> Flow[list[Job
     out = list(events)
     for i, line in zip(wanted, lines, strict=True):
         if line:
-            out[i] = out[i].model_copy(update={"entry": json.loads(line)})
+            out[i] = with_entry(out[i], json.loads(line))
     return out
+
+
+def with_entry(event: JobEvent, entry: dict[str, Any]) -> JobEvent:
+    """``event`` with the entry it names; an applied draft's ``compaction_end`` also had it
+    in its result (``result.entry``, as the job record has it), so it goes back there too."""
+    update: dict[str, Any] = {"entry": entry}
+    result = event.result
+    if result is not None and result.get("fromDraft") is True and "entry" not in result:
+        update["result"] = {**result, "entry": entry}
+    return event.model_copy(update=update)
 
 
 def global_write(stream: str, settings: ClientSettings, fields: Mapping[str, str]) -> Command:

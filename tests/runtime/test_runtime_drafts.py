@@ -101,8 +101,9 @@ def test_draft_applied_after_the_agent_appended(client: CompactionClient,
     types = [e.type.value for e in session_events(client, sid) if e.job_id == handle.id]
     assert types == ["session_compact", "compaction_end"]
     [end] = completions(client, sid, handle.id)
-    assert end.entry is not None and end.entry["id"] == entry["id"]
+    assert end.entry == entry  # read back from the session (the stream holds its id)
     assert end.result is not None and end.result["fromDraft"] is True
+    assert end.result == record.result  # its result.entry too, as the record has it
     deadline = time.monotonic() + 10  # the session_compact hooks run on a worker
     while (sid, entry["id"]) not in hooks.COMPACTED and time.monotonic() < deadline:
         time.sleep(0.05)

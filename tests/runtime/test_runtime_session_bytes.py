@@ -1,23 +1,29 @@
 """What a session costs in Redis after one compaction (docs/storage.md, "Sizing"): every key of
 the session (``MEMORY USAGE ... SAMPLES 0``, exact) against the bytes of its JSONL, and what a
-job adds (its record and the session's events) bounded, whatever the session's size. The demo
-session (189 kB) takes 1.11 x; a session of a few kB does not meet 1.5 x yet: the job's fixed
-~12 kB (the record keeps the entry the events carry too) is most of it."""
+job adds (its record and the session's events) bounded, whatever the session's size: the
+summary is stored once more, on the record (docs/storage.md "Job events in Redis"), and the
+events hold the entry's id. The demo session (189 kB) takes 1.09 x."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 import redis
 from runtime.runtime_model_server import ModelServer
-from runtime.runtime_support import new_session, runtime_settings
+from runtime.runtime_support import new_session, runtime_settings, session_events
 
 from api_client import CompactionClient
 from worker.settings import WorkerSettings
 
-MOST_RATIO = 1.5  # the session after a compaction, over its JSONL
-# A job's record and the session's event stream: a fixed cost (the summary, the result, three
-# events, the stream's own node), not a copy of the session.
-MOST_JOB_BYTES = 16 << 10
+GOAL_RATIO = 1.5  # a session after a compaction, over its JSONL (issue 42)
+MOST_RATIO = 1.12  # what the demo session reaches (1.09 x; 1.11 x while events held the entry)
+# The session's event stream: its first node (Redis allocates ~4.7 kB for it, whatever it
+# holds) and four events of ~0.2-0.9 kB; 7.8 kB while session_compact and compaction_end
+# carried the entry.
+MOST_EVENT_BYTES = 6 << 10
+# A job's record: the entry once, its result, the hash's own overhead (~2 kB).
+MOST_RECORD_OVERHEAD = 3 << 10
 
 
 @pytest.fixture(scope="module")
@@ -28,9 +34,29 @@ def worker_settings(module_redis: str, model: ModelServer) -> WorkerSettings:
 def session_bytes(raw: redis.Redis[str], client: CompactionClient, sid: str) -> dict[str, int]:
     """Exact bytes of every key of the session, by its name after the hash tag."""
     base = client.layout.session(sid).header.removesuffix("header")
-    pattern = base.replace("{", "[{]").replace("}", "[}]") + "*"
     return {key[len(base):]: int(raw.memory_usage(key, samples=0) or 0)
-            for key in raw.scan_iter(match=pattern, count=1000)}
+            for key in raw.scan_iter(match=_pattern(base), count=1000)}
+
+
+def stored_texts(raw: redis.Redis[str], client: CompactionClient, sid: str) -> list[str]:
+    """Every value the session's keys hold (strings, hash values, list items, stream fields)."""
+    base = client.layout.session(sid).header.removesuffix("header")
+    texts: list[str] = []
+    for key in raw.scan_iter(match=_pattern(base), count=1000):
+        kind = raw.type(key)
+        if kind == "string":
+            texts.append(raw.get(key) or "")
+        elif kind == "hash":
+            texts += raw.hvals(key)
+        elif kind == "list":
+            texts += raw.lrange(key, 0, -1)
+        elif kind == "stream":
+            texts += [v for _, fields in raw.xrange(key) for v in fields.values()]
+    return texts
+
+
+def _pattern(base: str) -> str:
+    return base.replace("{", "[{]").replace("}", "[}]") + "*"
 
 
 def test_a_session_after_one_compaction_stays_near_its_jsonl(
@@ -38,11 +64,23 @@ def test_a_session_after_one_compaction_stays_near_its_jsonl(
     raw = redis.Redis.from_url(module_redis, decode_responses=True)
     sid = new_session(client, demo_text)
     handle = client.compact(sid, reason="manual")
-    handle.wait(60)
-    assert handle.record().state.value == "succeeded"
+    entry = handle.wait(60)
+    assert handle.record().state.value == "succeeded" and isinstance(entry, dict)
     sizes = session_bytes(raw, client, sid)
     jsonl = len(demo_text.encode())
-    job = sum(size for name, size in sizes.items() if name.startswith("job:")) + sizes["events"]
+    [record] = [size for name, size in sizes.items() if name.startswith("job:")]
     print(f"session {sum(sizes.values())} B for a JSONL of {jsonl} B: {sizes}")
-    assert sum(sizes.values()) <= MOST_RATIO * jsonl, sizes
-    assert job <= MOST_JOB_BYTES, sizes
+    assert sum(sizes.values()) <= MOST_RATIO * jsonl <= GOAL_RATIO * jsonl, sizes
+    assert sizes["events"] <= MOST_EVENT_BYTES, sizes
+    line = len(json.dumps(entry, ensure_ascii=False).encode())
+    assert record <= line + MOST_RECORD_OVERHEAD, (record, line)
+
+    # The summary twice in all: the entry's line and the record's entry.
+    summary = json.dumps(entry["summary"], ensure_ascii=False)[1:-1]
+    assert len(summary) > 100
+    held = sum(text.count(summary) for text in stored_texts(raw, client, sid))
+    assert held == 2, held
+    # ... and the events as a reader hands them out still carry the entry.
+    compacted = [e for e in session_events(client, sid) if e.job_id == handle.id and e.entry]
+    assert [e.type.value for e in compacted] == ["session_compact", "compaction_end"]
+    assert all(e.entry == entry for e in compacted)

@@ -160,9 +160,10 @@ local function apply_draft(KEYS, ARGV)
   if draft['fromExtension'] == true then
     ext = 'true'
   end
-  local result = '{"fromDraft":true,"draftJobId":' .. cjson.encode(tostring(draft['jobId']))
+  local said = '{"fromDraft":true,"draftJobId":' .. cjson.encode(tostring(draft['jobId']))
     .. ',"snapshotLeafId":' .. cjson.encode(target) .. ',"growthTokens":' .. tostring(grown)
-    .. tokens .. ',"entry":' .. line .. '}'
+    .. tokens
+  local result = said .. ',"entry":' .. line .. '}'
   -- The events hold the entry's id, not the entry (_events.lua): it is in `entries` and on the
   -- record.
   local fields = ',"entry":' .. cjson.encode(new_id) .. tokens .. ',"fromExtension":' .. ext
@@ -184,7 +185,8 @@ local function apply_draft(KEYS, ARGV)
     redis.call('EXPIRE', KEYS[10], math.max(1, math.ceil(window)))
   end
   local ev1 = string.sub(ARGV[9], 1, -2) .. fields .. '}'
-  local ev2 = string.sub(ARGV[10], 1, -2) .. fields .. ',"result":' .. result .. '}'
+  -- The event's result without its entry too: a reader puts it back in both (_events.lua).
+  local ev2 = string.sub(ARGV[10], 1, -2) .. fields .. ',"result":' .. said .. '}}'
 
   redis.call('HSET', KEYS[8], unpack(cjson.decode(ARGV[15])))
   redis.call('HSET', KEYS[8], 'entry', line, 'resultEntryId', new_id, 'result', result)

@@ -6,7 +6,7 @@
 -- data) adds the event (fields type, job, data; `MAXLEN ~ maxlen`) and gives the stream its
 -- lifetime: it lives `ttl_s` (the job records' TTL) after its last event. `data` is the event's
 -- JSON as stored: an event about an entry the job wrote holds that entry's id as its "entry",
--- not the entry. Returns the stream id. The caller refreshes the session's retention
+-- not the entry (nor does an applied draft's result hold it: readers put it back there too). Returns the stream id. The caller refreshes the session's retention
 -- (retain_keys with {stream, ttl_s * 1000}); the global copy follows the script.
 local function emit_event(stream, maxlen, ttl_s, kind, job, data)
   local id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'type', kind, 'job', job,
