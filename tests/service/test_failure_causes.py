@@ -9,11 +9,14 @@ from api_client.contract.errors import (
     AlreadyCompactedError,
     BrokerUnavailableError,
     CompactionLoopError,
+    ConfigurationError,
     DanglingParentError,
     HookError,
     NothingToCompactError,
+    RedisAuthenticationError,
     SessionNotFoundError,
     StaleSnapshotError,
+    StorageReadOnlyError,
 )
 from worker.llm.errors import (
     AllCandidatesFailedError,
@@ -27,6 +30,14 @@ from worker.llm.errors import (
 )
 from worker.service._job_stops import DeadlineExceededError, JobCancelled
 from worker.service.failure_causes import CAUSES, failure_cause
+
+
+def _refused_by_redis() -> ConfigurationError:
+    """A NOPERM reply as the mapping types it: a ConfigurationError caused by Redis's error."""
+    try:
+        raise ConfigurationError("NOPERM") from redis.exceptions.NoPermissionError("NOPERM")
+    except ConfigurationError as err:
+        return err
 
 
 @pytest.mark.parametrize(("error", "cause"), [
@@ -49,6 +60,11 @@ from worker.service.failure_causes import CAUSES, failure_cause
     (DanglingParentError("dangling"), "session"),
     (BrokerUnavailableError("Redis unavailable"), "storage"),
     (redis.exceptions.OutOfMemoryError("OOM"), "storage"),
+    # Redis's refusals as the one error mapping types them (redis_flows.replied): still storage.
+    (StorageReadOnlyError("read-only replica"), "storage"),
+    (RedisAuthenticationError("WRONGPASS"), "storage"),
+    (_refused_by_redis(), "storage"),
+    (ConfigurationError("a bad setting"), "other"),
     (HookError("hook"), "hook"),
     (StaleSnapshotError("stale"), "other"),
     (KeyError("bug"), "internal"),

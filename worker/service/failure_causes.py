@@ -28,12 +28,14 @@ from api_client.contract.errors import (
     BrokerUnavailableError,
     CompactionLoopError,
     CompactorError,
+    ConfigurationError,
     HookError,
     ModelError,
     PlanError,
     PromptTooLargeError,
     QuotaExceededError,
     SessionError,
+    StorageReadOnlyError,
 )
 from worker.llm.errors import (
     AllCandidatesFailedError,
@@ -66,7 +68,8 @@ _TABLE: tuple[tuple[tuple[type[BaseException], ...], str], ...] = (
     ((QuotaExceededError,), "quota"),
     ((PlanError,), "nothing_to_do"),
     ((SessionError,), "session"),
-    ((BrokerUnavailableError, redis.RedisError), "storage"),
+    # Redis's own errors and the typed ones redis_flows.replied makes of its refusals.
+    ((BrokerUnavailableError, StorageReadOnlyError, redis.RedisError), "storage"),
     ((HookError,), "hook"),
 )
 CAUSES: tuple[str, ...] = (*(cause for _, cause in _TABLE), "model_unavailable", "other",
@@ -80,6 +83,8 @@ def failure_cause(err: BaseException) -> str:
     for types, cause in _TABLE:
         if isinstance(err, types):
             return cause
+    if isinstance(err, ConfigurationError) and isinstance(err.__cause__, redis.RedisError):
+        return "storage"  # Redis refused the URL's user (credentials, NOPERM): replied's type
     if isinstance(err, CompactorError):
         return _model_cause(err) if isinstance(err, ModelError) else "other"
     return "internal"
