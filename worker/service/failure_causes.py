@@ -34,6 +34,7 @@ from api_client.contract.errors import (
     PlanError,
     PromptTooLargeError,
     QuotaExceededError,
+    RedisAuthenticationError,
     SessionError,
     StorageReadOnlyError,
 )
@@ -69,7 +70,8 @@ _TABLE: tuple[tuple[tuple[type[BaseException], ...], str], ...] = (
     ((PlanError,), "nothing_to_do"),
     ((SessionError,), "session"),
     # Redis's own errors and the typed ones redis_flows.replied makes of its refusals.
-    ((BrokerUnavailableError, StorageReadOnlyError, redis.RedisError), "storage"),
+    ((BrokerUnavailableError, StorageReadOnlyError, RedisAuthenticationError, redis.RedisError),
+     "storage"),
     ((HookError,), "hook"),
 )
 CAUSES: tuple[str, ...] = (*(cause for _, cause in _TABLE), "model_unavailable", "other",
@@ -84,7 +86,7 @@ def failure_cause(err: BaseException) -> str:
         if isinstance(err, types):
             return cause
     if isinstance(err, ConfigurationError) and isinstance(err.__cause__, redis.RedisError):
-        return "storage"  # Redis refused the URL's user (credentials, NOPERM): replied's type
+        return "storage"  # Redis refused the URL's user its keys (NOPERM): replied's type
     if isinstance(err, CompactorError):
         return _model_cause(err) if isinstance(err, ModelError) else "other"
     return "internal"
