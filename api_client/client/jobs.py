@@ -59,9 +59,12 @@ from api_client.contract.wire import (
 
 __all__ = [
     "AsyncJobStore", "EnqueueCall", "EnqueueResult", "JobFlows", "JobStore", "check_agent",
-    "check_context_window",
-    "enqueue_call", "parse_enqueue",
+    "check_context_window", "enqueue_call", "parse_enqueue",
 ]
+
+
+# enqueue.lua's named arguments (json.dumps with options would build an encoder per call).
+_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +168,7 @@ def enqueue_call(layout: KeyLayout, settings: ClientSettings, session_id: str, k
             keys += admitted.fair_index
             named["push"] = {"list": push.queue_key, "message": push.message,
                              "channel": push.channel, "event": push.event}
-    return keys, [json.dumps(named, ensure_ascii=False, separators=(",", ":"))], route
+    return keys, [_ENCODE(named)], route
 
 
 def check_instructions(instructions: str, session_id: str, settings: ClientSettings) -> None:

@@ -221,7 +221,10 @@ class Orchestration:
         return bool((yield cmd("ping")))
 
     def warm(self) -> ClientFlow[None]:
-        """Load every packaged script, so no first EVALSHA meets NOSCRIPT."""
+        """Load every packaged script (and ``place.lua`` on a Redis broker of its own), so no
+        first EVALSHA meets NOSCRIPT."""
+        if self.broker.name == "redis":
+            yield OnBroker(Pipeline((cmd("script_load", lua("place")),), transaction=False))
         loads = tuple(cmd("script_load", lua(name)) for name in script_names())
         if self.settings.redis_cluster:
             # A cluster pipeline refuses SCRIPT LOAD; a command of its own goes to every primary.

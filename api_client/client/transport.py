@@ -51,16 +51,19 @@ class Publish:
 
 @dataclass(frozen=True, slots=True)
 class OnBroker:
-    """A pipeline or script for the Redis broker when it is not the sessions' Redis."""
+    """A pipeline or script (``place.lua``) for the Redis broker when it is not the sessions'
+    Redis."""
 
     call: Pipeline | Script
 
 
 @dataclass(frozen=True, slots=True)
 class BrokerMode:
-    """How a new job's task message travels: ``inline`` (inside the enqueue script: the broker
-    is the sessions' Redis), ``redis`` (a pipeline to another Redis), ``kombu`` (RabbitMQ) or
-    ``inbox`` (none: the job goes to the tenant's inbox, the workers send it)."""
+    """How a new job's task message travels (docs/storage.md "Enqueue"): ``inline`` (placed by
+    the enqueue script: the broker is the sessions' Redis), ``redis`` (``place.lua`` on a Redis
+    broker of its own, after the enqueue script), ``kombu`` (published to RabbitMQ after it) or
+    ``inbox`` (none: the enqueue script puts the job in the tenant's inbox, the workers admit
+    and send it)."""
 
     name: str
     db: int | None  # the Redis broker's database (None: kombu)

@@ -15,8 +15,9 @@ import redis
 from client.test_client_enqueue_script import Monitor
 
 from api_client import ClientSettings, CompactionClient
-from api_client.client.jobs import enqueue_call
+from api_client.client.jobs import JobFlows, enqueue_call
 from api_client.contract.keys import KeyLayout
+from api_client.contract.redis_flows import Pipeline
 from api_client.contract.wire import JobKind, route_for
 
 LAYOUT = KeyLayout()
@@ -103,18 +104,18 @@ def test_a_redis_broker_of_its_own_one_script_then_the_placement(
         raw: redis.Redis[str]) -> None:
     with CompactionClient(settings.model_copy(update={"broker_url": own_redis.url})) as client:
         assert client.transport.broker.name == "redis"
-        client.warm()
-        sids = [client.sessions.create() for _ in range(3)]
-        client.compact(sids[2])  # the broker's connection and place.lua, outside the count
+        client.warm()  # connects to both and loads place.lua on the broker too
+        sids = [client.sessions.create() for _ in range(2)]
         seen = _round_trips(client, settings.redis_url, own_redis.url,
                             [(sids[0], "manual"), (sids[0], "manual"), (sids[1], "threshold")])
     assert seen == [(["EVALSHA"], ["EVALSHA"]),  # enqueue.lua, then place.lua
                     (["EVALSHA"], []),  # coalesced: nothing to take back
                     (["EVALSHA"], ["EVALSHA"])]  # compact_auto.lua, then place.lua
     # Admitted and indexed by the script: the tenant's queue and the due index hold both jobs.
-    assert raw.zcard(LAYOUT.tenant_queued("default")) == 3
-    assert raw.zcard(LAYOUT.jobs_due) == 3
-    assert broker.llen(LAYOUT.broker + "compactor.compact:6") == 2
+    assert raw.zcard(LAYOUT.tenant_queued("default")) == 2
+    assert raw.zcard(LAYOUT.jobs_due) == 2
+    assert broker.llen(LAYOUT.broker + "compactor.compact:6") == 1
+    assert broker.llen(LAYOUT.broker + "compactor.compact:3") == 1
 
 
 def test_any_other_broker_one_script_then_the_publish(
@@ -160,3 +161,51 @@ def test_the_tenants_inbox_is_written_and_announced_once(
     listener.close()
     # Not admitted by the tenant's client: the workers do (docs/tenants.md).
     assert not raw.exists(acme.tenant_queued("acme"), acme.jobs_due)
+
+
+def _finish(flow: Any, reply: Any) -> Any:
+    with pytest.raises(StopIteration) as done:
+        flow.send(reply)
+    return done.value.value
+
+
+CLUSTER = ClientSettings(redis_cluster=True, broker_url="redis://b:6379/0")
+
+
+@pytest.mark.parametrize("outcome", ["created", "coalesced"])
+def test_on_a_cluster_the_index_and_the_admission_go_around_the_script(outcome: str) -> None:
+    flow = JobFlows(CLUSTER, LAYOUT).enqueue_flow("s1", "compact", "manual", None, None)
+    index = next(flow)  # before the record: a client that dies next leaves a job the sweep finds
+    assert (index.name, index.args[0]) == ("zadd", LAYOUT.jobs_due)
+    (job_id,) = index.args[1]
+    admit = flow.send(1)
+    assert (admit.name, admit.keys) == ("admit", [LAYOUT.tenant_queued("default")])
+    script = flow.send(1_700_000_000_000)  # the fair tag
+    assert script.name == "enqueue" and len(script.keys) == 5
+    assert json.loads(script.args[0])["job"] == job_id
+    reply = [outcome, job_id if outcome == "created" else "s1:0123456789abcdef", "queued", "0-0"]
+    if outcome == "created":
+        result = _finish(flow, reply)
+        assert (result.tag, result.must_send) == (1_700_000_000_000, True)
+        return
+    back = flow.send(reply)  # not this job: its index entries and reservation go, together
+    assert isinstance(back, Pipeline) and not back.transaction
+    assert [(c.name, c.args) for c in back.commands] == [
+        ("zrem", (LAYOUT.jobs_due, job_id)), ("zrem", (LAYOUT.tenant_queued("default"), job_id)),
+        ("hdel", (LAYOUT.tenant_reserved("default"), job_id))]
+    assert _finish(flow, [1, 1, 1]).coalesced
+
+
+def test_on_a_cluster_the_inbox_follows_the_script() -> None:
+    acme = KeyLayout(tenant="acme")
+    settings = CLUSTER.model_copy(update={"tenant": "acme", "tenant_inbox": True})
+    flow = JobFlows(settings, acme).enqueue_flow("s1", "compact", "manual", None, None)
+    script = next(flow)  # nothing of the tenant's admission: the workers admit it
+    assert script.name == "enqueue" and len(script.keys) == 5
+    job_id = json.loads(script.args[0])["job"]
+    announce = flow.send(["created", job_id, "queued", "0-0"])
+    assert isinstance(announce, Pipeline)
+    inbox = acme.tenant_inbox("acme")
+    assert [(c.name, c.args[0]) for c in announce.commands] == [("zadd", inbox),
+                                                                 ("publish", inbox)]
+    assert not _finish(flow, [1, 1]).must_send
