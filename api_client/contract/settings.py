@@ -1,8 +1,9 @@
 """Client settings (pydantic-settings, env prefix ``COMPACTOR_``, ``.env`` read when present).
 
 The worker's ``WorkerSettings`` holds one :class:`ClientSettings` (``settings.client``, read
-from the same variables), so every field here means the same on both sides. ``COMPACTOR_REDIS_URL`` serves sessions, broker and results unless
-``COMPACTOR_BROKER_URL`` / ``COMPACTOR_RESULT_BACKEND`` override it.
+from the same variables), so every field here means the same on both sides.
+``COMPACTOR_REDIS_URL`` serves sessions, broker and results unless ``COMPACTOR_BROKER_URL`` /
+``COMPACTOR_RESULT_BACKEND`` override it.
 """
 
 from __future__ import annotations
