@@ -91,7 +91,7 @@ def effective_quotas(overrides: Mapping[str, str],
     """Each quota's value for the tenant: its override when set, else the setting's."""
     shown: dict[str, dict[str, Number | None]] = {}
     for field in QUOTA_FIELDS:
-        default: Number = getattr(settings, field)
+        default: Number = getattr(settings.client, field)
         override = _number(overrides[field]) if field in overrides else None
         shown[field] = {"effective": default if override is None else override,
                         "override": override, "default": default}
