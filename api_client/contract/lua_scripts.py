@@ -6,21 +6,39 @@ contract never imports the worker (a script is only text).
 Redis scripts cannot import: a script whose first line reads ``-- include: _walk _retention``
 gets those helpers (``_walk.lua``, ``_retention.lua``: a helper's name starts with ``_`` and it
 is never run alone) prepended, in that order. Each script's header names its KEYS and ARGV.
-:func:`register` is how the worker's stores get a script (EVALSHA, loaded again on NOSCRIPT).
+
+Every script runs by EVALSHA, the text sent only when Redis lacks it: :func:`register` (sync
+client) and :func:`register_async` (asyncio client) give redis-py's script object, which loads
+the script again on NOSCRIPT; :func:`queue` puts one into a pipeline or MULTI, loaded before
+the pipeline runs (a NOSCRIPT inside a MULTI could not be recovered). The one exception is
+a Redis Cluster pipeline, which cannot load a script (redis-py queues EVALSHA there and leaves
+NOSCRIPT to the caller): there, and in a flow's MULTI (:func:`eval_args`), a script goes by
+EVAL with its text, routed by its first key like any command.
+
+Keys. Every key a script touches comes in KEYS, or is derived from one of them by the one rule
+of the storage layout (docs/storage.md "Redis layout"): a session's keys share the hash tag of
+``KEYS[1]``'s session, ``<prefix>:session:{<sid>}``, and are that name plus a fixed suffix
+(``:entries``, ``:events``, ...), as :class:`~api_client.contract.keys.SessionKeys` names them;
+a job's keys are its record's name plus a suffix (``<record>:lease``). Such a key is on the slot
+of the key it comes from, so a script that derives it stays on one slot of a Redis Cluster. A
+script that derives keys says which, and from which KEYS, in its header.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cache
 from importlib.resources import files
 from importlib.resources.abc import Traversable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import redis
-    from redis.commands.core import Script
+    import redis.asyncio
+    from redis.commands.core import AsyncScript, Script
 
-__all__ = ["CONTRACT_SCRIPTS", "lua", "register", "script_names"]
+__all__ = ["CONTRACT_SCRIPTS", "eval_args", "lua", "queue", "register", "register_async",
+           "script_names"]
 
 CONTRACT_SCRIPTS = "api_client.contract"  # the package whose ``lua`` folder holds the scripts
 _INCLUDE = "-- include: "
@@ -47,6 +65,33 @@ def register(client: redis.Redis[str], name: str) -> Script:
     """redis-py's script object for ``lua/<name>.lua`` on ``client`` (EVALSHA; the script is
     loaded again when Redis answers NOSCRIPT)."""
     return client.register_script(lua(name))
+
+
+def register_async(client: redis.asyncio.Redis[str], name: str) -> AsyncScript:
+    """:func:`register` for an asyncio client (plain or Cluster)."""
+    return client.register_script(lua(name))
+
+
+def queue(pipe: Any, name: str, keys: Sequence[str], args: Sequence[Any] = ()) -> None:
+    """Queue ``lua/<name>.lua`` in a redis-py pipeline or MULTI (sync or asyncio, plain or
+    Cluster) so that no NOSCRIPT can come back inside it: EVALSHA, the script loaded before the
+    pipeline runs (redis-py's ``SCRIPT EXISTS``, then ``SCRIPT LOAD`` if Redis lacks it); on a
+    Cluster pipeline, which cannot load scripts, EVAL with the text (module doc)."""
+    from redis.asyncio.client import Pipeline as AsyncPipeline
+    from redis.client import Pipeline
+
+    if isinstance(pipe, Pipeline | AsyncPipeline):  # a Cluster pipeline is neither
+        script: Any = pipe.register_script(lua(name))
+        pipe.scripts.add(script)
+        pipe.evalsha(script.sha, len(keys), *keys, *args)
+    else:
+        pipe.execute_command(*eval_args(name, keys, args))
+
+
+def eval_args(name: str, keys: Sequence[str], args: Sequence[Any] = ()) -> tuple[Any, ...]:
+    """``EVAL`` of ``lua/<name>.lua`` as a command's arguments (``execute_command``), for a MULTI
+    that cannot load a script first: a flow's pipeline, a Cluster pipeline (module doc)."""
+    return ("EVAL", lua(name), len(keys), *keys, *args)
 
 
 def script_names() -> list[str]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from api_client.contract.lua_scripts import lua
+from api_client.contract.lua_scripts import eval_args, queue
 from api_client.contract.redis_flows import Command, cmd
 
 __all__ = ["capped_ttl", "retain_args", "retain_command", "retain_in"]
@@ -25,24 +25,28 @@ __all__ = ["capped_ttl", "retain_args", "retain_command", "retain_in"]
 def retain_args(session_key: str, retention_s: int, *, written: bool = False,
                 ttl_s: int | None = None) -> tuple[str | int, ...]:
     """``EVAL`` of ``retain.lua`` for the session ``session_key`` belongs to, as arguments of a
-    pipeline's ``execute_command``: ``EVAL``, not ``EVALSHA``, so that no NOSCRIPT can come
-    back inside a MULTI (these writes are rare, the script's bytes do not matter), and not
-    ``pipe.eval()``, which a Redis Cluster pipeline refuses (its ``execute_command`` routes an
-    ``EVAL`` by its key). ``written``: ``session_key`` is the only key of the session the write
-    touched, so only it is checked unless the expiry instant moves (``retain_keys`` of
-    ``lua/_retention.lua``: two commands in Redis instead of twenty); ``ttl_s``: the TTL the
-    write gave it just before (an ``EXPIRE`` in the same pipeline), capped without reading
-    it back (one command)."""
-    mode: tuple[str, ...] = ()
+    pipeline's ``execute_command`` (:func:`~api_client.contract.lua_scripts.eval_args`), for a
+    flow's MULTI, which cannot load the script first (a NOSCRIPT there could not be recovered).
+    ``written``: ``session_key`` is the only key of the session the write touched, so only it
+    is checked unless the expiry instant moves (``retain_keys`` of ``lua/_retention.lua``: two
+    commands in Redis instead of twenty); ``ttl_s``: the TTL the write gave it just before (an
+    ``EXPIRE`` in the same pipeline), capped without reading it back (one command)."""
+    return eval_args("retain", [session_key], _args(retention_s, written, ttl_s))
+
+
+def _args(retention_s: int, written: bool, ttl_s: int | None) -> list[str]:
+    mode: list[str] = []
     if written:
-        mode = ("written",) if ttl_s is None else ("written", str(ttl_s))
-    return ("EVAL", lua("retain"), 1, session_key, str(retention_s), *mode)
+        mode = ["written"] if ttl_s is None else ["written", str(ttl_s)]
+    return [str(retention_s), *mode]
 
 
 def retain_in(pipe: Any, session_key: str, retention_s: int, *, written: bool = False,
               ttl_s: int | None = None) -> None:
-    """Queue the refresh in a redis-py pipeline or MULTI (plain or Cluster)."""
-    pipe.execute_command(*retain_args(session_key, retention_s, written=written, ttl_s=ttl_s))
+    """Queue the refresh in a redis-py pipeline or MULTI (plain or Cluster) through the one
+    loader (:func:`~api_client.contract.lua_scripts.queue`: EVALSHA, the script loaded before
+    the MULTI; EVAL on a Cluster pipeline)."""
+    queue(pipe, "retain", [session_key], _args(retention_s, written, ttl_s))
 
 
 def retain_command(session_key: str, retention_s: int) -> Command:

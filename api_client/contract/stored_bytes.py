@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from api_client.contract.errors import QuotaExceededError
 from api_client.contract.job_records import quota_exceeded
 from api_client.contract.keys import KeyLayout
-from api_client.contract.lua_scripts import lua
+from api_client.contract.lua_scripts import eval_args
 from api_client.contract.redis_flows import Command, Flow, Pipeline, Script, cmd
 
 __all__ = ["BYTES_TOTAL", "QUOTA_FIELD", "StoredBytes", "effective_limit", "utf8_len"]
@@ -113,9 +113,10 @@ class StoredBytes:
             yield self.change(op, amount)
 
     def as_command(self, op: str, amount: int | str = "") -> Command:
-        """:meth:`change` as a command of a pipeline or MULTI (``EVAL``: no NOSCRIPT can come
-        back inside one; routed by its key on a Cluster). Not counted: a PING."""
+        """:meth:`change` as a command of a pipeline or MULTI (``EVAL`` from the loader's
+        ``eval_args``: no NOSCRIPT can come back inside one; routed by its key on a Cluster).
+        Not counted: a PING."""
         if not self.counted:
             return cmd("ping")
-        return cmd("execute_command", "EVAL", lua("stored_bytes"), 1, self.key, op, self.field,
-                   str(amount))
+        return cmd("execute_command",
+                   *eval_args("stored_bytes", [self.key], [op, self.field, str(amount)]))

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field
 
 from api_client import AsyncCompactionClient
-from api_client.contract.lua_scripts import lua
+from api_client.contract.lua_scripts import register_async
 from api_client.contract.wire import JobRecord, JobState
 from api_client.server.server_state import authorize, server_state
 
@@ -38,8 +38,8 @@ class JobView(JobRecord):
 
 
 async def _read(client: AsyncCompactionClient, worker_id: str = "") -> tuple[int, bool]:
-    reply: Any = await client.redis.eval(  # type: ignore[no-untyped-call]
-        lua("workers_read"), 1, client.layout.workers, worker_id)
+    read = register_async(client.redis, "workers_read")  # EVALSHA, loaded again on NOSCRIPT
+    reply: Any = await read(keys=[client.layout.workers], args=[worker_id])
     return int(reply[0]), bool(int(reply[1]))
 
 

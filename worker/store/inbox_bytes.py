@@ -36,7 +36,7 @@ from functools import partial
 import redis
 
 from api_client.contract.keys import TENANT_SEP, KeyLayout
-from api_client.contract.lua_scripts import lua, register
+from api_client.contract.lua_scripts import queue, register
 from api_client.contract.stored_bytes import BYTES_TOTAL
 from worker.store.leases import guarded
 
@@ -53,7 +53,6 @@ class InboxBytes:
     def __init__(self, client: redis.Redis[str], layout: KeyLayout) -> None:
         self.redis = client
         self.layout = layout
-        self._measure_lua = lua("measure_session")
         self._measure = register(client, "measure_session")
         self._count = register(client, "stored_bytes")
         self._unlimited: dict[str, float] = {}  # tenant → until when (monotonic) not measured
@@ -113,11 +112,11 @@ class InboxBytes:
         have measured the session anew); returns how many went down."""
         if not counted:
             return 0
-        pipe = self.redis.pipeline(transaction=False)  # EVAL: no NOSCRIPT inside a pipeline
+        pipe = self.redis.pipeline(transaction=False)
         for sid in counted:
             keys = self.layout.session(f"{tenant}{TENANT_SEP}{sid}").all()
-            if remeasure:
-                pipe.eval(self._measure_lua, len(keys), *keys)
+            if remeasure:  # the script loaded before the pipeline runs (lua_scripts.queue)
+                queue(pipe, "measure_session", list(keys))
             else:
                 pipe.exists(*keys)
         lowered = 0
