@@ -12,8 +12,7 @@ from typing import Any
 import redis
 
 from api_client.contract.keys import KeyLayout
-from api_client.contract.lua_scripts import lua
-from api_client.contract.redis_flows import Command, Flow, SyncShell, cmd
+from api_client.contract.redis_flows import Command, Flow, Script, SyncShell
 from api_client.contract.reservations import RESERVED_KEY_TTL_S
 from api_client.contract.usage import DayUsage, add_spend, read_budget, utc_day
 
@@ -56,22 +55,22 @@ class TenantUsageStore:
         past it: (reserved?, spent, reserved before, limit)."""
         keys = (self.layout.tenant_usage(tenant, day), self.layout.tenant_quota(tenant),
                 self.layout.tenant_reserved(tenant))
-        done, spent, held, limit = self._io.run(_one(cmd(
-            "execute_command", "EVAL", lua("reserve_tokens"), 3, *keys, tokens, default_limit,
-            share, job_id, owner, int(time.time() * 1000), int(until * 1000),
-            RESERVED_KEY_TTL_S)))
+        args = (tokens, default_limit, share, job_id, owner, int(time.time() * 1000),
+                int(until * 1000), RESERVED_KEY_TTL_S)
+        done, spent, held, limit = self._io.run(_one(Script(
+            "reserve_tokens", keys, [str(a) for a in args])))
         return bool(done), int(spent), int(held), float(limit)
 
     def release(self, tenant: str, job_id: str, owner: str = "") -> None:
         """Give back what the job holds (``owner``: only when that delivery holds it; its
         real spend is counted by :meth:`add`)."""
-        self._io.run(_one(cmd("execute_command", "EVAL", lua("release_tokens"), 1,
-                              self.layout.tenant_reserved(tenant), job_id, owner)))
+        self._io.run(_one(Script("release_tokens", [self.layout.tenant_reserved(tenant)],
+                                 [job_id, owner])))
 
     def today(self, tenant: str, at: float) -> tuple[DayUsage, dict[str, str]]:
         """The tenant's spend on the UTC day of ``at``, and its quota overrides."""
         return self._io.run(read_budget(self.layout, tenant, utc_day(at)))
 
 
-def _one(command: Command) -> Flow[Any]:
+def _one(command: Command | Script) -> Flow[Any]:
     return (yield command)
