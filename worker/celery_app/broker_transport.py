@@ -118,6 +118,8 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
 
     def hold(self, message: Any, err: BaseException) -> None:
         info = message.delivery_info
+        # kombu internal: the payload as it came off the list is only the message's ``_raw``,
+        # which kombu's QoS records as unacked the same way (and its restore puts back).
         self.held.append((message._raw, info["exchange"], info["routing_key"]))
         log.warning("Redis is full (%s): holding message %s until memory is back",
                     err, message.delivery_tag)
