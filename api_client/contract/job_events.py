@@ -24,13 +24,13 @@ from typing import Any
 
 from api_client.contract.keys import KeyLayout
 from api_client.contract.redis_flows import Command, Flow, Pipeline, cmd
-from api_client.contract.retention import retain_args, retain_command
+from api_client.contract.retention import retain_args, retain_command, retain_in
 from api_client.contract.settings import ClientSettings
 from api_client.contract.wire import JobEvent
 
 __all__ = [
-    "as_pipeline_calls", "decode_event", "event_fields", "event_writes",
-    "fill_entries", "global_write", "with_entry",
+    "decode_event", "event_fields", "event_writes", "fill_entries", "global_write",
+    "queue_event", "with_entry",
 ]
 
 # What a stored event's JSON holds when its entry is stored apart (its id as a string).
@@ -122,7 +122,15 @@ def event_writes(layout: KeyLayout, settings: ClientSettings, event: JobEvent, *
     return tuple(calls)
 
 
-def as_pipeline_calls(pipe: Any, calls: Sequence[Command]) -> None:
-    """Queue flow commands on a redis-py pipeline (a writer holding one of its own)."""
-    for call in calls:
-        getattr(pipe, call.name)(*call.args, **call.kwargs)
+def queue_event(pipe: Any, layout: KeyLayout, settings: ClientSettings, event: JobEvent, *,
+                lifetime: bool = True) -> None:
+    """:func:`event_writes` queued on a redis-py pipeline of the writer's own (the worker's
+    progress events): the same commands in the same order, the retention refresh through
+    :func:`~api_client.contract.retention.retain_in` (the loader's way into a pipeline)."""
+    session_add, global_copy = event_writes(layout, settings, event, lifetime=False)
+    pipe.xadd(*session_add.args, **session_add.kwargs)
+    if lifetime:
+        stream = session_add.args[0]
+        pipe.expire(stream, settings.job_ttl_s)
+        retain_in(pipe, stream, settings.session_ttl_s, written=True, ttl_s=settings.job_ttl_s)
+    pipe.xadd(*global_copy.args, **global_copy.kwargs)

@@ -13,7 +13,7 @@ import logging
 
 import redis
 
-from api_client.contract.job_events import as_pipeline_calls, event_writes
+from api_client.contract.job_events import queue_event
 from api_client.contract.keys import ANY_TENANT, KeyLayout
 from api_client.contract.redis_conn import REDIS_DOWN, STORAGE_FULL, unavailable
 from api_client.contract.settings import ClientSettings
@@ -34,14 +34,13 @@ class EventPublisher:
         self.layout = layout or KeyLayout(settings.key_prefix, ANY_TENANT)
 
     def publish(self, event: JobEvent, *, ttl_set: bool = False) -> str:
-        """XADD to the session's stream and the global one (``event_writes``, as every Python
-        writer of an event); returns the session stream id ('' when Redis was full and
-        refused it). ``ttl_set``: an earlier event of this delivery gave the stream its TTL
-        (and refreshed the session's retention): XADD keeps it, and the job's end sets it
-        again, so only the two XADDs go."""
+        """XADD to the session's stream and the global one (``queue_event``: the writes every
+        Python writer of an event sends); returns the session stream id ('' when Redis was
+        full and refused it). ``ttl_set``: an earlier event of this delivery gave the stream
+        its TTL (and refreshed the session's retention): XADD keeps it, and the job's end sets
+        it again, so only the two XADDs go."""
         pipe = self.redis.pipeline(transaction=False)
-        as_pipeline_calls(pipe, event_writes(self.layout, self.settings, event,
-                                             lifetime=not ttl_set))
+        queue_event(pipe, self.layout, self.settings, event, lifetime=not ttl_set)
         try:
             session_id, *_ = pipe.execute()
         except REDIS_DOWN as err:
