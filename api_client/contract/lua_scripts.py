@@ -15,13 +15,16 @@ a Redis Cluster pipeline, which cannot load a script (redis-py queues EVALSHA th
 NOSCRIPT to the caller): there, and in a flow's MULTI (:func:`eval_args`), a script goes by
 EVAL with its text, routed by its first key like any command.
 
-Keys. Every key a script touches comes in KEYS, or is derived from one of them by the one rule
-of the storage layout (docs/storage.md "Redis layout"): a session's keys share the hash tag of
-``KEYS[1]``'s session, ``<prefix>:session:{<sid>}``, and are that name plus a fixed suffix
-(``:entries``, ``:events``, ...), as :class:`~api_client.contract.keys.SessionKeys` names them;
-a job's keys are its record's name plus a suffix (``<record>:lease``). Such a key is on the slot
-of the key it comes from, so a script that derives it stays on one slot of a Redis Cluster. A
-script that derives keys says which, and from which KEYS, in its header.
+Keys. Every key a script touches comes in KEYS, or is derived by this one rule (docs/storage.md
+"Redis layout"): a derived key is the name of a key the script got in KEYS, cut after its hash
+tag (``<...>{<tag>}:``), and a suffix that ``api_client/contract/keys.py`` names for that
+family: a session's (``header``, ``entries``, ``events``, ... as ``SessionKeys``) from any key
+of the session (``_retention.lua``'s ``retain``, ``retain_keys``), a tenant's (``bytes``,
+``reserved`` as ``KeyLayout.tenant_*``) from its quota key (``_admit.lua``). A derived key so
+carries the hash tag of the key it comes from: the script stays on one slot of a Redis Cluster.
+A script that derives keys says which in its header. The one exception: a script run by a
+tenant's own Redis user gets the tenant's keys it may only read in ARGV (``admit.lua``,
+``_enqueue.lua``), as Redis checks a declared key for writing too.
 """
 
 from __future__ import annotations

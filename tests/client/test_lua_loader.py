@@ -11,6 +11,7 @@ from pathlib import Path
 import redis
 import redis.asyncio
 
+from api_client.contract.keys import KeyLayout
 from api_client.contract.lua_scripts import eval_args, lua, queue, register_async
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,3 +52,23 @@ def test_eval_by_text_is_the_loaders_alone() -> None:
              for path in sorted((REPO / folder).rglob("*.py"))
              if path.name != "lua_scripts.py" and by_text.search(path.read_text())]
     assert found == []
+
+
+def _derived(key: str, suffix: str) -> str:
+    """The loader's one rule for a key not in KEYS: a KEYS key cut after its hash tag, and a
+    suffix (lua_scripts.py, "Keys")."""
+    match = re.match(r"^(.*?}:)", key)
+    assert match is not None, key
+    return match.group(1) + suffix
+
+
+def test_every_derived_key_follows_the_one_rule() -> None:
+    for layout in (KeyLayout("compactor"), KeyLayout("compactor", "acme")):
+        quota = layout.tenant_quota("acme")  # _admit.lua: the quota key's siblings
+        assert _derived(quota, "bytes") == layout.tenant_bytes("acme")
+        assert _derived(quota, "reserved") == layout.tenant_reserved("acme")
+        session = layout.session("s1")  # _retention.lua: any key of the session's
+        for key in session.all():
+            assert _derived(session.header, key.split("}:", 1)[1]) == key
+    text = lua("_retention")
+    assert "string.match(session_key, '^(.-}:)')" in text  # the rule, as the helper applies it

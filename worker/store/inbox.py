@@ -133,9 +133,8 @@ class InboxStore:
         admitted = admission(self.layout, self.settings.client, record.session_id, record.kind,
                              record.reason, route, record.input, record.context_window)
         queued, quota, usage = admitted.keys
-        args = [admitted.policy, record.id, quota, usage, *measured,
-                str(self.settings.client.stored_bytes_max)]
-        keys = [queued, self.layout.tenant_measured(tenant)]
+        args = [admitted.policy, record.id, *measured, str(self.settings.client.stored_bytes_max)]
+        keys = [queued, self.layout.tenant_measured(tenant), quota, usage]
         try:
             tag, limit = guarded(record.id, lambda: self._admit(keys=keys, args=args))
         except redis.ResponseError as err:

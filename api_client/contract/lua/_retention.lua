@@ -7,11 +7,11 @@
 -- A helper: its functions read no KEYS or ARGV; the including script passes them a key of the
 -- session from its KEYS and the retention (s) from its ARGV.
 --
--- The one rule for keys not in KEYS (docs/storage.md "Redis layout"): retain() and retain_keys()
--- touch `<base><suffix>`, where <base> is the session key they are given cut after its hash
--- tag ('<p>:session:{<sid>}:') and <suffix> is one of RETAIN_WITH_SESSION or RETAIN_CAPPED
--- below; no script derives any other key. So every key they touch carries the session's hash
--- tag: the call stays in the session's one Cluster slot. The keys are named here by suffix, not
+-- Keys not in KEYS follow the loader's one rule (api_client/contract/lua_scripts.py, "Keys"):
+-- retain() and retain_keys() touch `<base><suffix>`, where <base> is the session key they are
+-- given cut after its hash tag ('<p>:session:{<sid>}:') and <suffix> is one of
+-- RETAIN_WITH_SESSION or RETAIN_CAPPED below. So every key they touch carries the session's
+-- hash tag: the call stays in the session's one Cluster slot. The keys are named here by suffix, not
 -- passed as KEYS: twenty more key names on every call would cost the request path more than
 -- deriving them. tests/client/test_client_retention.py checks both lists against
 -- api_client/contract/keys.py (SessionKeys.all()).
