@@ -24,11 +24,12 @@
 --    push = {list, message, channel, event}: LPUSH/place message on the broker's list, then
 --      PUBLISH event ('' = none) to channel (the task-sent event),
 --    inbox = at (Unix ms): ZADD the job to the inbox (K[6]) and PUBLISH its id there.
--- The one rule for keys not in K: the keys a tenant's ACL user may hold read-only (admit.quota,
--- admit.usage) or write-only (due.key, push.list) are named in the argument that uses them,
--- because Redis checks a script's declared keys for reading and writing both
--- (docs/tenants.md); _admit.lua derives the quota's siblings from its name. Each command is
--- still checked against the caller's ACL.
+-- Keys not in K (the exception to api_client/contract/lua_scripts.py's rule): those a tenant's
+-- ACL user may hold read-only (admit.quota, admit.usage) or write-only (due.key, push.list) are
+-- named in the argument that uses them, because Redis checks a script's declared keys for
+-- reading and writing both (docs/tenants.md); each command is still checked against the
+-- caller's ACL. _admit.lua derives the quota's siblings by the rule; _retention.lua the
+-- session's.
 -- Errors: COMPACTOR_NOSESSION (no header), COMPACTOR_NOENTRY <id> (target not in the session),
 --         COMPACTOR_QUOTA <quota> <limit> <value> (over a quota: see _admit.lua; nothing
 --         written)
