@@ -104,7 +104,7 @@ def enqueue_call(layout: KeyLayout, settings: ClientSettings, session_id: str, k
                  broker_db: int | None = None, context_window: int | None = None,
                  agent: AgentSettings | None = None) -> tuple[list[str], list[str], Route]:
     """KEYS and ARGV of enqueue.lua for a new job: its key layout and its named arguments (one
-    JSON object), both listed in ``lua/_enqueue.lua``. ``agent``: the agent's compaction
+    JSON object; the task message and event beside it), both listed in ``lua/_enqueue.lua``. ``agent``: the agent's compaction
     settings, stored on the record (docs/compaction.md).
 
     The script does what lies in this Redis's reach (docs/storage.md "Enqueue"): on one Redis
@@ -166,8 +166,8 @@ def enqueue_call(layout: KeyLayout, settings: ClientSettings, session_id: str, k
             push = task_push(route.task, job_id, route.queue, route.priority, db=broker_db,
                              sent_event=settings.send_sent_event, prefix=layout.broker)
             keys += admitted.fair_index
-            named["push"] = {"list": push.queue_key, "message": push.message,
-                             "channel": push.channel, "event": push.event}
+            named["push"] = {"list": push.queue_key, "channel": push.channel}
+            return keys, [_ENCODE(named), push.message, push.event], route
     return keys, [_ENCODE(named)], route
 
 

@@ -30,8 +30,15 @@ def _call(settings: ClientSettings, broker_db: int | None = None,
           layout: KeyLayout = LAYOUT) -> tuple[list[str], dict[str, Any]]:
     keys, args, _ = enqueue_call(layout, settings, "s1", "compact", "manual", None, None,
                                  broker_db)
-    assert len(args) == 1  # named arguments, one JSON object: no positional padding
-    return keys, json.loads(args[0])
+    # Named arguments, one JSON object (no positional padding); the task message and its event
+    # beside it when the script pushes them.
+    assert len(args) == (1 if broker_db is None else 3)
+    named = json.loads(args[0])
+    if broker_db is not None:
+        message, event = args[1:]
+        assert json.loads(message)["headers"]["id"] == named["job"]
+        assert json.loads(event)["properties"]["delivery_info"]["routing_key"] == "task.sent"
+    return keys, named
 
 
 def _session_keys(keys: list[str], named: dict[str, Any]) -> None:
@@ -49,7 +56,7 @@ def test_the_layout_with_the_broker_in_this_redis() -> None:
     assert set(named["admit"]) == {"policy", "quota", "usage"}
     assert named["admit"]["quota"] == LAYOUT.tenant_quota("default")
     assert named["due"]["key"] == LAYOUT.jobs_due and named["due"]["at"] > 0
-    assert set(named["push"]) == {"list", "message", "channel", "event"}
+    assert set(named["push"]) == {"list", "channel"}
     assert named["push"]["list"] == LAYOUT.broker + "compactor.compact:6"
     assert (named["priority"], named["queue"], named["reason"]) == (6, MANUAL.queue, "manual")
     assert named["fields"][:2] == ["id", named["job"]]

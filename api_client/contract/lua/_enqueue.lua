@@ -5,8 +5,10 @@
 -- record, the jobs-due index and, with the broker in this Redis, the task message in its fair
 -- place; with the tenant's inbox, the inbox and its announcement.
 --
--- enqueue(K, a): K the KEYS in this layout, a the named arguments (one JSON object: ARGV[1] of
--- enqueue.lua, decoded):
+-- enqueue(K, a, message, event): K the KEYS in this layout, a the named arguments (one JSON
+-- object: ARGV[1] of enqueue.lua, decoded), message and event the task message and task-sent
+-- event (ARGV[2] and ARGV[3], with a.push only: texts of their own, neither escaped into the
+-- JSON nor decoded on every call, a coalescing one included):
 -- K: 1 the session's single-flight key of the job's kind, 2 the new record, 3 the session's
 --    event stream, 4 its header, 5 its entries; then
 --    with a.admit: 6 the tenant's queued jobs, and with a.push too: 7-8 the queue list's fair
@@ -21,8 +23,8 @@
 --    and what applies of:
 --    admit = {policy, quota, usage}: the tenant's admission (_admit.lua),
 --    due = {key, at}: the jobs-due index and when the sweep looks at the job (Unix ms),
---    push = {list, message, channel, event}: LPUSH/place message on the broker's list, then
---      PUBLISH event ('' = none) to channel (the task-sent event),
+--    push = {list, channel}: LPUSH/place the message on the broker's list, then PUBLISH the
+--      event ('' = none) to channel,
 --    inbox = at (Unix ms): ZADD the job to the inbox (K[6]) and PUBLISH its id there.
 -- Keys not in K (the exception to api_client/contract/lua_scripts.py's rule): those a tenant's
 -- ACL user may hold read-only (admit.quota, admit.usage) or write-only (due.key, push.list) are
@@ -44,7 +46,7 @@ local function announce(inbox, at, job_id)
   redis.call('PUBLISH', inbox, job_id)
 end
 
-local function enqueue(K, a)
+local function enqueue(K, a, message, event)
   local function last_event_id()
     local last = redis.call('XREVRANGE', K[3], '+', '-', 'COUNT', 1)
     if #last == 0 then
@@ -101,12 +103,12 @@ local function enqueue(K, a)
   local placed = a.push
   if placed then
     if tag then
-      place(placed.list, K[7], K[8], tag, a.job, placed.message, a.ttl)
+      place(placed.list, K[7], K[8], tag, a.job, message, a.ttl)
     else
-      redis.call('LPUSH', placed.list, placed.message)
+      redis.call('LPUSH', placed.list, message)
     end
-    if placed.event ~= '' then
-      redis.call('PUBLISH', placed.channel, placed.event)
+    if event ~= '' then
+      redis.call('PUBLISH', placed.channel, event)
     end
   elseif a.inbox then
     announce(K[6], a.inbox, a.job)

@@ -3,7 +3,8 @@
 -- (_apply_draft.lua), then, when no draft was there (or the request may not use one) and the
 -- guard let it pass, the enqueue (_enqueue.lua) in the same script.
 -- KEYS: 1-10 apply_draft's (see _apply_draft.lua), 11.. enqueue()'s K (see _enqueue.lua)
--- ARGV: 1-18 apply_draft's, 19 enqueue()'s named arguments, one JSON object
+-- ARGV: 1-18 apply_draft's, 19 enqueue()'s named arguments (one JSON object), with its push:
+--       20 the task message, 21 the task-sent event
 -- Returns apply_draft's reply ('applied', 'guarded', or 'discarded' with a cause other than
 -- 'nodraft': the caller notes the discard, then enqueues), or {'enqueued', enqueue's reply...},
 -- or enqueue's error reply.
@@ -14,7 +15,8 @@ if not (tried[1] == 'clear' or (tried[1] == 'discarded' and tried[2] == 'nodraft
   return tried
 end
 -- unpack copies in C: the enqueue's keys are the few after apply_draft's.
-local enqueued = enqueue({unpack(KEYS, DRAFT_KEYS + 1)}, cjson.decode(ARGV[DRAFT_ARGS + 1]))
+local enqueued = enqueue({unpack(KEYS, DRAFT_KEYS + 1)}, cjson.decode(ARGV[DRAFT_ARGS + 1]),
+                        ARGV[DRAFT_ARGS + 2], ARGV[DRAFT_ARGS + 3])
 if enqueued.err then
   return enqueued
 end
