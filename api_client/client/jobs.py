@@ -104,8 +104,8 @@ def enqueue_call(layout: KeyLayout, settings: ClientSettings, session_id: str, k
                  broker_db: int | None = None, context_window: int | None = None,
                  agent: AgentSettings | None = None) -> tuple[list[str], list[str], Route]:
     """KEYS and ARGV of enqueue.lua for a new job: its key layout and its named arguments (one
-    JSON object; the task message and event beside it), both listed in ``lua/_enqueue.lua``. ``agent``: the agent's compaction
-    settings, stored on the record (docs/compaction.md).
+    JSON object; the task message and event beside it), both listed in ``lua/_enqueue.lua``.
+    ``agent``: the agent's compaction settings, stored on the record (docs/compaction.md).
 
     The script does what lies in this Redis's reach (docs/storage.md "Enqueue"): on one Redis
     it admits the job, writes it and indexes it; with ``broker_db`` (the broker is this Redis,
