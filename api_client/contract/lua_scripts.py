@@ -10,10 +10,13 @@ is never run alone) prepended, in that order. Each script's header names its KEY
 Every script runs by EVALSHA, the text sent only when Redis lacks it: :func:`register` (sync
 client) and :func:`register_async` (asyncio client) give redis-py's script object, which loads
 the script again on NOSCRIPT; :func:`queue` puts one into a pipeline or MULTI, loaded before
-the pipeline runs (a NOSCRIPT inside a MULTI could not be recovered). The one exception is
-a Redis Cluster pipeline, which cannot load a script (redis-py queues EVALSHA there and leaves
-NOSCRIPT to the caller): there, and in a flow's MULTI (:func:`eval_args`), a script goes by
-EVAL with its text, routed by its first key like any command.
+the pipeline runs (a NOSCRIPT inside a MULTI could not be recovered), at the price of a
+``SCRIPT EXISTS`` round trip per pipeline (a batch of many calls: the inbox measures). The
+exceptions go by EVAL with their text (:func:`eval_args`), routed by their first key like any
+command: a Redis Cluster pipeline, which cannot load a script (redis-py queues EVALSHA there and
+leaves NOSCRIPT to the caller), a flow's MULTI, and the retention refresh that rides along with
+nearly every write of a job (``retention.retain_in``: one round trip more on each would cost
+more than the text).
 
 Keys. Every key a script touches comes in KEYS, or is derived by this one rule (docs/storage.md
 "Redis layout"): a derived key is the name of a key the script got in KEYS, cut after its hash

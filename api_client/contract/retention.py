@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from api_client.contract.lua_scripts import eval_args, queue
+from api_client.contract.lua_scripts import eval_args
 from api_client.contract.redis_flows import Command, cmd
 
 __all__ = ["capped_ttl", "retain_args", "retain_command", "retain_in"]
@@ -43,10 +43,12 @@ def _args(retention_s: int, written: bool, ttl_s: int | None) -> list[str]:
 
 def retain_in(pipe: Any, session_key: str, retention_s: int, *, written: bool = False,
               ttl_s: int | None = None) -> None:
-    """Queue the refresh in a redis-py pipeline or MULTI (plain or Cluster) through the one
-    loader (:func:`~api_client.contract.lua_scripts.queue`: EVALSHA, the script loaded before
-    the MULTI; EVAL on a Cluster pipeline)."""
-    queue(pipe, "retain", [session_key], _args(retention_s, written, ttl_s))
+    """Queue the refresh in a redis-py pipeline or MULTI (plain or Cluster) as EVAL with the
+    loader's text (:func:`~api_client.contract.lua_scripts.eval_args`). It rides along with
+    nearly every write of a job (each event, each count): EVALSHA loaded before the MULTI
+    would add a ``SCRIPT EXISTS`` round trip to every one of them, and a NOSCRIPT inside the
+    MULTI (Redis restarted) cannot be recovered."""
+    pipe.execute_command(*eval_args("retain", [session_key], _args(retention_s, written, ttl_s)))
 
 
 def retain_command(session_key: str, retention_s: int) -> Command:

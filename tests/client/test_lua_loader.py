@@ -1,6 +1,7 @@
 """One loader for every Lua script (api_client/contract/lua_scripts.py): every script runs by
 EVALSHA, loaded again when Redis lacks it, in a pipeline and a MULTI too (a NOSCRIPT inside a
-MULTI could not be recovered); no module EVALs a script's text but the loader."""
+MULTI could not be recovered), except the loader's EVAL-by-text cases (the retention refresh
+beside a job's writes); no module EVALs a script's text but the loader."""
 
 from __future__ import annotations
 
@@ -29,6 +30,19 @@ def test_a_script_in_a_multi_is_loaded_before_it_runs(redis_url: str) -> None:
             ("EVALSHA", client.script_load(lua("retain")))]
         client.script_flush()
         assert pipe.execute() == [True, 1]  # loaded before the MULTI: no NOSCRIPT in it
+
+
+def test_the_retention_refresh_in_a_multi_costs_no_load_round_trip(redis_url: str) -> None:
+    from api_client.contract.retention import retain_in
+
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    client.script_flush()  # Redis lacks the script: the refresh still runs, inside the MULTI
+    pipe = client.pipeline(transaction=True)
+    pipe.set(SESSION, "y")
+    retain_in(pipe, SESSION, 600)
+    assert not pipe.scripts  # nothing for redis-py to SCRIPT EXISTS before the MULTI
+    assert [c[0][:2] for c in pipe.command_stack][1:] == [("EVAL", lua("retain"))]
+    assert pipe.execute() == [True, 1]
 
 
 def test_an_asyncio_script_is_loaded_again_on_noscript(redis_url: str) -> None:
