@@ -93,3 +93,37 @@ def test_a_session_the_count_does_not_know_reserves_the_flat_estimate(
     raw.hdel(acme.layout.tenant_bytes("acme"), sid)  # as an inbox tenant's: never counted
     job = acme.compact(sid)
     assert _reserved(raw, acme, job.id) == COMPACTION_ESTIMATE_TOKENS
+
+
+def _hgetalls(raw: redis.Redis[str]) -> int:
+    stats = raw.info("commandstats").get("cmdstat_hgetall")
+    return int(stats["calls"]) if stats else 0
+
+
+@pytest.mark.parametrize(("budget", "walks"), [(0, 0), (10_000_000, 1)])
+def test_the_reservations_are_walked_only_when_a_budget_reads_them(
+        acme: CompactionClient, raw: redis.Redis[str], budget: int, walks: int) -> None:
+    """A tenant with 200 jobs' reservations held: with no budget set its next admission does not
+    walk them (a flood would make every admission walk it all, Redis time every tenant waits
+    for); with a budget it reads them all, once, and the new job's reservation is written
+    either way."""
+    reserved = acme.layout.tenant_reserved("acme")
+    raw.hset(reserved, mapping={f"acme:job-{i}": f"100 {2 ** 50} -" for i in range(200)})
+    if budget:
+        raw.hset(acme.layout.tenant_quota("acme"), "tokens_per_day", budget)
+    sid = _session(acme, f"walk-{budget}", 1)
+    before = _hgetalls(raw)
+    job = acme.compact(sid)
+    assert _hgetalls(raw) - before == walks
+    assert _reserved(raw, acme, job.id) == -(-_stored(raw, acme, sid) // 4) \
+        + SUMMARY_OUTPUT_DEFAULT
+
+
+def test_with_no_budget_an_admission_still_drops_expired_reservations(
+        acme: CompactionClient, raw: redis.Redis[str]) -> None:
+    """A job lost before its end leaves its reservation; with no budget the next admission
+    looks at a few fields at random and drops those whose time is up."""
+    reserved = acme.layout.tenant_reserved("acme")
+    raw.hset(reserved, mapping={"acme:lost-1": "100 1 -", "acme:lost-2": "100 1 -"})
+    job = acme.compact(_session(acme, "after-lost", 1))
+    assert raw.hkeys(reserved) == [job.id]

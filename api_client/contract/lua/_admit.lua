@@ -29,6 +29,8 @@
 -- most that long), a tenant's overflow recovery (its own queue, priority 0) stays ahead of its
 -- other jobs, and with one tenant, or a delay of 0, the order is first come, first served.
 local PRIORITY_SCALE = 1e13
+-- Fields of the reservations an admission with no budget looks at (to drop the expired ones).
+local RESERVED_SAMPLE = 8
 
 local function policy_of(text)
   local f = {}
@@ -76,10 +78,16 @@ end
 -- The tokens the tenant's jobs hold (fields whose time is up count for nothing) and those
 -- fields (dropped once the job is admitted: the script's first write must be its ZADD). A
 -- caller whose ACL user may not reach the hash (a tenant's own user on the line before issue
--- 39, docs/tenants.md) admits without reservations: pcall, here and in reserve().
-local function held_tokens(reserved, now)
+-- 39, docs/tenants.md) admits without reservations: pcall, here and in reserve(). With
+-- `sample`, only that many fields picked at random (their total then means nothing).
+local function held_tokens(reserved, now, sample)
   local total, expired = 0, {}
-  local all = redis.pcall('HGETALL', reserved)
+  local all
+  if sample then
+    all = redis.pcall('HRANDFIELD', reserved, sample, 'WITHVALUES')
+  else
+    all = redis.pcall('HGETALL', reserved)
+  end
   if all['err'] then
     return 0, {}, false
   end
@@ -138,9 +146,18 @@ local function admit(queued, quota, usage, policy, job_id)
   local q = redis.call('HMGET', quota, 'queued_jobs_max', 'tokens_per_day', 'usd_per_day',
                        'weight')
   local reserved = string.gsub(quota, 'quota$', 'reserved')
-  local held, expired, reachable = held_tokens(reserved, p.now)
-  local refused = budget_refusal(usage, p, tonumber(q[2]) or p.tokens_day,
-                                 tonumber(q[3]) or p.usd_day, held)
+  local tokens_day, usd_day = tonumber(q[2]) or p.tokens_day, tonumber(q[3]) or p.usd_day
+  -- The reservations are walked only when a budget reads them: a tenant with thousands of jobs
+  -- queued would otherwise make each admission of its own walk them all, Redis time every
+  -- other tenant waits for. Without a budget a few fields picked at random are looked at, so
+  -- what has expired (a job lost before its end) still leaves the hash.
+  local held, expired, reachable
+  if p.budget ~= 'none' and (tokens_day > 0 or usd_day > 0) then
+    held, expired, reachable = held_tokens(reserved, p.now)
+  else
+    held, expired, reachable = held_tokens(reserved, p.now, RESERVED_SAMPLE)
+  end
+  local refused = budget_refusal(usage, p, tokens_day, usd_day, held)
   if refused then
     return refused
   end
