@@ -26,8 +26,10 @@ of the session (``_retention.lua``'s ``retain``, ``retain_keys``), a tenant's (`
 ``reserved`` as ``KeyLayout.tenant_*``) from its quota key (``_admit.lua``). A derived key so
 carries the hash tag of the key it comes from: the script stays on one slot of a Redis Cluster.
 A script that derives keys says which in its header. The one exception: a script run by a
-tenant's own Redis user gets the tenant's keys it may only read in ARGV (``admit.lua``,
-``_enqueue.lua``), as Redis checks a declared key for writing too.
+tenant's own Redis user gets in ARGV the keys that user may only read (the tenant's quota and
+usage) or only write (the jobs-due index, the broker's list), in ``admit.lua`` and
+``_enqueue.lua``, as Redis checks a script's declared keys for reading and writing both; each
+command is still checked against the caller's ACL.
 """
 
 from __future__ import annotations
