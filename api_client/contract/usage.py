@@ -21,6 +21,7 @@ from pydantic.alias_generators import to_camel
 
 from api_client.contract.errors import InvalidRequestError
 from api_client.contract.keys import KeyLayout
+from api_client.contract.lua_scripts import eval_args
 from api_client.contract.redis_flows import Command, Flow, Pipeline, cmd
 
 __all__ = ["MAX_USAGE_DAYS", "USAGE_TTL_S", "DayUsage", "add_spend", "last_days",
@@ -104,12 +105,18 @@ def read_budget(layout: KeyLayout, tenant: str,
 
 def add_spend(layout: KeyLayout, tenant: str, day: str, *, input_tokens: int,
               output_tokens: int, usd: float, draft: bool, jobs: int,
-              name_tenant: bool = True, keep_day: bool = True) -> Flow[None]:
+              name_tenant: bool = True, keep_day: bool = True,
+              release_job: str | None = None) -> Flow[None]:
     """Add one job's spend to the tenant's day (``draft``: to the ``draft_*`` fields), keep
     the day ``USAGE_TTL_S`` (``keep_day``) and name the tenant in ``layout.tenants``
-    (``name_tenant``): a caller that did either lately may leave it out. Not a transaction: the
-    hash and the set are in different Cluster slots. A sum of 0 USD adds nothing (a missing
-    field reads as 0)."""
+    (``name_tenant``): a caller that did either lately may leave it out. A sum of 0 USD adds
+    nothing (a missing field reads as 0).
+
+    ``release_job``: give back what that job holds of the budget (``release_tokens.lua``) in
+    one MULTI with its spend (the usage hash and the reservations share the tenant's slot):
+    counted and given back at once, never both (an admission in between would see the job's
+    tokens twice and refuse a job that fits) and never neither. The tenants' set is in another
+    Cluster slot: then it follows, apart."""
     key, pre = layout.tenant_usage(tenant, day), "draft_" if draft else ""
     calls: list[Command] = [cmd("hincrby", key, f"{pre}jobs", jobs)] if jobs else []
     calls += [cmd("hincrby", key, f"{pre}input_tokens", input_tokens),
@@ -118,6 +125,13 @@ def add_spend(layout: KeyLayout, tenant: str, day: str, *, input_tokens: int,
         calls.append(cmd("hincrbyfloat", key, f"{pre}usd", usd))
     if keep_day:
         calls.append(cmd("expire", key, USAGE_TTL_S))
+    if release_job is not None:
+        calls.append(cmd("execute_command", *eval_args(
+            "release_tokens", [layout.tenant_reserved(tenant)], [release_job, ""])))
+        yield Pipeline(tuple(calls), transaction=True)
+        if name_tenant:
+            yield cmd("sadd", layout.tenants, tenant)
+        return
     if name_tenant:
         calls.append(cmd("sadd", layout.tenants, tenant))
     yield Pipeline(tuple(calls), transaction=False)

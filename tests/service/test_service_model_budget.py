@@ -123,7 +123,7 @@ def test_under_budget_the_model_answers_and_the_spend_is_counted() -> None:
     # Cache reads and writes are input the model read.
     assert store.added == [{"tenant": "default", "input_tokens": 135 * calls,
                             "output_tokens": 20 * calls, "usd": pytest.approx(0.01 * calls),
-                            "draft": False, "ended": True}]
+                            "draft": False, "ended": True, "release_job": None}]
 
 
 def test_refused_over_budget_when_so_configured() -> None:

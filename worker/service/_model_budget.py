@@ -232,9 +232,7 @@ def _release_job(ctx: JobContext) -> None:
     delivery whose calls reserved nothing leaves it to the job's end, which gives back what
     the job holds too (``finish_job``'s release, after the terminal state)."""
     store = ctx.rt.usage
-    if store is None or getattr(store, "release", None) is None:
-        return
-    if not (isinstance(ctx.summarizer, BudgetedSummarizer) and ctx.summarizer.reserved):
+    if store is None or not _holds(ctx):
         return
     try:
         ride_out(ctx.control, "usage", lambda: store.release(
@@ -242,6 +240,14 @@ def _release_job(ctx: JobContext) -> None:
     except WAIT_FOR_REDIS as err:
         log.warning("job %s: reservation of tenant %s not given back: %s", ctx.job_id,
                     ctx.record.tenant, err)
+
+
+def _holds(ctx: JobContext) -> bool:
+    """This delivery's calls reserved some of the budget (else the job's end gives back what
+    the job holds: ``finish_job``'s release)."""
+    store = ctx.rt.usage
+    return (store is not None and getattr(store, "release", None) is not None
+            and isinstance(ctx.summarizer, BudgetedSummarizer) and ctx.summarizer.reserved > 0)
 
 
 def job_spend(ctx: JobContext) -> Spend | None:
@@ -267,9 +273,10 @@ def account(ctx: JobContext, spend: Spend | None, *, ended: bool) -> None:
     """Add the delivery's spend to its tenant's day and metrics (``ended``: this delivery
     ends the job, which then counts as one). A Redis that stays away loses the count, not the
     job: its end is written next, or waited for as the job's end always is. The reservation
-    goes after the spend is counted, so that one of them always counts."""
-    _count(ctx, spend, ended=ended)
-    if ended:
+    goes with the spend, in one step (an admission in between would count the job twice), or
+    after it when the spend could not be counted, so that one of them always counts."""
+    counted = _count(ctx, spend, ended=ended)
+    if ended and not counted:
         _release_job(ctx)
     elif isinstance(ctx.summarizer, BudgetedSummarizer):
         try:
@@ -279,9 +286,11 @@ def account(ctx: JobContext, spend: Spend | None, *, ended: bool) -> None:
                         ctx.record.tenant, err)
 
 
-def _count(ctx: JobContext, spend: Spend | None, *, ended: bool) -> None:
+def _count(ctx: JobContext, spend: Spend | None, *, ended: bool) -> bool:
+    """Count the spend; when the delivery ends the job and holds a reservation, give it back in
+    the same step. True when both were done."""
     if spend is None:
-        return
+        return False
     record, usage = ctx.record, spend.usage
     draft = record.reason is CompactReason.SPECULATIVE
     read = usage.input + usage.cache_read + usage.cache_write
@@ -289,11 +298,14 @@ def _count(ctx: JobContext, spend: Spend | None, *, ended: bool) -> None:
                                  usage.output, spend.cost_usd)
     store = ctx.rt.usage
     if store is None:
-        return
+        return False
     at = ctx.rt.clock.time()
+    release = ctx.job_id if ended and _holds(ctx) else None
     try:
         ride_out(ctx.control, "usage", lambda: store.add(
             record.tenant, at, input_tokens=read, output_tokens=usage.output,
-            usd=spend.cost_usd, draft=draft, ended=ended))
+            usd=spend.cost_usd, draft=draft, ended=ended, release_job=release))
     except WAIT_FOR_REDIS as err:
         log.warning("job %s: spend of tenant %s not counted: %s", ctx.job_id, record.tenant, err)
+        return False
+    return release is not None

@@ -163,7 +163,10 @@ class TenantUsage(Protocol):
     """A tenant's model spend per UTC day (``worker.store.tenant_usage.TenantUsageStore``)."""
 
     def add(self, tenant: str, at: float, *, input_tokens: int, output_tokens: int, usd: float,
-            draft: bool, ended: bool) -> None: ...
+            draft: bool, ended: bool, release_job: str | None = None) -> None:
+        """Count a delivery's spend (``release_job``: and give back what that job holds, in
+        the same step)."""
+        ...
 
     def today(self, tenant: str, at: float) -> tuple[DayUsage, dict[str, str]]:
         """The spend of the day of ``at`` and the tenant's quota overrides."""

@@ -32,14 +32,16 @@ class TenantUsageStore:
         self._named: dict[str, float] = {}  # tenant, or "tenant day" -> until when it is done
 
     def add(self, tenant: str, at: float, *, input_tokens: int, output_tokens: int, usd: float,
-            draft: bool, ended: bool) -> None:
-        """Count one delivery's spend on the UTC day of ``at`` (``ended``: and the job)."""
+            draft: bool, ended: bool, release_job: str | None = None) -> None:
+        """Count one delivery's spend on the UTC day of ``at`` (``ended``: and the job);
+        ``release_job``: and give back what that job holds, in the same MULTI."""
         now, day = time.monotonic(), utc_day(at)
         name = self._named.get(tenant, 0.0) <= now
         keep = self._named.get(f"{tenant} {day}", 0.0) <= now
         self._io.run(add_spend(self.layout, tenant, day, input_tokens=input_tokens,
                                output_tokens=output_tokens, usd=usd, draft=draft,
-                               jobs=int(ended), name_tenant=name, keep_day=keep))
+                               jobs=int(ended), name_tenant=name, keep_day=keep,
+                               release_job=release_job))
         if name:
             self._named[tenant] = now + NAMED_FOR_S
         if keep:
