@@ -48,7 +48,7 @@ def retain_in(pipe: Any, session_key: str, retention_s: int, *, written: bool = 
     nearly every write of a job (each event, each count): EVALSHA loaded before the MULTI
     would add a ``SCRIPT EXISTS`` round trip to every one of them, and a NOSCRIPT inside the
     MULTI (Redis restarted) cannot be recovered."""
-    pipe.execute_command(*eval_args("retain", [session_key], _args(retention_s, written, ttl_s)))
+    pipe.execute_command(*retain_args(session_key, retention_s, written=written, ttl_s=ttl_s))
 
 
 def retain_command(session_key: str, retention_s: int) -> Command:
