@@ -129,7 +129,7 @@ def test_with_no_budget_an_admission_reserves_nothing_and_reads_nothing_of_them(
     settings = ClientSettings(redis_url=redis_url, send_sent_event=False)
     with CompactionClient(settings, tenant="acme") as client:
         reserved = client.layout.tenant_reserved("acme")
-        held = {f"acme:job-{i}": f"100 {2 ** 50} -" for i in range(200)}
+        held: dict[str | bytes, str] = {f"acme:job-{i}": f"100 {2 ** 50} -" for i in range(200)}
         raw.hset(reserved, mapping={**held, "acme:lost": "100 1 -"})
         sid = _session(client, "free", 1)
         before = raw.info("commandstats")
