@@ -193,7 +193,7 @@ def _call(layout: KeyLayout, settings: ClientSettings, session_id: str, reason: 
     if key:
         fields = f'{fields[:-1]},"agent",{json.dumps(key)}]'
     record_key = layout.job_record_prefix(session_id) + job_id.rpartition(":")[2]
-    keys = [*s.data(), s.effects, s.draft, record_key, s.events, s.compactions]
+    keys = [*s.data(), s.draft, record_key, s.events, s.compactions]
     reserve = None if agent is None else agent.reserve_tokens
     above = ineffective_above(settings, context_window, reserve)
     line = fit_line(settings, context_window, reserve)

@@ -51,6 +51,7 @@ __all__ = [
     "INFLIGHT_SPECULATIVE",
     "JOB_ID_PATTERN",
     "JOB_KINDS",
+    "LEGACY_SESSION_SUFFIXES",
     "QUOTA_FIELDS",
     "SESSION_ID_PATTERN",
     "USAGE_FIELDS",
@@ -67,6 +68,9 @@ __all__ = [
 
 # Kept here (not imported from _wire) so the layout has no pydantic dependency.
 JOB_KINDS: tuple[str, ...] = ("compact", "prune", "branch_summary")
+# Keys of a session that no version writes any more (``SessionKeys.effects``, ``effects_at``):
+# deleted and measured with the session, refreshed by no retention (they expire on their TTL).
+LEGACY_SESSION_SUFFIXES: tuple[str, ...] = ("effects", "effects:at")
 # The single-flight slot of speculative compactions (a real compaction never coalesces into one).
 INFLIGHT_SPECULATIVE = "speculative"
 # Append replies kept per session for a retry (``appends``): a retry comes at once, so the last
@@ -158,6 +162,9 @@ class SessionKeys:
     order: str
     leaf: str
     rev: str
+    # The exactly-once markers of older versions (now the job record's ``effect``): no longer
+    # written, still named so that deleting or measuring a session takes what they left, and a
+    # redelivery of a job such a version committed reads it (LEGACY_SESSION_SUFFIXES).
     effects: str
     effects_at: str
     events: str

@@ -346,6 +346,10 @@ class JobRecord(_Wire):
     # The agent's compaction settings the request carried (docs/compaction.md); None: the
     # worker's own settings throughout.
     agent: AgentSettings | None = None
+    # The exactly-once marker (docs/recovery.md): the entry id the job's commit wrote ('' = a
+    # change without an entry), set by the commit scripts with ``result``; None: not committed.
+    # The workers' own: read from Redis, never written from here nor shown on the wire.
+    effect: str | None = Field(default=None, exclude=True)
 
     def to_redis(self) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -366,7 +370,7 @@ class JobRecord(_Wire):
                 data[key] = json.loads(value)
             elif key == "cancelRequested":
                 data[key] = value == "1"
-            elif value != "":
+            elif value != "" or key == "effect":  # (a prune's effect is '')
                 data[key] = value
         return cls.model_validate(data)
 

@@ -12,8 +12,7 @@ from api_client.contract.keys import KeyLayout, SessionKeys
 REPO = Path(__file__).resolve().parents[2]
 RETENTION_LUA = REPO / "api_client" / "contract" / "lua" / "_retention.lua"
 # The keys that live as long as the session: a write sets their TTL to the whole retention.
-SESSION_LONG = ("header", "entries", "order", "leaf", "rev", "effects", "effects:at",
-                "rewrites", "pruned")
+SESSION_LONG = ("header", "entries", "order", "leaf", "rev", "rewrites", "pruned")
 # The keys of a session share one expiry instant, moved when it has run down by 1 % of the
 # retention (_retention.lua's REFRESH_SHARE): after a write each is at least that close to it.
 REFRESH_SHARE = 0.01

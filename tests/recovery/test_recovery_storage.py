@@ -1,10 +1,9 @@
-"""Bounded storage: effect markers are trimmed after their retention, session streams expire,
+"""Bounded storage: effect markers live in the job records, session streams expire,
 and no log line carries URL credentials, an API key or session text."""
 
 from __future__ import annotations
 
 import logging
-import time
 
 import pytest
 from runtime.runtime_model_server import ModelServer
@@ -30,24 +29,23 @@ def _entry(first_kept: str) -> dict[str, object]:
                             from_extension=False)
 
 
-def test_effect_markers_are_trimmed_after_their_retention(redis_url: str,
-                                                          demo_text: str) -> None:
+def test_the_effect_marker_lives_in_the_job_record(redis_url: str, demo_text: str) -> None:
+    # The marker is the record's `effect` field (it lives as long as the record, job_ttl_s):
+    # nothing of the session's grows per job, nothing needs trimming.
     with CompactionClient(redis_url) as client:
         sid = new_session(client, demo_text)
         keys = client.layout.session(sid)
-        commits = CommitStore(client.redis, client.layout, effect_retention_s=0.5)
-        done = []
+        commits = CommitStore(client.redis, client.layout)
         for _ in range(3):
             job = _running_job(client, sid)
             leaf = client.sessions.load(sid).leaf_id
             outcome = commits.append_entry(job, leaf, _entry(leaf or ""), {})
             assert outcome.status is CommitStatus.COMMITTED
             client.jobs.finish(job, "succeeded")
-            done.append(job)
-            time.sleep(0.6)
-        # Each commit forgot the markers older than the retention; its own stays.
-        assert client.redis.hkeys(keys.effects) == [done[-1]]
-        assert client.redis.zrange(keys.effects_at, 0, -1) == [done[-1]]
+            record = client.layout.job(job).record
+            assert client.redis.hget(record, "effect") == outcome.entry_id
+            assert client.jobs.get(job).effect == outcome.entry_id
+        assert not client.redis.exists(keys.effects, keys.effects_at)
 
 
 def test_a_session_stream_expires_with_its_records(redis_url: str, model: ModelServer,

@@ -33,6 +33,11 @@ def setup(client: CompactionClient) -> tuple[str, list[str], str, CommitStore]:
     return sid, ids, job, CommitStore(client.redis, client.layout)
 
 
+def _effect(c: CompactionClient, job: str) -> str | None:
+    """The job's exactly-once marker: its record's ``effect`` (None: not committed)."""
+    return c.jobs.get(job).effect
+
+
 def _nothing(c: CompactionClient, sid: str, ids: list[str]) -> None:
     return None
 
@@ -98,12 +103,12 @@ def test_append_entry_is_conditional(client: CompactionClient,
         assert outcome.entry is not None and outcome.entry["parentId"] == leaf_before
         assert after.leaf_id == outcome.entry_id and after.revision == before_rev + 1
         assert client.sessions.export_jsonl(sid).startswith(before_text)  # nothing lost
-        assert commits.effect(job) == outcome.entry_id
+        assert _effect(client, job) == outcome.entry_id
         assert parent_is_new_leaf
     else:
         assert after.revision == before_rev
         assert client.sessions.export_jsonl(sid) == before_text
-        assert commits.effect(job) is None
+        assert _effect(client, job) is None
 
 
 def test_second_commit_of_a_job_returns_the_first_entry(
@@ -117,6 +122,40 @@ def test_second_commit_of_a_job_returns_the_first_entry(
     assert (first.status, second.status) == (CommitStatus.COMMITTED, CommitStatus.DUPLICATE)
     assert second.entry_id == first.entry_id
     assert client.sessions.export_jsonl(sid) == text
+
+
+def test_the_marker_is_written_in_the_record_and_nothing_else_of_the_session(
+        setup: tuple[str, list[str], str, CommitStore], client: CompactionClient) -> None:
+    """A first attempt's commit writes its marker in the record, with its result: no
+    ``effects`` hash nor ``effects:at`` set of the session (older versions' marker)."""
+    sid, ids, job, commits = setup
+    entry = {"type": "compaction", "timestamp": "t", "summary": "S", "firstKeptEntryId": ids[1],
+             "tokensBefore": 5}
+    done = commits.append_entry(job, ids[3], entry, {"k": 1})
+    record = client.redis.hgetall(client.layout.job(job).record)
+    assert record["effect"] == done.entry_id and record["result"] == '{"k":1}'
+    k = client.layout.session(sid)
+    assert client.redis.exists(k.effects, k.effects_at) == 0
+
+
+def test_an_older_versions_marker_is_read_on_a_redelivery_only(
+        setup: tuple[str, list[str], str, CommitStore], client: CompactionClient) -> None:
+    """A worker of an older version kept the marker in the session's ``effects`` hash: a
+    redelivery (attempts > 1) of a job it committed is a duplicate; a first attempt, which no
+    delivery can have committed before, does not read it."""
+    sid, ids, job, commits = setup
+    k = client.layout.session(sid)
+    client.redis.hset(k.effects, job, ids[3])  # as an older worker's commit left it
+    entry = {"type": "compaction", "timestamp": "t", "summary": "S", "firstKeptEntryId": ids[1],
+             "tokensBefore": 5}
+    jobs = JobStore(client.redis, client.settings, client.layout)
+    assert jobs.mark_running(job) == 2
+    again = commits.append_entry(job, ids[3], entry, {})
+    assert (again.status, again.entry_id) == (CommitStatus.DUPLICATE, ids[3])
+    assert client.sessions.load(sid).leaf_id == ids[3]
+    assert jobs.mark_running(job, attempt=1) == 1
+    first = commits.append_entry(job, ids[3], entry, {})
+    assert first.status is CommitStatus.COMMITTED
 
 
 def test_walk_limit_makes_a_long_walk_stale(client: CompactionClient,
@@ -161,12 +200,12 @@ def test_rewrite_is_all_or_nothing(client: CompactionClient,
     k = client.layout.session(sid)
     if tamper is None:
         assert outcome.status is CommitStatus.COMMITTED
-        assert after.count('"pruned m') == 2 and commits.effect(job) == ""
+        assert after.count('"pruned m') == 2 and _effect(client, job) == ""
         assert client.redis.get(k.pruned) == targets[-1]
         assert _rewrites_counter(client, sid) == seen + 1
     else:
         assert outcome.status is CommitStatus.STALE and after == before
-        assert commits.effect(job) is None and client.redis.get(k.pruned) is None
+        assert _effect(client, job) is None and client.redis.get(k.pruned) is None
 
 
 def test_a_large_rewrite_goes_in_steps_that_apply_as_one(
@@ -202,7 +241,7 @@ def test_a_large_rewrite_goes_in_steps_that_apply_as_one(
     assert [c for c in calls if c != "all"] == ["begin", "more", "more", "end"]
     assert client.sessions.export_jsonl(sid).count('"pruned m') == 4
     assert client.redis.get(k.rewriting) is None and client.redis.get(k.pruned) == ids[-1]
-    assert commits.effect(job) == "" and commits.effect(other) is None
+    assert _effect(client, job) == "" and _effect(client, other) is None
 
     # A step that finds the marker gone (its TTL lapsed, the session replaced) stops there.
     def lapsed(script: object, keys: list[str], args: list[str]) -> object:
@@ -213,7 +252,7 @@ def test_a_large_rewrite_goes_in_steps_that_apply_as_one(
     monkeypatch.setattr(commits, "_call_script", lapsed)
     assert commits.rewrite(other, rewrites, {}, rewrites_seen=seen + 1).status is (
         CommitStatus.STALE)
-    assert commits.effect(other) is None
+    assert _effect(client, other) is None
 
 
 def test_branch_commit_requires_the_snapshot_leaf(

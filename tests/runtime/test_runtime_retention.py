@@ -67,7 +67,7 @@ def test_each_commit_refreshes_the_session(local: CompactionClient,
     entry = {"type": "compaction", "timestamp": "2025-01-01T00:00:00.000Z", "summary": "s",
              "firstKeptEntryId": ids[2], "tokensBefore": 10}
     assert commits.append_entry(job, ids[-1], entry, {}).status is CommitStatus.COMMITTED
-    assert {"effects", "effects:at"} <= set(_check(local, sid))
+    assert not {"effects", "effects:at"} & set(_check(local, sid))  # the record's marker
 
     sid, ids, job = _running_job(local, "branch_summary")
     summary = {"type": "branch_summary", "timestamp": "2025-01-01T00:00:00.000Z",
@@ -164,7 +164,7 @@ def test_a_workers_jobs_keep_the_session_retained(client: CompactionClient,
     for key in client.layout.session(sid).all():  # as if stored before retention
         raw.persist(key)
     client.compact(sid, reason="manual").wait(60)  # commit_entry.lua, events, token counts
-    assert {"effects", "events"} <= set(_ended(client, sid))
+    assert "events" in _ended(client, sid)
     client.prune(sid).wait(60)  # commit_prune.lua
     _ended(client, sid)
     first = client.sessions.load(sid).session.entries[1].id

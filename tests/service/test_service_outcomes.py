@@ -255,6 +255,20 @@ def test_a_recorded_effect_finishes_with_that_entry_without_a_model_call() -> No
     assert fields["entry"]["id"] == "e7"
 
 
+def test_a_redelivery_ends_as_the_effect_its_started_record_carries() -> None:
+    """The marker is the record's ``effect`` (the start returned the record): a redelivery after
+    a commit ends with that entry, no model call and no read of the older workers' marker."""
+    w = world()
+    w.jobs.record = w.jobs.record.model_copy(update={"attempts": 1, "effect": "e7"})
+    looked: list[str] = []
+    w.commits.effect = lambda job_id: looked.append(job_id) or None  # type: ignore[method-assign]
+    outcome = run_job(w.rt, JOB_ID)
+    assert outcome.state == "succeeded" and outcome.entry_id == "e7"
+    assert w.summarizer.requests == [] and looked == []
+    [(_, _, fields)] = w.jobs.finished
+    assert fields["entry"]["id"] == "e7"
+
+
 def test_a_first_attempt_does_not_look_for_an_earlier_effect() -> None:
     """No delivery before the first: its start reads no effect (the commit checks it)."""
     w = world()

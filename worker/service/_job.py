@@ -222,12 +222,16 @@ def _observed(ctx: JobContext, outcome: JobOutcome) -> JobOutcome:
 
 
 def _earlier_effect(ctx: JobContext) -> JobSuccess | None:
-    """An earlier delivery committed but died before finishing: finish with its result. A
-    first attempt has no earlier delivery (each start counts one; the commit scripts check the
-    effect again in any case)."""
+    """An earlier delivery committed but died before finishing: finish with its result. The
+    marker is the record's ``effect`` (the start read the record). A first attempt has no
+    earlier delivery (each start counts one; the commit scripts check the effect again in any
+    case); a redelivery without it may follow a worker of an older version, which kept the
+    marker in the session's ``effects`` hash (read only then: docs/recovery.md)."""
     if ctx.record.attempts <= 1:
         return None
-    effect = ctx.rt.commits.effect(ctx.job_id)
+    effect = ctx.record.effect
+    if effect is None:
+        effect = ctx.rt.commits.effect(ctx.job_id)
     if effect is None:
         return None
     log.info("job %s: already committed by an earlier delivery (entry %r)", ctx.job_id, effect)

@@ -61,7 +61,9 @@ class Sessions(Protocol):
 
 
 class Commits(Protocol):
-    """The conditional writes of a job (one per job: its recorded effect) and what they read."""
+    """The conditional writes of a job (one per job: its recorded effect, the record's
+    ``effect``) and what they read; ``effect``: the marker a worker of an older version kept
+    apart from the record (read on a redelivery only)."""
 
     def effect(self, job_id: str) -> str | None: ...
 

@@ -2,7 +2,8 @@
 
 Reads go through :class:`api_client.SessionStore` (the same layout and decoding as the client);
 this module adds the three commits only a worker makes. Every script takes the session's data
-keys plus the job's effect marker and record, all in the session's hash slot. Each also keeps the
+keys plus the job's record, all in the session's hash slot: the record holds the job's effect
+marker (its ``effect`` field, written with its ``result``: exactly once). Each also keeps the
 tenant's count of stored bytes (:mod:`api_client.contract.stored_bytes`), which never refuses a
 commit: in the same step on a single Redis, by a command after it on a Redis Cluster.
 """
@@ -89,14 +90,11 @@ class CommitStore:
     """Worker-side commits for one Redis (``client`` must decode responses)."""
 
     def __init__(self, client: redis.Redis[str], layout: KeyLayout, *, walk_limit: int = 10_000,
-                 effect_retention_s: float = 86_400,
                  session_ttl_s: int = DEFAULT_SESSION_TTL_S, cluster: bool | None = None) -> None:
         self.redis = client
         self.layout = layout
         self.walk_limit = walk_limit  # the script's parent walk (entries); longer counts as stale
         self.session_ttl_s = session_ttl_s  # every commit refreshes the session's retention
-        # Effect markers older than this are trimmed by later commits (api_client.contract.keys).
-        self.effect_retention_ms = max(1, int(effect_retention_s * 1000))
         self._entry = register(client, "commit_entry")
         self._branch = register(client, "commit_branch")
         self._prune = register(client, "commit_prune")
@@ -107,7 +105,10 @@ class CommitStore:
 
     def effect(self, job_id: str) -> str | None:
         """The entry id an earlier delivery of ``job_id`` committed ('' = a change without an
-        entry), or None when the job has no effect yet."""
+        entry) by a worker of an older version, which kept the marker in the session's
+        ``effects`` hash, or None. Today's marker is the record's ``effect`` field
+        (``JobRecord.effect``), read with the record: this is only for a redelivery of a job
+        such a worker may have committed (docs/recovery.md, rolling upgrades)."""
         jk = self.layout.job(job_id)
         value = self._call(self.redis.hget, jk.session.effects, job_id)
         return None if value is None else str(value)
@@ -144,8 +145,8 @@ class CommitStore:
         pages = _pages(rewrites)
         flag, result_json = "0" if result is None else "1", _json(result or {})
         tail = [snapshot_leaf or "", str(self.walk_limit), str(rewrites_seen),
-                pruned_through or "", str(REWRITING_TTL_MS), str(self.effect_retention_ms),
-                str(self.session_ttl_s), self._counted(job_id).field]
+                pruned_through or "", str(REWRITING_TTL_MS), str(self.session_ttl_s),
+                self._counted(job_id).field]
         outcome = CommitOutcome(CommitStatus.COMMITTED)
         for n, page in enumerate(pages):
             step = ("all" if len(pages) == 1 else "begin" if n == 0
@@ -172,7 +173,7 @@ class CommitStore:
     def _keys(self, job_id: str) -> list[str]:
         jk = self.layout.job(job_id)
         s = jk.session
-        return [s.header, s.entries, s.order, s.leaf, s.rev, s.effects, jk.record, s.effects_at]
+        return [s.header, s.entries, s.order, s.leaf, s.rev, jk.record]
 
     def _counted(self, job_id: str) -> StoredBytes:
         return StoredBytes.of(self.layout, self.layout.job(job_id).session_id,
@@ -186,8 +187,7 @@ class CommitStore:
     def _run(self, script: Any, job_id: str, args: list[str]) -> CommitOutcome:
         counted = self._counted(job_id)
         reply = self._call_script(script, [*self._keys(job_id), *counted.script_keys()],
-                                  [*args, str(self.effect_retention_ms), str(self.session_ttl_s),
-                                   counted.field])
+                                  [*args, str(self.session_ttl_s), counted.field])
         return self._reply(job_id, reply)
 
     @staticmethod

@@ -11,16 +11,17 @@
 --   * it fits: tokensAfter (summary + kept entries, at the snapshot) + the entries appended
 --     since (their stored JSON line lengths / 4) <= the line (window - reserve tokens: ARGV[4],
 --     else the draft's own `threshold`).
--- Apply then appends the compaction entry as a child of the CURRENT leaf, bumps rev, records the
--- effect, counts it for the loop guard, writes a succeeded job record and its events (session
+-- Apply then appends the compaction entry as a child of the CURRENT leaf, bumps rev, counts it
+-- for the loop guard, writes a succeeded job record (its effect marker, `effect`, the entry's id,
+-- with its result: the worker commits' marker, docs/recovery.md) and its events (session
 -- stream), and deletes the draft. A draft off the path, after a compaction or unreadable is
 -- deleted in both modes; one that no longer fits is kept: the job that runs instead (or the
 -- next speculative job) extends it rather than summarising its span again.
 -- The loop guard comes first (modes 'apply' and 'guard'): with ARGV[11] automatic compactions
 -- already counted within the window, nothing is written and 'guarded' is returned (the draft
 -- stays). The counter is the workers' (worker/store/compaction_counter.py): job id → epoch s.
--- KEYS: 1 header, 2 entries, 3 order, 4 leaf, 5 rev, 6 effects, 7 draft, 8 new job record,
---       9 session event stream, 10 the session's compactions counter (loop guard)
+-- KEYS: 1 header, 2 entries, 3 order, 4 leaf, 5 rev, 6 draft, 7 new job record,
+--       8 session event stream, 9 the session's compactions counter (loop guard)
 -- ARGV: 1 mode 'apply' | 'check' | 'guard' (the loop guard only), 2 new job id, 3 walk limit,
 --       4 the line the context must fit under, tokens ('' = the draft's `threshold`),
 --       5 timestamp (entry), 6 id candidates, 7 record TTL s,
@@ -42,8 +43,8 @@
 local function apply_draft(KEYS, ARGV)
   local limit, window, now = tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
   if ARGV[1] ~= 'check' and limit > 0 then
-    redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', '(' .. tostring(now - window))
-    local count = redis.call('ZCARD', KEYS[10])
+    redis.call('ZREMRANGEBYSCORE', KEYS[9], '-inf', '(' .. tostring(now - window))
+    local count = redis.call('ZCARD', KEYS[9])
     if count >= limit then
       return {'guarded', count}
     end
@@ -52,11 +53,11 @@ local function apply_draft(KEYS, ARGV)
     return {'clear'}
   end
   local function discard(cause)
-    redis.call('DEL', KEYS[7])
+    redis.call('DEL', KEYS[6])
     return {'discarded', cause}
   end
 
-  local raw = redis.call('GET', KEYS[7])
+  local raw = redis.call('GET', KEYS[6])
   if not raw then
     return {'discarded', 'nodraft'}
   end
@@ -141,7 +142,6 @@ local function apply_draft(KEYS, ARGV)
   redis.call('HSET', KEYS[2], new_id, line)
   redis.call('RPUSH', KEYS[3], new_id)
   redis.call('SET', KEYS[4], new_id, 'KEEPTTL')  -- the session's expiry instant stays
-  redis.call('HSET', KEYS[6], ARGV[2], new_id)
   local rev = redis.call('INCR', KEYS[5])
 
   local before = int(draft['tokensBefore']) or '0'
@@ -180,27 +180,28 @@ local function apply_draft(KEYS, ARGV)
     fields = fields .. ',"draftCostUsd":' .. draft_cost
   end
   if limit > 0 then
-    redis.call('ZADD', KEYS[10], ARGV[13], ARGV[2])
-    redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', '(' .. tostring(now - window))
-    redis.call('EXPIRE', KEYS[10], math.max(1, math.ceil(window)))
+    redis.call('ZADD', KEYS[9], ARGV[13], ARGV[2])
+    redis.call('ZREMRANGEBYSCORE', KEYS[9], '-inf', '(' .. tostring(now - window))
+    redis.call('EXPIRE', KEYS[9], math.max(1, math.ceil(window)))
   end
   local ev1 = string.sub(ARGV[9], 1, -2) .. fields .. '}'
   -- The event's result without its entry too: a reader puts it back in both (_events.lua).
   local ev2 = string.sub(ARGV[10], 1, -2) .. fields .. ',"result":' .. said .. '}}'
 
-  redis.call('HSET', KEYS[8], unpack(cjson.decode(ARGV[15])))
-  redis.call('HSET', KEYS[8], 'entry', line, 'resultEntryId', new_id, 'result', result)
+  redis.call('HSET', KEYS[7], unpack(cjson.decode(ARGV[15])))
+  redis.call('HSET', KEYS[7], 'entry', line, 'resultEntryId', new_id, 'result', result, 'effect',
+    new_id)
   if draft_usage then
-    redis.call('HSET', KEYS[8], 'draftUsage', draft_usage)
+    redis.call('HSET', KEYS[7], 'draftUsage', draft_usage)
   end
   if draft_cost then
-    redis.call('HSET', KEYS[8], 'draftCostUsd', draft_cost)
+    redis.call('HSET', KEYS[7], 'draftCostUsd', draft_cost)
   end
-  redis.call('EXPIRE', KEYS[8], ARGV[7])
+  redis.call('EXPIRE', KEYS[7], ARGV[7])
   -- As finish.lua: the stream lives as long as records.
-  emit_event(KEYS[9], ARGV[8], ARGV[7], 'session_compact', ARGV[2], ev1)
-  emit_event(KEYS[9], ARGV[8], ARGV[7], 'compaction_end', ARGV[2], ev2)
-  redis.call('DEL', KEYS[7])
+  emit_event(KEYS[8], ARGV[8], ARGV[7], 'session_compact', ARGV[2], ev1)
+  emit_event(KEYS[8], ARGV[8], ARGV[7], 'compaction_end', ARGV[2], ev2)
+  redis.call('DEL', KEYS[6])
   retain(KEYS[1], ARGV[17])
   return {'applied', new_id, tostring(rev), line, result, ev1, ev2}
 end

@@ -23,8 +23,9 @@
 -- session expires between 99 % and 100 % of the retention after its last write. The scripts SET
 -- the session's strings with KEEPTTL, so that a write does not take one off the instant. With a
 -- retention of 0 they are PERSISTed (kept forever, also when written under another setting).
-local RETAIN_WITH_SESSION = {'header', 'entries', 'order', 'leaf', 'rev', 'effects',
-  'effects:at', 'rewrites', 'pruned'}
+-- (`effects` and `effects:at`, the exactly-once markers of older versions, are in neither list:
+-- nothing writes them now, and what an older version left expires on the TTL it has.)
+local RETAIN_WITH_SESSION = {'header', 'entries', 'order', 'leaf', 'rev', 'rewrites', 'pruned'}
 local REFRESH_SHARE = 0.01
 -- Keys with a shorter lifetime of their own (events: job_ttl_s after the last event; the
 -- single-flight slots, the draft, the pace, the loop guard's window, the token counts, the

@@ -55,17 +55,25 @@ local function reaches_without_compaction(entries_key, leaf, target, limit, thro
   return false
 end
 
--- Guard shared by every commit: the job must still be running and not asked to stop, and the
--- session must exist. Returns nil to go on, or the reply to return.
-local function job_guard(header_key, record_key, effects_key, job_id)
+-- Guard shared by every commit: the session must exist, the job must not have committed yet
+-- (its effect marker, the record's `effect` field: the entry id it wrote, '' for a change
+-- without an entry), and it must still be running and not asked to stop. One HMGET of the
+-- record reads all three. A record a worker of an older version committed has no `effect`
+-- field: that version kept the marker in the session's `effects` hash (derived from the header
+-- key: `<base>effects`), read only for a redelivery (attempts > 1), as no earlier delivery can
+-- have committed before a first attempt. Returns nil to go on, or the reply to return.
+local function job_guard(header_key, record_key, job_id)
   if redis.call('EXISTS', header_key) == 0 then
     return {'nosession', '', '', ''}
   end
-  local effect = redis.call('HGET', effects_key, job_id)
+  local f = redis.call('HMGET', record_key, 'state', 'cancelRequested', 'effect', 'attempts')
+  local effect = f[3]
+  if not effect and (tonumber(f[4]) or 0) > 1 then
+    effect = redis.call('HGET', string.match(header_key, '^(.-}:)') .. 'effects', job_id)
+  end
   if effect then
     return {'duplicate', effect, redis.call('GET', KEYS[5]) or '0', ''}
   end
-  local f = redis.call('HMGET', record_key, 'state', 'cancelRequested')
   if f[1] ~= 'running' then
     return {'finished', f[1] or '', '', ''}
   end
@@ -73,22 +81,6 @@ local function job_guard(header_key, record_key, effects_key, job_id)
     return {'cancelled', '', '', ''}
   end
   return nil
-end
-
--- Record a job's effect (the exactly-once marker) and forget markers older than retention_ms
--- (a few per commit, so the trim stays cheap): a job commits only while its record says
--- running, and no record lives longer than the retention (job_ttl_s).
-local function remember_effect(effects_key, at_key, job_id, value, retention_ms)
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  redis.call('HSET', effects_key, job_id, value)
-  redis.call('ZADD', at_key, now, job_id)
-  local old = redis.call('ZRANGEBYSCORE', at_key, '-inf', now - tonumber(retention_ms),
-    'LIMIT', 0, 16)
-  if #old > 0 then
-    redis.call('HDEL', effects_key, unpack(old))
-    redis.call('ZREM', at_key, unpack(old))
-  end
 end
 
 -- First candidate id not used in the session.

@@ -5,14 +5,16 @@
 -- one being left). With a summary line, the entry is appended under the destination and
 -- becomes the leaf; without one, the leaf moves to the destination ('' = reset).
 -- The tenant's count of stored bytes grows by the line (never refused by its quota).
--- KEYS: 1 header, 2 entries, 3 order, 4 leaf, 5 rev, 6 effects, 7 job record, 8 effects:at,
---       [9 the tenant's bytes hash: a single Redis only (_stored_bytes.lua)]
+-- The job's effect (the record's `effect` field: the entry id, '' for a leaf move) is written
+-- with its `result`: a job commits at most once however often it runs.
+-- KEYS: 1 header, 2 entries, 3 order, 4 leaf, 5 rev, 6 job record,
+--       [7 the tenant's bytes hash: a single Redis only (_stored_bytes.lua)]
+--       (derived, read on a redelivery only: the session's `effects`, see job_guard in _walk)
 -- ARGV: 1 job id, 2 snapshot leaf id, 3 destination id ('' = none), 4 line head ('' = no entry),
 --       5 line tail, 6 id candidates, 7 job result JSON
---       8 effect marker retention ms, 9 the session's retention s (0 = forever),
---       10 the session's field in the bytes hash
+--       8 the session's retention s (0 = forever), 9 the session's field in the bytes hash
 -- Returns {status, entry id ('' = none), revision, stored line, bytes added}
-local refused = job_guard(KEYS[1], KEYS[7], KEYS[6], ARGV[1])
+local refused = job_guard(KEYS[1], KEYS[6], ARGV[1])
 if refused then
   return refused
 end
@@ -37,13 +39,12 @@ if ARGV[4] ~= '' then
   line = ARGV[4] .. cjson.encode(id) .. ',"parentId":' .. parent .. ARGV[5]
   redis.call('HSET', KEYS[2], id, line)
   redis.call('RPUSH', KEYS[3], id)
-  bytes_add(KEYS[9] or '', ARGV[10], #line)
+  bytes_add(KEYS[7] or '', ARGV[9], #line)
   redis.call('SET', KEYS[4], id, 'KEEPTTL')
 else
   redis.call('SET', KEYS[4], dest, 'KEEPTTL')
 end
-remember_effect(KEYS[6], KEYS[8], ARGV[1], id, ARGV[8])
-redis.call('HSET', KEYS[7], 'result', ARGV[7])
+redis.call('HSET', KEYS[6], 'result', ARGV[7], 'effect', id)
 local rev = redis.call('INCR', KEYS[5])
-retain(KEYS[1], ARGV[9])
+retain(KEYS[1], ARGV[8])
 return {'committed', id, tostring(rev), line, tostring(#line)}

@@ -2,18 +2,19 @@
 -- Conditional append of a compaction entry (docs/rules.md "Invariants").
 -- The entry becomes a child of the CURRENT leaf only if the snapshot's leaf is still on the
 -- current leaf's path and no compaction entry was added on it since; the job's effect is
--- recorded in the same step, so a job appends at most one entry however often it runs.
+-- recorded in the same step (the record's `effect` field, written with its `result`), so a job
+-- appends at most one entry however often it runs.
 -- The tenant's count of stored bytes grows by the line (never refused by its quota).
--- KEYS: 1 header, 2 entries, 3 order, 4 leaf, 5 rev, 6 effects, 7 job record, 8 effects:at,
---       [9 the tenant's bytes hash: a single Redis only (_stored_bytes.lua)]
+-- KEYS: 1 header, 2 entries, 3 order, 4 leaf, 5 rev, 6 job record,
+--       [7 the tenant's bytes hash: a single Redis only (_stored_bytes.lua)]
+--       (derived, read on a redelivery only: the session's `effects`, see job_guard in _walk)
 -- ARGV: 1 job id, 2 snapshot leaf id, 3 walk limit, 4 line head (up to '"id":'),
 --       5 line tail (from ',"timestamp"' on, leading comma included), 6 id candidates,
 --       7 job result JSON (stored on the record)
---       8 effect marker retention ms, 9 the session's retention s (0 = forever),
---       10 the session's field in the bytes hash
+--       8 the session's retention s (0 = forever), 9 the session's field in the bytes hash
 -- Returns {status, entry id, revision, stored line, bytes added}
 --   status: committed | duplicate | stale | cancelled | finished | nosession | noid
-local refused = job_guard(KEYS[1], KEYS[7], KEYS[6], ARGV[1])
+local refused = job_guard(KEYS[1], KEYS[6], ARGV[1])
 if refused then
   return refused
 end
@@ -32,15 +33,14 @@ end
 local line = ARGV[4] .. cjson.encode(id) .. ',"parentId":' .. parent .. ARGV[5]
 redis.call('HSET', KEYS[2], id, line)
 local listed = redis.call('RPUSH', KEYS[3], id)
-bytes_add(KEYS[9] or '', ARGV[10], #line)
+bytes_add(KEYS[7] or '', ARGV[9], #line)
 redis.call('SET', KEYS[4], id, 'KEEPTTL')  -- the session's expiry instant stays
-remember_effect(KEYS[6], KEYS[8], ARGV[1], id, ARGV[8])
-redis.call('HSET', KEYS[7], 'result', ARGV[7])
+redis.call('HSET', KEYS[6], 'result', ARGV[7], 'effect', id)
 local rev = redis.call('INCR', KEYS[5])
 -- A key that was there before this write has its TTL already (see retain_keys): only those the
 -- write may have made are looked at. A leaf there was (the walk read its entry) means the leaf
 -- and entries keys were; order and rev were when RPUSH and INCR find them (above 1).
-local written = {KEYS[6], KEYS[8]}
+local written = {}
 if leaf == '' then
   written[#written + 1] = KEYS[2]
   written[#written + 1] = KEYS[4]
@@ -51,5 +51,5 @@ end
 if rev == 1 then
   written[#written + 1] = KEYS[5]
 end
-retain_keys(KEYS[1], ARGV[9], written)
+retain_keys(KEYS[1], ARGV[8], written)
 return {'committed', id, tostring(rev), line, tostring(#line)}

@@ -9,16 +9,17 @@
 -- these writes nothing. A first step of several takes the rewriting marker (this job, PX): other
 -- rewrites of the session wait until the last step drops it, so nothing can make the decided
 -- plan stale half-way. The last step records the watermark (no tool result on the path up to
--- it is left to prune), the job's effect and result, and bumps the revision.
+-- it is left to prune), the job's effect (the record's `effect` field, '': a change without an
+-- entry) with its result, and bumps the revision.
 -- Each step changes the tenant's count of stored bytes by its new lines' bytes less the old.
--- KEYS: 1 header, 2 entries, 3 order (unused), 4 leaf, 5 rev, 6 effects, 7 job record,
---       8 effects:at, 9 rewrites, 10 rewriting, 11 pruned,
---       [12 the tenant's bytes hash: a single Redis only (_stored_bytes.lua)]
+-- KEYS: 1 header, 2 entries, 3 order (unused), 4 leaf, 5 rev, 6 job record, 7 rewrites,
+--       8 rewriting, 9 pruned, [10 the tenant's bytes hash: a single Redis only (_stored_bytes.lua)]
+--       (derived, read on a redelivery only: the session's `effects`, see job_guard in _walk)
 -- ARGV: 1 job id, 2 record the effect ('1' | '0'), 3 job result JSON,
 --       4 step: 'all' (the only one) | 'begin' | 'more' | 'end',
 --       5 snapshot leaf id ('' = not checked), 6 walk limit, 7 rewrites counter the plan saw,
---       8 watermark entry id ('' = none), 9 marker TTL ms, 10 effect marker retention ms,
---       11 the session's retention s (0 = forever), 12 the session's field in the bytes hash,
+--       8 watermark entry id ('' = none), 9 marker TTL ms,
+--       10 the session's retention s (0 = forever), 11 the session's field in the bytes hash,
 --       then per entry: id, new line
 -- Returns {status, '', revision, '', bytes changed}; status committed (this step is in) |
 --   stale | busy (another job is rewriting) | cancelled | finished | duplicate | nosession
@@ -28,7 +29,7 @@ local function revision()
 end
 if step == 'all' or step == 'begin' then
   if ARGV[2] == '1' then
-    local refused = job_guard(KEYS[1], KEYS[7], KEYS[6], ARGV[1])
+    local refused = job_guard(KEYS[1], KEYS[6], ARGV[1])
     if refused then
       return refused
     end
@@ -37,7 +38,7 @@ if step == 'all' or step == 'begin' then
     if redis.call('EXISTS', KEYS[1]) == 0 then
       return {'nosession', '', '', ''}
     end
-    local f = redis.call('HMGET', KEYS[7], 'state', 'cancelRequested')
+    local f = redis.call('HMGET', KEYS[6], 'state', 'cancelRequested')
     if f[1] ~= 'running' then
       return {'finished', f[1] or '', '', ''}
     end
@@ -45,11 +46,11 @@ if step == 'all' or step == 'begin' then
       return {'cancelled', '', '', ''}
     end
   end
-  local holder = redis.call('GET', KEYS[10])
+  local holder = redis.call('GET', KEYS[8])
   if holder and holder ~= ARGV[1] then
     return {'busy', '', revision(), ''}
   end
-  if (redis.call('GET', KEYS[9]) or '0') ~= ARGV[7] then
+  if (redis.call('GET', KEYS[7]) or '0') ~= ARGV[7] then
     return {'stale', '', revision(), ''}
   end
   if ARGV[5] ~= '' then
@@ -58,35 +59,34 @@ if step == 'all' or step == 'begin' then
       return {'stale', '', revision(), ''}
     end
   end
-  redis.call('INCR', KEYS[9])
+  redis.call('INCR', KEYS[7])
   if step == 'begin' then
-    redis.call('SET', KEYS[10], ARGV[1], 'PX', ARGV[9])
+    redis.call('SET', KEYS[8], ARGV[1], 'PX', ARGV[9])
   end
-elseif redis.call('GET', KEYS[10]) ~= ARGV[1] then
+elseif redis.call('GET', KEYS[8]) ~= ARGV[1] then
   -- The marker lapsed (this job stalled longer than its TTL) or the session was replaced: the
   -- steps written so far stay (each line is a valid prune), the job plans again.
   return {'stale', '', revision(), ''}
 else
-  redis.call('PEXPIRE', KEYS[10], ARGV[9])
+  redis.call('PEXPIRE', KEYS[8], ARGV[9])
 end
 local changed = 0
-for i = 13, #ARGV, 2 do
+for i = 12, #ARGV, 2 do
   changed = changed + #ARGV[i + 1] - redis.call('HSTRLEN', KEYS[2], ARGV[i])
   redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
 end
-bytes_add(KEYS[12] or '', ARGV[12], changed)
+bytes_add(KEYS[10] or '', ARGV[11], changed)
 if step == 'begin' or step == 'more' then
-  retain(KEYS[1], ARGV[11])  -- every step writes, so each refreshes the retention
+  retain(KEYS[1], ARGV[10])  -- every step writes, so each refreshes the retention
   return {'committed', '', revision(), '', tostring(changed)}
 end
 if ARGV[8] ~= '' then
-  redis.call('SET', KEYS[11], ARGV[8], 'KEEPTTL')
+  redis.call('SET', KEYS[9], ARGV[8], 'KEEPTTL')
 end
 if ARGV[2] == '1' then
-  remember_effect(KEYS[6], KEYS[8], ARGV[1], '', ARGV[10])
-  redis.call('HSET', KEYS[7], 'result', ARGV[3])
+  redis.call('HSET', KEYS[6], 'result', ARGV[3], 'effect', '')
 end
-redis.call('DEL', KEYS[10])
+redis.call('DEL', KEYS[8])
 local rev = redis.call('INCR', KEYS[5])
-retain(KEYS[1], ARGV[11])
+retain(KEYS[1], ARGV[10])
 return {'committed', '', tostring(rev), '', tostring(changed)}
