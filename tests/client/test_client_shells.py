@@ -230,3 +230,64 @@ def test_scripts_fail_fast_on_a_dead_server() -> None:
     with CompactionClient(settings) as dead, \
             pytest.raises(BrokerUnavailableError, match="Redis unavailable"):
         dead.compact("s1", "threshold")
+
+
+def test_async_scripts_survive_flush_and_kill(redis_url: str, raw: redis.Redis[str]) -> None:
+    """The asyncio shell's own EVALSHA path (AsyncShell._evalsha) as the sync one's: a lost
+    script is loaded again, a dropped connection replaced, every connection given back."""
+    seed_sessions(redis_url, "a1", "a2", "a3")
+
+    async def scenario() -> None:
+        async with AsyncCompactionClient(redis_url) as ac:
+            pool: Any = ac.redis.connection_pool
+            first = await ac.compact("a1", "threshold")
+            raw.script_flush()
+            second = await ac.compact("a2", "threshold")
+            assert raw.client_kill_filter(_type="normal", skipme=True) >= 1
+            third = await ac.compact("a3", "threshold")
+            assert len({first.id, second.id, third.id}) == 3
+            assert not pool._in_use_connections
+            with pytest.raises(SessionNotFoundError):  # an error reply: the connection kept
+                await ac.compact("missing", "threshold")
+            assert not pool._in_use_connections
+
+    asyncio.run(scenario())
+    states = {raw.hget(key, "state") for key in raw.keys("compactor:session:{a*}:job:*")}
+    assert states == {"queued"}
+
+
+def test_async_scripts_skip_redis_pys_command_path(redis_url: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compact's and an append's script go straight to a pooled connection, packed in C:
+    redis-py's execute_command was most of compactor serve's own CPU on those routes."""
+    seed_sessions(redis_url, "a1")
+    commands: list[object] = []
+
+    async def scenario() -> None:
+        async with AsyncCompactionClient(redis_url) as ac:
+            await ac.warm()
+            execute = ac.redis.execute_command
+
+            async def counted(*args: Any, **options: Any) -> Any:
+                commands.append(args[0])
+                return await execute(*args, **options)
+
+            monkeypatch.setattr(ac.redis, "execute_command", counted)
+            await ac.compact("a1", "manual")
+            await ac.sessions.append_with_revision("a1", [{"role": "user", "content": "x",
+                                                           "timestamp": 1}])
+
+    asyncio.run(scenario())
+    assert commands == []
+
+
+def test_async_scripts_fail_fast_on_a_dead_server() -> None:
+    settings = ClientSettings(redis_url=f"redis://127.0.0.1:{_free_port()}/0",
+                              connect_timeout_s=0.2)
+
+    async def scenario() -> None:
+        async with AsyncCompactionClient(settings) as dead:
+            with pytest.raises(BrokerUnavailableError, match="Redis unavailable"):
+                await dead.compact("s1", "threshold")
+
+    asyncio.run(scenario())
