@@ -3,8 +3,9 @@ table) and the bearer check. The app keeps no other state: replicas are equal.
 
 The check is ASGI middleware (:class:`BearerAuth`), so a request without a valid token is
 answered 401 from its headers, before any of its body is read or parsed; the ``authorize``
-dependency only puts the bearer scheme into the OpenAPI document. A route finds its tenant's
-state with :func:`server_state` (a call, not a dependency FastAPI resolves per request)."""
+dependency only puts the bearer scheme into the OpenAPI document (never resolved). A route
+finds its tenant's state with :func:`server_state` (a call, not a dependency FastAPI resolves
+per request)."""
 
 from __future__ import annotations
 
@@ -99,5 +100,5 @@ async def _unauthorized(send: Send, detail: str) -> None:
 
 # The routers' dependency: it puts the bearer scheme into the OpenAPI document and does
 # nothing more (auto_error=False: BearerAuth has answered a request without a token already).
-# One dependency, not a chain: FastAPI resolves each of a route's dependencies per request.
+# The app's routes do not resolve it per request (api_client.server.asgi._DocumentedBearer).
 authorize = HTTPBearer(auto_error=False, description="a token of COMPACTOR_API_TOKENS")

@@ -46,6 +46,25 @@ def test_every_route_but_the_probes_and_the_document_wants_the_token(api: str) -
             "unauthorized")
 
 
+def test_the_bearer_scheme_is_documented_not_resolved_per_request(
+        http: httpx.Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """BearerAuth checks the token before routing; the routes' HTTPBearer dependency only
+    writes the scheme into the document (resolving it per request cost CPU: issue 42)."""
+    from fastapi.security import HTTPBearer
+
+    async def resolved(*_: object, **__: object) -> None:
+        raise AssertionError("the bearer dependency ran")
+
+    monkeypatch.setattr(HTTPBearer, "__call__", resolved)
+    name = sid()
+    assert http.post("/v1/sessions", json={"sessionId": name}).status_code == 201
+    assert http.get(f"/v1/sessions/{name}").status_code == 200
+    document = http.get("/openapi.json").json()
+    assert document["paths"]["/v1/sessions/{session_id}/compact"]["post"]["security"] == [
+        {"HTTPBearer": []}]
+    assert document["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+
+
 def test_create_without_a_body_is_a_new_uuid(http: httpx.Client) -> None:
     created = http.post("/v1/sessions")  # no body at all: docs/http-api.md, a new UUID
     assert created.status_code == 201, created.text
