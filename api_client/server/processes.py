@@ -55,8 +55,10 @@ def serve_processes(config: uvicorn.Config, count: int) -> int:
     signal.signal(signal.SIGINT, stop)
     log.info("serving in %d processes (parent %d)", count, os.getpid())
     died = False
-    while any(child.is_alive() for child in children):
-        multiprocessing.connection.wait([c.sentinel for c in children if c.is_alive()])
+    # One look at who is alive per turn: children that all exit between two looks left an
+    # empty list, and wait([]) never returns (the parent hung on SIGTERM; bench_http saw it).
+    while alive := [child.sentinel for child in children if child.is_alive()]:
+        multiprocessing.connection.wait(alive)
         if not stopping and not died:
             died = True
             log.error("a serving process exited: stopping the others")

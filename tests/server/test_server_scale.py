@@ -141,3 +141,52 @@ def test_past_the_inflight_cap_a_request_is_429_overloaded_before_it_is_read(
             sock.close()
         assert wait_until(lambda: http.get(f"/v1/sessions/{name}").status_code == 200,
                           what="the places back")
+
+
+def test_the_parent_returns_when_its_children_end_between_two_looks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Children that both ended after the parent saw one alive, before it listed their
+    sentinels: the parent waited on no sentinel at all, for ever (a SIGTERM'd serve hung)."""
+    import multiprocessing
+    import threading
+
+    from api_client.server import processes
+
+    made: list[Ended] = []
+
+    class Ended:
+        """The first child is seen alive once, the second never (its sentinel is readable):
+        both end between the parent's first two looks."""
+
+        def __init__(self, *_: object, **__: object) -> None:
+            self.read, self.write = socket.socketpair()
+            self.write.close()
+            self.sentinel, self.pid, self.looks = self.read.fileno(), None, 0
+            self.alive_looks = 1 if not made else 0
+            made.append(self)
+
+        def start(self) -> None:
+            pass
+
+        def is_alive(self) -> bool:
+            self.looks += 1
+            return self.looks <= self.alive_looks
+
+        def join(self) -> None:
+            self.read.close()
+
+    class Context:
+        Process = Ended
+
+    class Config:
+        def bind_socket(self) -> socket.socket:
+            return socket.socket()
+
+    monkeypatch.setattr(multiprocessing, "get_context", lambda _: Context())
+    monkeypatch.setattr(processes.signal, "signal", lambda *_: None)
+    returned: list[int] = []
+    serving = threading.Thread(target=lambda: returned.append(
+        processes.serve_processes(Config(), 2)), daemon=True)  # type: ignore[arg-type]
+    serving.start()
+    serving.join(10)
+    assert returned == [1]  # both ended by themselves: the supervisor restarts the whole
