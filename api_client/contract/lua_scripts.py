@@ -29,7 +29,9 @@ A script that derives keys says which in its header. The one exception: a script
 tenant's own Redis user gets in ARGV the keys that user may only read (the tenant's quota and
 usage) or only write (the jobs-due index, the broker's list), in ``admit.lua`` and
 ``_enqueue.lua``, as Redis checks a script's declared keys for reading and writing both; each
-command is still checked against the caller's ACL.
+command is still checked against the caller's ACL. And ``start_job.lua`` (a worker's, never on a
+Cluster) names the fair index's two keys of the job's queue list from the record it reads in
+the same step (``KeyLayout.fair_index`` of its queue and priority: unknown before).
 """
 
 from __future__ import annotations

@@ -282,7 +282,7 @@ def _joined(ctx: JobContext, progress: Progress, path: Sequence[Entry]) -> Draft
 
 
 def run_compact(ctx: JobContext) -> JobSuccess:
-    ctx.publish(EventType.COMPACTION_START)
+    ctx.publish_start()
     check_loop(ctx)  # before any model call
     progress = Progress(joined=join_running_draft(ctx))  # a draft in flight: wait for it
     draft, outcome = with_replans(ctx, "compaction", lambda n: _round(ctx, progress, n))

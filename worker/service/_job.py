@@ -32,6 +32,7 @@ from worker.observability import metrics
 from worker.service._branch_job import run_branch
 from worker.service._compact_job import run_compact
 from worker.service._control import JobControl
+from worker.service._delivery_start import begin
 from worker.service._job_context import JobContext, JobSuccess
 from worker.service._job_stops import (
     STORAGE_FULL,
@@ -49,6 +50,7 @@ from worker.service._speculative import count_discarded, run_speculative
 from worker.service._summarize_job import run_summarize
 from worker.service.failure_causes import failure_cause
 from worker.service.ports import Runtime
+from worker.store.job_start import JobStart
 from worker.store.leases import LeaseOutcome
 
 __all__ = ["JobOutcome", "run_job"]
@@ -100,16 +102,17 @@ def run_job(rt: Runtime, job_id: str) -> JobOutcome:
     # One owner per delivery, not per process: two deliveries of one job on the same worker (a
     # retry and a takeover message, say) must not both hold the lease and run the model.
     owner = f"{rt.worker_id}/{secrets.token_hex(4)}"
-    lease = rt.jobs.acquire_lease(job_id, owner, rt.settings.lease_ttl_s)
-    if lease is LeaseOutcome.HELD:
-        lease = _after_local_run(rt, job_id, owner)
-    if lease is LeaseOutcome.FINISHED:
-        return JobOutcome(job_id, "duplicate")
-    if lease is LeaseOutcome.HELD:
-        raise LeaseHeldError(job_id)
     try:
-        return _run_leased(rt, job_id, owner)
+        start = begin(rt, job_id, owner)
+        if start.lease is LeaseOutcome.HELD:
+            start = _after_local_run(rt, job_id, owner)
+        if start.lease is LeaseOutcome.FINISHED:
+            return JobOutcome(job_id, "duplicate")
+        if start.lease is LeaseOutcome.HELD:
+            raise LeaseHeldError(job_id)
+        return _run_started(rt, job_id, owner, start)
     except WAIT_FOR_REDIS:
+        # (A start whose reply was lost may hold it: one step took the lease and the rest.)
         try:
             rt.jobs.release_lease(job_id, owner)
         except WAIT_FOR_REDIS as err:  # expires on its own
@@ -117,41 +120,38 @@ def run_job(rt: Runtime, job_id: str) -> JobOutcome:
         raise
 
 
-def _after_local_run(rt: Runtime, job_id: str, owner: str) -> LeaseOutcome:
+def _after_local_run(rt: Runtime, job_id: str, owner: str) -> JobStart:
     """Another delivery in this very process runs the job (a duplicate message): wait for it to
-    end here, then look again (usually ``FINISHED``: this delivery is the duplicate). A holder
+    end here, then start again (usually ``FINISHED``: this delivery is the duplicate). A holder
     elsewhere is left to the retry or the sweep (``HELD``)."""
     local = f"{rt.worker_id}/"
     holder = rt.jobs.lease_holder(job_id)
     if not (holder and holder.startswith(local)):
-        return LeaseOutcome.HELD
+        return JobStart(LeaseOutcome.HELD)
     deadline = rt.clock.monotonic() + rt.settings.job_deadline_s
     while holder and holder.startswith(local):
         if rt.clock.monotonic() > deadline:
-            return LeaseOutcome.HELD
+            return JobStart(LeaseOutcome.HELD)
         time.sleep(_LOCAL_POLL_S)
         holder = rt.jobs.lease_holder(job_id)
-    return rt.jobs.acquire_lease(job_id, owner, rt.settings.lease_ttl_s)
+    return begin(rt, job_id, owner)
 
 
-def _run_leased(rt: Runtime, job_id: str, owner: str) -> JobOutcome:
+def _run_started(rt: Runtime, job_id: str, owner: str, start: JobStart) -> JobOutcome:
     """Within its tenant's max_running cap (else put back, still queued), the job runs."""
-    if rt.slots is None:
-        return _start(rt, job_id, owner)
-    if not rt.slots.take(job_id):
-        rt.jobs.release_lease(job_id, owner)
-        rt.slots.defer(job_id)
+    if start.deferred:
         log.info("job %s: its tenant runs max_running jobs already; put back", job_id)
         metrics.observe_tenant_deferred(tenant_of_job(job_id))
         return JobOutcome(job_id, "deferred", cause="max_running")
     try:
-        return _start(rt, job_id, owner)
+        return _start(rt, job_id, owner, start)
     finally:
-        rt.slots.release(job_id)
+        if rt.slots is not None:
+            rt.slots.release(job_id)
 
 
-def _start(rt: Runtime, job_id: str, owner: str) -> JobOutcome:
-    record = rt.jobs.start(job_id)  # the record as it now is, running
+def _start(rt: Runtime, job_id: str, owner: str, start: JobStart) -> JobOutcome:
+    record = start.record  # the record as it now is, running
     if record is None:
         return JobOutcome(job_id, "duplicate")
     attempt = record.attempts
@@ -163,7 +163,8 @@ def _start(rt: Runtime, job_id: str, owner: str) -> JobOutcome:
                     lease_ttl_s=s.lease_ttl_s, clock=rt.clock, flags=rt.cancel_flags,
                     cancel_requested=record.cancel_requested,
                     heartbeats=rt.heartbeats) as control:
-        ctx = JobContext(rt, record, control, rt.new_summarizer())
+        ctx = JobContext(rt, record, control, rt.new_summarizer(), budget=start.budget,
+                         start_published=start.start_event)
         try:
             success = _earlier_effect(ctx) or _run(ctx)
         except LeaseLostError:

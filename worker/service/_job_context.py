@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from api_client.contract.session import JsonObject
+from api_client.contract.usage import DayUsage
 from api_client.contract.wire import (
     AgentSettings,
     EventType,
@@ -39,6 +40,11 @@ class JobContext:
     record: JobRecord          # as of this delivery (state running, attempt counted)
     control: JobControl
     summarizer: Summarizer
+    # What the job's start read for the budget check (the day's spend, the tenant's quota:
+    # worker.store.job_start); None: the check reads them itself.
+    budget: tuple[DayUsage, dict[str, str]] | None = None
+    # compaction_start went with the job's start (start_job.lua): the job does not publish it.
+    start_published: bool = False
     # Set when the tenant's model budget put the deterministic summarizer in the model's place
     # (``_model_budget``): the record's and the completion event's ``result.overBudget``.
     over_budget: dict[str, Any] | None = field(default=None, init=False)
@@ -51,6 +57,7 @@ class JobContext:
     def __post_init__(self) -> None:
         inner = job_tokenizer(self.rt.tokenizer, self.record.agent)
         self.tokenizer = JobTokenizer(inner, counts_of(inner))
+        self._stream_ttl_set = self.start_published  # the start's event set it
 
     @property
     def compaction_settings(self) -> CompactionSettings:
@@ -75,6 +82,11 @@ class JobContext:
     @property
     def session_id(self) -> str:
         return self.record.session_id
+
+    def publish_start(self) -> None:
+        """``compaction_start``, unless the job's start wrote it already."""
+        if not self.start_published:
+            self.publish(EventType.COMPACTION_START)
 
     def publish(self, type: EventType, **fields: Any) -> None:
         """A non-terminal event (start, the committed entry, stale)."""

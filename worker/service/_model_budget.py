@@ -136,8 +136,7 @@ def check_budget(ctx: JobContext) -> None:
     rt, record = ctx.rt, ctx.record
     if rt.usage is None or not checked(record):
         return
-    now = rt.clock.time()
-    usage, quota = rt.usage.today(record.tenant, now)
+    usage, quota = ctx.budget or rt.usage.today(record.tenant, rt.clock.time())
     decision = decide(record, usage, quota, rt.settings.client)
     if decision.over is None:
         # Without a tokens_per_day nothing is reserved: a call checks nothing against it.

@@ -46,7 +46,7 @@ def run_speculative(ctx: JobContext) -> JobSuccess:
     draft of the session (stored, no longer fitting) is extended, not redone; with the agent's
     own cut, one whose cut the turns since did not move is stored again for the current state
     (``carriedDraft``, no model call) and one whose cut moved is extended over the gap."""
-    ctx.publish(EventType.COMPACTION_START)
+    ctx.publish_start()
     check_loop(ctx)  # a session in a compaction loop gets no more drafts: before any model call
     snap = ctx.rt.sessions.load(ctx.session_id)
     path = snap.session.tree().path_to(snap.leaf_id)

@@ -26,6 +26,7 @@ from worker.store.draft_store import DraftStore
 from worker.store.entry_cache import EntryCache
 from worker.store.fair_index import FairIndex, fair_index_redis
 from worker.store.job_lifecycle import JobStore
+from worker.store.job_start import JobStarts
 from worker.store.snapshot_store import SnapshotStore
 from worker.store.tenant_slots import TenantSlots
 from worker.store.tenant_usage import TenantUsageStore
@@ -79,6 +80,11 @@ def build_runtime(settings: WorkerSettings, *,
     on_close.insert(0, cancel_flags.close)
     heartbeats = LeaseHeartbeats()
     on_close.insert(0, heartbeats.close)
+    slots = TenantSlots(client, layout, max_running=shared.max_running,
+                        hold_s=settings.job_deadline_s + settings.lease_ttl_s)
+    # A job's start in one step on one Redis; on a Cluster (keys in many slots) step by step.
+    starts = None if shared.redis_cluster else JobStarts(
+        jobs, lease_ttl_s=settings.lease_ttl_s, slots=slots, budgets=True)
     return Runtime(
         settings=settings,
         sessions=SnapshotStore(client, layout, EntryCache(),
@@ -98,7 +104,7 @@ def build_runtime(settings: WorkerSettings, *,
         # since) serializes and folds the facts of its new messages only.
         plan_caches=PlanCaches(),
         usage=TenantUsageStore(client, layout),
-        slots=TenantSlots(client, layout, max_running=shared.max_running,
-                          hold_s=settings.job_deadline_s + settings.lease_ttl_s),
+        slots=slots,
+        starts=starts,
         deterministic=build_deterministic(tokenizer).for_job,
     )

@@ -29,6 +29,7 @@ from worker.hooks import (
 )
 from worker.settings import WorkerSettings
 from worker.store import CommitOutcome
+from worker.store.job_start import JobStart
 from worker.store.leases import LeaseOutcome
 from worker.store.paths import PathSnapshot, Reach
 from worker.summary_requests import Summarizer
@@ -42,6 +43,7 @@ __all__ = [
     "Hooks",
     "JobLeases",
     "JobRecords",
+    "JobStarts",
     "Runtime",
     "Sessions",
     "TenantUsage",
@@ -186,6 +188,13 @@ class TenantUsage(Protocol):
         ...
 
 
+class JobStarts(Protocol):
+    """A delivery's start in one step (``worker.store.job_start.JobStarts``, a single Redis):
+    lease, tenant slot, record running, what the budget check reads, the start event."""
+
+    def begin(self, job_id: str, owner: str) -> JobStart: ...
+
+
 class TenantSlots(Protocol):
     """Per-tenant concurrency (``worker.store.tenant_slots.TenantSlots``)."""
 
@@ -294,6 +303,9 @@ class Runtime:
     plan_caches: PlanCaches = field(default_factory=PlanCaches)
     # Per-tenant concurrency caps (max_running); None: no cap is applied.
     slots: TenantSlots | None = None
+    # A job's start in one round trip (with ``slots`` and ``usage``); None: the ports' separate
+    # calls (a Redis Cluster: worker.service._delivery_start).
+    starts: JobStarts | None = None
     on_close: list[Callable[[], Any]] = field(default_factory=list)
 
     @property

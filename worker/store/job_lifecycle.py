@@ -8,6 +8,9 @@ For each delivery a worker calls:
 4. ``finish(job_id, state, ...)`` exactly once: the contract's flow
    (:func:`api_client.contract.job_records.finish_job`), the one the client runs when it
    cancels a queued job or cannot send one.
+
+On a single Redis steps 1-2 (with the tenant's slot, the budget's reads and the start event) are
+one round trip instead: :mod:`worker.store.job_start`.
 """
 
 from __future__ import annotations
@@ -71,7 +74,7 @@ class JobStore:
         fields, admitted = guarded(job_id, pipe.execute)
         if not fields:
             raise JobNotFoundError(job_id)
-        return _as_admitted(JobRecord.from_redis(fields), admitted)
+        return as_admitted(JobRecord.from_redis(fields), admitted)
 
     def finish(self, job_id: str, state: JobState | str, *, event: JobEvent | None = None,
                record: JobRecord | None = None, **result: Any) -> bool:
@@ -126,7 +129,7 @@ class JobStore:
             return record
         admitted = guarded(job_id, lambda: self.redis.hget(self.layout.tenant_admitted(tenant),
                                                            job_id))
-        return _as_admitted(record, admitted)
+        return as_admitted(record, admitted)
 
     def _leave_queue(self, job_id: str, queue: str, priority: str) -> None:
         """Started: the job no longer counts as queued for its tenant (the fair order, the
@@ -167,7 +170,7 @@ class JobStore:
         self.compactions.count(session_id, job_id, now, window_s)
 
 
-def _as_admitted(record: JobRecord, admitted: str | None) -> JobRecord:
+def as_admitted(record: JobRecord, admitted: str | None) -> JobRecord:
     """A record admitted from its tenant's inbox, with the kind and reason it was admitted as
     (``admitted``: ``"<kind> <reason>"``, None: not from an inbox)."""
     if admitted is None:

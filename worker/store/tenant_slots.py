@@ -1,10 +1,11 @@
 """Per-tenant concurrency: at most ``max_running`` jobs of one tenant run at once, fleet-wide
 (the setting, or the field of the tenant's quota hash; 0 = no limit).
 
-A worker takes a slot before it starts a job (``tenant_slot.lua``) and gives it back when the
-run ends; a worker that dies frees it at the job's deadline. A job over the cap is put back: its
-lease is let go and the sweep sends it again ``DEFER_S`` later (it stays queued, still counted
-among the tenant's queued jobs), so the cap never blocks a worker slot.
+A worker takes a slot before it starts a job (``tenant_slot.lua``; on a single Redis in the
+job's start, ``start_job.lua``) and gives it back when the run ends; a worker that dies frees it
+at the job's deadline. A job over the cap is put back: its lease is let go and the sweep sends it
+again ``DEFER_S`` later (it stays queued, still counted among the tenant's queued jobs), so the
+cap never blocks a worker slot.
 """
 
 from __future__ import annotations
@@ -43,9 +44,14 @@ class TenantSlots:
         args = [job_id, str(now), str(now + self.hold_ms), str(self.max_running)]
         reply = int(guarded(job_id, lambda: self._take(keys=keys, args=args)))
         if reply == 1:
-            with self._lock:
-                self._held.add(job_id)
+            self.held(job_id)
         return reply > 0
+
+    def held(self, job_id: str) -> None:
+        """A slot is held for the job (taken by :meth:`take`, or by the job's start in one step
+        with the rest: ``worker.store.job_start``): :meth:`release` gives it back."""
+        with self._lock:
+            self._held.add(job_id)
 
     def release(self, job_id: str) -> None:
         """Give the job's slot back (nothing to do when no cap applied: none was held)."""

@@ -1,5 +1,3 @@
+-- include: _lease
 -- Drop the lease if this worker holds it. KEYS: lease  ARGV: 1 worker id. Returns 1 or 0.
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
+return lease_release(KEYS[1], ARGV[1])

@@ -1,0 +1,98 @@
+"""A delivery started in one step (the runtime's ``starts``: start_job.lua on a single Redis,
+worker/store/job_start.py) on in-memory ports: the job uses what the start read and wrote, and
+the outcomes of the separate calls stay (tests/service/test_service_outcomes.py runs those,
+``starts`` None as on a Redis Cluster)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from service.service_fakes import World, world
+
+from api_client.contract.usage import DayUsage
+from api_client.contract.wire import EventType
+from worker.service import LeaseHeldError, run_job
+from worker.store.job_start import JobStart
+from worker.store.leases import LeaseOutcome
+
+
+@dataclass
+class OneStep:
+    """The start as the script replies it; the record from the fake jobs' own start."""
+
+    w: World
+    lease: LeaseOutcome = LeaseOutcome.ACQUIRED
+    deferred: bool = False
+    budget: tuple[DayUsage, dict[str, str]] | None = None
+    start_event: bool = True
+    begun: list[str] = field(default_factory=list)
+
+    def begin(self, job_id: str, owner: str) -> JobStart:
+        self.begun.append(owner)
+        if self.lease is not LeaseOutcome.ACQUIRED or self.deferred:
+            return JobStart(self.lease, deferred=self.deferred)
+        return JobStart(self.lease, self.w.jobs.start(job_id), budget=self.budget,
+                        start_event=self.start_event)
+
+
+class NoReads:
+    """A tenant usage port the job must not read: its start did."""
+
+    def today(self, tenant: str, at: float) -> Any:
+        raise AssertionError("the start read the budget already")
+
+    def add(self, tenant: str, at: float, **spend: Any) -> None:
+        pass
+
+
+def _one_step(**start: Any) -> tuple[World, OneStep]:
+    w = world()
+    w.rt.starts = steps = OneStep(w, **start)
+    return w, steps
+
+
+def test_a_start_event_written_with_the_start_is_not_published_again() -> None:
+    w, steps = _one_step()
+    assert run_job(w.rt, w.jobs.record.id).state == "succeeded"
+    assert len(steps.begun) == 1 and w.jobs.acquired == 0  # no lease call of its own
+    types = [e.type for e in w.jobs.published]
+    assert EventType.COMPACTION_START not in types and types
+    assert all(w.jobs.ttl_set)  # the start's event gave the stream its TTL
+
+
+def test_without_it_the_job_publishes_the_start_event() -> None:
+    w, _ = _one_step(start_event=False)
+    assert run_job(w.rt, w.jobs.record.id).state == "succeeded"
+    assert w.jobs.published[0].type is EventType.COMPACTION_START
+    assert w.jobs.ttl_set[0] is False
+
+
+def test_the_budget_check_uses_what_the_start_read() -> None:
+    over = (DayUsage(tenant="default", day="2026-01-01", input_tokens=5000),
+            {"tokens_per_day": "1000"})
+    w, _ = _one_step(budget=over, start_event=False)
+    w.rt.usage = NoReads()  # type: ignore[assignment]
+    w.rt.settings.client.over_budget_summarizer = "refuse"
+    outcome = run_job(w.rt, w.jobs.record.id)
+    assert (outcome.state, outcome.cause) == ("failed", "quota")
+    assert EventType.COMPACTION_START not in [e.type for e in w.jobs.published]
+
+
+@pytest.mark.parametrize(("start", "expected"), [
+    ({"lease": LeaseOutcome.FINISHED}, "duplicate"),
+    ({"deferred": True}, "deferred"),
+])
+def test_the_outcomes_of_a_start(start: dict[str, Any], expected: str) -> None:
+    w, _ = _one_step(**start)
+    outcome = run_job(w.rt, w.jobs.record.id)
+    assert outcome.state == expected and w.jobs.finished == [] and w.commits.calls == []
+    assert w.jobs.record.attempts == 0 and w.jobs.published == []
+
+
+def test_a_start_held_elsewhere_is_left_to_a_retry() -> None:
+    w, _ = _one_step(lease=LeaseOutcome.HELD)
+    with pytest.raises(LeaseHeldError):
+        run_job(w.rt, w.jobs.record.id)
+    assert w.jobs.record.attempts == 0 and w.jobs.published == []
