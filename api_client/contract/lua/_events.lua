@@ -14,3 +14,10 @@ local function emit_event(stream, maxlen, ttl_s, kind, job, data)
   redis.call('EXPIRE', stream, ttl_s)
   return id
 end
+
+-- copy_event(stream, maxlen, kind, job, data): the event's copy on its tenant's global stream
+-- (no lifetime of its own), where the script reaches that stream (start_job.lua, one Redis).
+local function copy_event(stream, maxlen, kind, job, data)
+  return redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'type', kind, 'job', job,
+    'data', data)
+end

@@ -141,7 +141,6 @@ if event then
   local data = start_event_data(record, kind, reason, running[1])
   id = emit_event(KEYS[9], ARGV[14], job_ttl, 'compaction_start', job, data)
   retain_keys(KEYS[9], ARGV[16], {{KEYS[9], tonumber(job_ttl) * 1000}})
-  redis.call('XADD', KEYS[10], 'MAXLEN', '~', ARGV[15], '*', 'type', 'compaction_start',
-    'job', job, 'data', data)
+  copy_event(KEYS[10], ARGV[15], 'compaction_start', job, data)
 end
 return {'acquired', slot, id, admitted, quota_flat, spend, running}
