@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, NoReturn
@@ -26,15 +26,22 @@ from api_client.contract.errors import (
     SessionNotFoundError,
 )
 from api_client.contract.job_events import event_fields, global_write
-from api_client.contract.keys import DEFAULT_TENANT, INFLIGHT_SPECULATIVE, JOB_KINDS, KeyLayout
+from api_client.contract.keys import (
+    DEFAULT_TENANT,
+    INFLIGHT_SPECULATIVE,
+    JOB_KINDS,
+    KeyLayout,
+    tenant_of_job,
+)
 from api_client.contract.redis_flows import Command, Flow, Rescue, Script, cmd
 from api_client.contract.reservations import release
 from api_client.contract.settings import ClientSettings
+from api_client.contract.usage import SpendAdd, spend_script_part
 from api_client.contract.wire import JobEvent, JobRecord, JobState, TokenUsage, now_iso
 
 __all__ = [
-    "checked_enum", "completion_for", "finish_call", "finish_job", "get_record", "global_copy",
-    "job_rescue", "result_fields", "stream_start",
+    "checked_enum", "completion_for", "end_job", "finish_call", "finish_job", "get_record",
+    "global_copy", "job_rescue", "result_fields", "stream_start",
 ]
 
 
@@ -181,6 +188,31 @@ def finish_job(layout: KeyLayout, settings: ClientSettings, job_id: str,
                 yield cmd("zrem", layout.queued_of_job(job_id), job_id)
             yield release(layout, job_id)  # the model budget it held (reservations.py)
     return bool(changed)
+
+
+def end_job(layout: KeyLayout, settings: ClientSettings, job_id: str,
+            state: JobState | str, event: JobEvent | None, record: JobRecord | None,
+            result: Mapping[str, Any], spend: SpendAdd | None = None,
+            announce: Sequence[JobEvent] = ()) -> Flow[bool]:
+    """:func:`finish_job` in one round trip, with the delivery's ``spend`` counted and the job's
+    reservation given back in the same step (``lua/end_job.lua``): a worker's end of a job on
+    one Redis. ``announce``: events of the job's commit (a compaction's ``session_compact``)
+    written in the same step, before the completion event, each with its global copy. Not on
+    a Redis Cluster (the tenant's keys, the global stream: other slots) nor for a client on its
+    tenant's own ACL user: :func:`finish_job` there."""
+    if event is None and record is None:
+        record = yield from get_record(layout, job_id)
+    final, event = completion_for(state, event, record, result)
+    keys, args = finish_call(layout, settings, job_id, final, event, "finish",
+                             result_fields(**result))
+    tenant = tenant_of_job(job_id)
+    counted_keys, counted_args = spend_script_part(layout, spend)
+    keys = [*keys, layout.events_of(event.session_id), layout.tenant_reserved(tenant),
+            layout.tenant_queued(tenant), *counted_keys]
+    told = [part for e in announce for part in (e.type.value, event_fields(e)["data"])]
+    args = [str(settings.event_stream_maxlen), *counted_args, str(len(announce)), *told, *args]
+    reply = yield Script("end_job", keys, args, job_rescue(job_id))
+    return bool(int(reply[0]))
 
 
 _STREAM_ID = re.compile(r"\d+(-\d+)?")

@@ -14,6 +14,7 @@ never inside a session script.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict
@@ -24,8 +25,8 @@ from api_client.contract.keys import KeyLayout
 from api_client.contract.lua_scripts import eval_args
 from api_client.contract.redis_flows import Command, Flow, Pipeline, cmd
 
-__all__ = ["MAX_USAGE_DAYS", "USAGE_TTL_S", "DayUsage", "add_spend", "last_days",
-           "next_day_start", "read_budget", "read_usage", "utc_day"]
+__all__ = ["MAX_USAGE_DAYS", "USAGE_TTL_S", "DayUsage", "SpendAdd", "add_spend", "last_days",
+           "next_day_start", "read_budget", "read_usage", "spend_script_part", "utc_day"]
 
 # A year of days to bill and compare with, and a month of slack: then a day's hash expires.
 USAGE_TTL_S = 400 * 86_400
@@ -101,6 +102,35 @@ def read_budget(layout: KeyLayout, tenant: str,
                                    cmd("hgetall", layout.tenant_quota(tenant))),
                                   transaction=False)
     return DayUsage.from_redis(tenant, day, usage or {}), dict(quota or {})
+
+
+@dataclass(frozen=True, slots=True)
+class SpendAdd:
+    """One delivery's spend on its tenant's day, as :func:`add_spend` counts it, for a writer
+    that counts it in a step of its own: the worker's end of a job on one Redis
+    (``lua/end_job.lua``, :func:`spend_script_part`)."""
+
+    tenant: str
+    day: str
+    input_tokens: int
+    output_tokens: int
+    usd: float
+    draft: bool
+    jobs: int
+    name_tenant: bool = True
+    keep_day: bool = True
+
+
+def spend_script_part(layout: KeyLayout, add: SpendAdd | None) -> tuple[list[str], list[str]]:
+    """``end_job.lua``'s KEYS 11-12 and ARGV 2-8 for ``add`` (None: nothing to count): the
+    writes of :func:`add_spend`, made inside the script."""
+    if add is None:
+        return [], ["", "0", "0", "0", "0", "0", ""]
+    keys = [layout.tenant_usage(add.tenant, add.day), layout.tenants]
+    return keys, ["draft_" if add.draft else "", str(add.jobs), str(add.input_tokens),
+                  str(add.output_tokens), repr(float(add.usd)) if add.usd else "0",
+                  str(USAGE_TTL_S) if add.keep_day else "0",
+                  add.tenant if add.name_tenant else ""]
 
 
 def add_spend(layout: KeyLayout, tenant: str, day: str, *, input_tokens: int,

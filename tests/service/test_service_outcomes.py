@@ -269,6 +269,20 @@ def test_a_redelivery_ends_as_the_effect_its_started_record_carries() -> None:
     assert fields["entry"]["id"] == "e7"
 
 
+def test_where_the_end_is_one_step_the_commits_event_goes_with_it() -> None:
+    """One Redis (``ends_in_one_step``): the job hands ``session_compact`` to its end, which
+    writes it before the completion event in the same round trip; nothing published apart."""
+    w = world()
+    w.jobs.ends_in_one_step = True  # type: ignore[attr-defined]
+    outcome = run_job(w.rt, JOB_ID)
+    assert outcome.state == "succeeded"
+    assert COMPACTED not in w.jobs.event_types
+    [(_, _, fields)] = w.jobs.finished
+    [told] = fields["announce"]
+    assert told.type is COMPACTED and told.entry is not None
+    assert told.entry["id"] == outcome.entry_id
+
+
 def test_a_first_attempt_does_not_look_for_an_earlier_effect() -> None:
     """No delivery before the first: its start reads no effect (the commit checks it)."""
     w = world()

@@ -297,10 +297,10 @@ def run_compact(ctx: JobContext) -> JobSuccess:
     ineffective = is_ineffective(ctx, tokens_after)
     observe_stall(ctx.record, "job")
     ctx.rt.hooks.compact_done(entry, draft.from_extension, session_id=ctx.session_id)
-    ride_out(ctx.control, "publish", lambda: ctx.publish(
+    announce = ctx.announce(
         EventType.SESSION_COMPACT, entry=entry, from_extension=draft.from_extension,
         tokens_before=entry.get("tokensBefore"), tokens_after=tokens_after,
-        ineffective=ineffective))
+        ineffective=ineffective)
     model, usage, _ = calls_summary(draft.calls)
     result = {**_result(ctx, progress, draft), "tokensAfter": tokens_after,
               "ineffective": ineffective}
@@ -309,7 +309,7 @@ def run_compact(ctx: JobContext) -> JobSuccess:
         "tokens_before": entry.get("tokensBefore"), "tokens_after": tokens_after,
         "from_extension": draft.from_extension, "ineffective": ineffective, "result": result,
     }, draft_usage=_drafts_used(ctx, draft.base, joined=draft.joined),
-        draft_cost_usd=draft.base.cost_usd if draft.base else None)
+        draft_cost_usd=draft.base.cost_usd if draft.base else None, announce=announce)
 
 
 def _drafts_used(ctx: JobContext, base: DraftBase | None, *,

@@ -43,8 +43,7 @@ from worker.service._job_stops import (
     LeaseHeldError,
     LeaseLostError,
 )
-from worker.service._model_budget import account, bill, check_budget, job_spend
-from worker.service._outage import ride_out
+from worker.service._model_budget import Bill, account, bill, check_budget, ended, job_spend
 from worker.service._prune_job import run_prune
 from worker.service._speculative import count_discarded, run_speculative
 from worker.service._summarize_job import run_summarize
@@ -246,7 +245,8 @@ def _earlier_effect(ctx: JobContext) -> JobSuccess | None:
 
 
 def _succeed(ctx: JobContext, success: JobSuccess) -> JobOutcome:
-    costs = bill(ctx, success.draft_cost_usd)
+    owed = bill(ctx, success.draft_cost_usd)
+    costs = owed.costs
     fields = {k: v for k, v in success.event.items() if v is not None}
     result = success.result
     if ctx.over_budget is not None:  # the record and the event say who summarised, and why
@@ -254,10 +254,10 @@ def _succeed(ctx: JobContext, success: JobSuccess) -> JobOutcome:
     event = JobEvent.completion(ctx.record, JobState.SUCCEEDED, entry=success.entry,
                                 model=success.model, duration_ms=ctx.control.elapsed_ms(),
                                 draft_usage=success.draft_usage, **costs, **fields)
-    ride_out(ctx.control, "finish", lambda: ctx.rt.jobs.finish(
+    ended(ctx, owed, lambda: ctx.rt.jobs.finish(
         ctx.job_id, JobState.SUCCEEDED, event=event, entry=success.entry, model=success.model,
-        usage=success.usage, draft_usage=success.draft_usage, result=result, **costs),
-        until_memory=True)
+        usage=success.usage, draft_usage=success.draft_usage, result=result, **costs,
+        **_spend(owed, success.announce)))
     before, after = success.event.get("tokens_before"), success.event.get("tokens_after")
     saved = (before - after if isinstance(before, int) and isinstance(after, int)
              else (success.result or {}).get("tokensSaved"))  # a prune job says it itself
@@ -277,13 +277,14 @@ def _error_text(record: JobRecord, message: str) -> str:
 def _fail(ctx: JobContext, message: str, result: dict[str, Any] | None = None, *,
           cause: str = "other") -> JobOutcome:
     error = _error_text(ctx.record, message)
-    costs = bill(ctx)  # a job that fails after its model calls still cost them
+    owed = bill(ctx)  # a job that fails after its model calls still cost them
+    costs = owed.costs
     event = JobEvent.completion(ctx.record, JobState.FAILED, error=error, result=result,
                                 duration_ms=ctx.control.elapsed_ms(), **costs)
     extra: dict[str, Any] = {} if result is None else {"result": result}
-    ride_out(ctx.control, "finish", lambda: ctx.rt.jobs.finish(
-        ctx.job_id, JobState.FAILED, event=event, error=error, **extra, **costs),
-        until_memory=True)
+    ended(ctx, owed, lambda: ctx.rt.jobs.finish(
+        ctx.job_id, JobState.FAILED, event=event, error=error, **extra, **costs,
+        **_spend(owed)))
     log.info("job %s failed (%s): %s", ctx.job_id, cause, error)
     metrics.observe_failure(ctx.record.kind.value, cause)
     return _observed(ctx, JobOutcome(ctx.job_id, JobState.FAILED.value, error=error,
@@ -298,15 +299,23 @@ def _stopped(ctx: JobContext, stop: JobStopped) -> JobOutcome:
     if not isinstance(stop, JobCancelled):
         return _fail(ctx, str(stop), cause=failure_cause(stop))
     text = job_error_text(ctx.record.kind, JobState.CANCELLED)
-    costs = bill(ctx)
+    owed = bill(ctx)
+    costs = owed.costs
     event = JobEvent.completion(ctx.record, JobState.CANCELLED, error=text, aborted=True,
                                 duration_ms=ctx.control.elapsed_ms(), **costs)
-    ride_out(ctx.control, "finish", lambda: ctx.rt.jobs.finish(
-        ctx.job_id, JobState.CANCELLED, event=event, error=text, **costs), until_memory=True)
+    ended(ctx, owed, lambda: ctx.rt.jobs.finish(
+        ctx.job_id, JobState.CANCELLED, event=event, error=text, **costs, **_spend(owed)))
     log.info("job %s cancelled", ctx.job_id)
     metrics.observe_failure(ctx.record.kind.value, "cancelled")
     return _observed(ctx, JobOutcome(ctx.job_id, JobState.CANCELLED.value, error=text,
                                      reason=_reason(ctx), cause="cancelled"))
+
+
+def _spend(owed: Bill, announce: tuple[JobEvent, ...] = ()) -> dict[str, Any]:
+    """``finish``'s ``spend`` and ``announce`` when the end writes them (a store of one step:
+    ``JobContext.announce``), else nothing."""
+    extra: dict[str, Any] = {} if owed.spend is None else {"spend": owed.spend}
+    return {**extra, "announce": announce} if announce else extra
 
 
 def _abandoned(ctx: JobContext) -> JobOutcome:

@@ -19,6 +19,7 @@ from api_client.contract.wire import (
 from worker.compaction.prepare import CompactionSettings
 from worker.llm import Summarizer, SummaryResult, Usage
 from worker.service._control import JobControl
+from worker.service._outage import ride_out
 from worker.service.ports import Runtime
 from worker.tokens import JobTokenizer, Tokenizer, counts_of, get_tokenizer
 
@@ -94,6 +95,15 @@ class JobContext:
         if self.rt.jobs.publish(event, ttl_set=self._stream_ttl_set):
             self._stream_ttl_set = True
 
+    def announce(self, type: EventType, **fields: Any) -> tuple[JobEvent, ...]:
+        """An event of the committed change (``session_compact``) for the job's end to write
+        (:attr:`JobSuccess.announce`) where the end is one step (one Redis: one round trip for
+        both); else published now, waited out as a publish after a commit is."""
+        if getattr(self.rt.jobs, "ends_in_one_step", False):
+            return (JobEvent.for_record(self.record, type, **fields),)
+        ride_out(self.control, "publish", lambda: self.publish(type, **fields))
+        return ()
+
 
 # The tokenizers a request may name, built once per process (their per-message counts serve
 # every job that names them, as the worker's own do).
@@ -138,6 +148,9 @@ class JobSuccess:
     # their USD (draftCostUsd).
     draft_usage: TokenUsage | None = None
     draft_cost_usd: float | None = None
+    # Events of the commit the job's end writes, before its completion event, in its one step
+    # (JobContext.announce: only where the end is one step).
+    announce: tuple[JobEvent, ...] = ()
 
 
 def calls_summary(

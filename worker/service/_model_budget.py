@@ -32,13 +32,13 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from api_client.contract.errors import QuotaExceededError
 from api_client.contract.settings import ClientSettings
-from api_client.contract.usage import DayUsage, next_day_start, utc_day
+from api_client.contract.usage import DayUsage, SpendAdd, next_day_start, utc_day
 from api_client.contract.wire import CompactReason, JobKind, JobRecord
 from worker.llm import Spend
 from worker.llm.settings import DEFAULT_MAX_OUTPUT_TOKENS
@@ -48,8 +48,8 @@ from worker.service._job_stops import WAIT_FOR_REDIS
 from worker.service._outage import ride_out
 from worker.summary_requests import CancelToken, Summarizer, SummaryRequest, SummaryResult
 
-__all__ = ["BudgetedSummarizer", "Decision", "Over", "account", "bill", "check_budget", "decide",
-           "estimate_tokens", "job_spend", "over_budget"]
+__all__ = ["Bill", "BudgetedSummarizer", "Decision", "Over", "account", "bill", "check_budget",
+           "decide", "ended", "estimate_tokens", "job_spend", "over_budget"]
 
 log = logging.getLogger("worker.service")
 
@@ -256,16 +256,71 @@ def job_spend(ctx: JobContext) -> Spend | None:
     return spend if isinstance(spend, Spend) and spend.calls else None
 
 
-def bill(ctx: JobContext, draft_cost_usd: float | None = None) -> dict[str, Any]:
-    """Count what the delivery's model calls cost (it ends the job next), and return the USD
-    fields of the job's record and completion event: ``cost_usd`` (none when no model was
-    called) and ``draft_cost_usd`` (what its drafts cost, when drafts are involved)."""
+@dataclass(frozen=True, slots=True)
+class Bill:
+    """What the delivery that ends a job owes: ``costs``, the USD fields of the job's record
+    and completion event; ``spend``, its spend for the job's end to count in the same step
+    (None: counted already, or nothing to count)."""
+
+    costs: dict[str, Any]
+    spend: SpendAdd | None = None
+
+
+def bill(ctx: JobContext, draft_cost_usd: float | None = None) -> Bill:
+    """What the delivery's model calls cost (it ends the job next): ``cost_usd`` (none when no
+    model was called) and ``draft_cost_usd`` (what its drafts cost, when drafts are involved).
+    Where the job's end is one step (:func:`_one_step`) the spend goes with it
+    (:attr:`Bill.spend`; the reservation too: :func:`account`'s rule); else it is counted
+    here, before the end."""
     spend = job_spend(ctx)
-    account(ctx, spend, ended=True)
+    owed = None
+    if _one_step(ctx):
+        owed = _handed_over(ctx, spend)
+    else:
+        account(ctx, spend, ended=True)
     costs: dict[str, Any] = {} if spend is None else {"cost_usd": round(spend.cost_usd, 8)}
     if draft_cost_usd is not None:
         costs["draft_cost_usd"] = round(draft_cost_usd, 8)
-    return costs
+    return Bill(costs, owed)
+
+
+def _one_step(ctx: JobContext) -> bool:
+    """The job's end counts the spend and gives the reservation back in its own step
+    (``JobStore.ends_in_one_step``: one Redis), and the usage store can hand the spend over."""
+    store = ctx.rt.usage
+    return bool(getattr(ctx.rt.jobs, "ends_in_one_step", False)) and (
+        store is None or getattr(store, "spend_add", None) is not None)
+
+
+def _handed_over(ctx: JobContext, spend: Spend | None) -> SpendAdd | None:
+    """The spend for the job's end to count (None: nothing to count); in the metrics now."""
+    if spend is None:
+        return None
+    read, output, draft = _observe(ctx, spend)
+    store = ctx.rt.usage
+    if store is None:
+        return None
+    add: SpendAdd = store.spend_add(  # type: ignore[attr-defined]  # (_one_step checked it)
+        ctx.record.tenant, ctx.rt.clock.time(), input_tokens=read, output_tokens=output,
+        usd=spend.cost_usd, draft=draft, ended=True)
+    return add
+
+
+def ended(ctx: JobContext, owed: Bill, end: Callable[[], bool]) -> bool:
+    """Run the job's ``end`` (``JobRecords.finish`` with ``owed.spend``), waited out as the
+    job's end always is; then the spend counts as counted. An end that never got through
+    gives the job's reservation back on its own (the spend could not be counted), then
+    raises."""
+    try:
+        done = ride_out(ctx.control, "finish", end, until_memory=True)
+    except WAIT_FOR_REDIS:
+        if _one_step(ctx):
+            _release_job(ctx)
+        raise
+    counted = getattr(ctx.rt.usage, "counted", None)
+    if owed.spend is not None and counted is not None:
+        counted(owed.spend)
+    return done
 
 
 def account(ctx: JobContext, spend: Spend | None, *, ended: bool) -> None:
@@ -273,7 +328,10 @@ def account(ctx: JobContext, spend: Spend | None, *, ended: bool) -> None:
     ends the job, which then counts as one). A Redis that stays away loses the count, not the
     job: its end is written next, or waited for as the job's end always is. The reservation
     goes with the spend, in one step (an admission in between would count the job twice), or
-    after it when the spend could not be counted, so that one of them always counts."""
+    after it when the spend could not be counted, so that one of them always counts. (Where
+    the job's end is one step, :func:`bill` hands the spend to it instead: the spend, the
+    reservation and the end change together, and :func:`ended` gives the reservation back on
+    its own when that step never gets through.)"""
     counted = _count(ctx, spend, ended=ended)
     if ended and not counted:
         _release_job(ctx)
@@ -290,11 +348,8 @@ def _count(ctx: JobContext, spend: Spend | None, *, ended: bool) -> bool:
     the same step. True when both were done."""
     if spend is None:
         return False
-    record, usage = ctx.record, spend.usage
-    draft = record.reason is CompactReason.SPECULATIVE
-    read = usage.input + usage.cache_read + usage.cache_write
-    metrics.observe_tenant_spend(record.tenant, "draft" if draft else "applied", read,
-                                 usage.output, spend.cost_usd)
+    record = ctx.record
+    read, output, draft = _observe(ctx, spend)
     store = ctx.rt.usage
     if store is None:
         return False
@@ -302,9 +357,18 @@ def _count(ctx: JobContext, spend: Spend | None, *, ended: bool) -> bool:
     release = ctx.job_id if ended and _holds(ctx) else None
     try:
         ride_out(ctx.control, "usage", lambda: store.add(
-            record.tenant, at, input_tokens=read, output_tokens=usage.output,
+            record.tenant, at, input_tokens=read, output_tokens=output,
             usd=spend.cost_usd, draft=draft, ended=ended, release_job=release))
     except WAIT_FOR_REDIS as err:
         log.warning("job %s: spend of tenant %s not counted: %s", ctx.job_id, record.tenant, err)
         return False
     return release is not None
+
+
+def _observe(ctx: JobContext, spend: Spend) -> tuple[int, int, bool]:
+    """The spend in the per-tenant metrics; (tokens read, output tokens, a draft's?)."""
+    usage, draft = spend.usage, ctx.record.reason is CompactReason.SPECULATIVE
+    read = usage.input + usage.cache_read + usage.cache_write
+    metrics.observe_tenant_spend(ctx.record.tenant, "draft" if draft else "applied", read,
+                                 usage.output, spend.cost_usd)
+    return read, usage.output, draft

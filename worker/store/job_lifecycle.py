@@ -22,11 +22,12 @@ from typing import Any
 import redis
 
 from api_client.contract.errors import JobNotFoundError, StorageFullError
-from api_client.contract.job_records import finish_job, get_record
+from api_client.contract.job_records import end_job, finish_job, get_record
 from api_client.contract.keys import ANY_TENANT, DEFAULT_TENANT, KeyLayout, tenant_of_job
 from api_client.contract.lua_scripts import register
 from api_client.contract.redis_flows import SyncShell
 from api_client.contract.settings import ClientSettings
+from api_client.contract.usage import SpendAdd, add_spend
 from api_client.contract.wire import (
     CompactReason,
     JobEvent,
@@ -35,6 +36,7 @@ from api_client.contract.wire import (
     JobState,
     now_iso,
 )
+from worker.store._commits import is_cluster
 from worker.store.compaction_counter import CompactionCounter
 from worker.store.event_publisher import EventPublisher
 from worker.store.fair_index import FairIndex
@@ -61,6 +63,11 @@ class JobStore:
         self.events = EventPublisher(client, self.settings, self.layout)
         self._running = register(client, "running")
         self.compactions = CompactionCounter(client, self.layout, self.settings.session_ttl_s)
+        # A job's end in one script (spend, reservation, end, global copy) where one script
+        # reaches every key it writes: not on a Redis Cluster (other slots), nor for a client on
+        # a tenant's own ACL user.
+        self.ends_in_one_step = not (self.settings.redis_cluster or is_cluster(client)
+                                     or self.settings.tenant_inbox)
 
     def get(self, job_id: str) -> JobRecord:
         """The job's record; one admitted from its tenant's inbox (``worker/store/inbox.py``)
@@ -77,8 +84,24 @@ class JobStore:
         return as_admitted(JobRecord.from_redis(fields), admitted)
 
     def finish(self, job_id: str, state: JobState | str, *, event: JobEvent | None = None,
-               record: JobRecord | None = None, **result: Any) -> bool:
-        """End the job once; True if this call ended it (see ``finish_job`` for ``result``)."""
+               record: JobRecord | None = None, spend: SpendAdd | None = None,
+               announce: Sequence[JobEvent] = (), **result: Any) -> bool:
+        """End the job once; True if this call ended it (see ``finish_job`` for ``result``).
+        ``spend``: the delivery's spend, counted with the end; ``announce``: events of the
+        job's commit written before its end. On one Redis (:attr:`ends_in_one_step`) one script
+        does it all (``end_job``); else ``spend`` is counted and ``announce`` published first,
+        then ``finish_job``'s calls (the service counts and publishes itself there)."""
+        if self.ends_in_one_step:
+            return self._io.run(end_job(self.layout, self.settings, job_id, state, event,
+                                        record, result, spend, announce))
+        for told in announce:
+            self.publish(told)
+        if spend is not None:
+            self._io.run(add_spend(self.layout, spend.tenant, spend.day,
+                                   input_tokens=spend.input_tokens,
+                                   output_tokens=spend.output_tokens, usd=spend.usd,
+                                   draft=spend.draft, jobs=spend.jobs,
+                                   name_tenant=spend.name_tenant, keep_day=spend.keep_day))
         return self._io.run(finish_job(self.layout, self.settings, job_id, state, event, record,
                                        result))
 

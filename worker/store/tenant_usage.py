@@ -14,7 +14,7 @@ import redis
 from api_client.contract.keys import KeyLayout
 from api_client.contract.redis_flows import Command, Flow, Script, SyncShell
 from api_client.contract.reservations import RESERVED_KEY_TTL_S
-from api_client.contract.usage import DayUsage, add_spend, read_budget, utc_day
+from api_client.contract.usage import DayUsage, SpendAdd, add_spend, read_budget, utc_day
 
 __all__ = ["TenantUsageStore"]
 
@@ -42,6 +42,23 @@ class TenantUsageStore:
                                output_tokens=output_tokens, usd=usd, draft=draft,
                                jobs=int(ended), name_tenant=name, keep_day=keep,
                                release_job=release_job))
+        self._mark(tenant, day, name, keep)
+
+    def spend_add(self, tenant: str, at: float, *, input_tokens: int, output_tokens: int,
+                  usd: float, draft: bool, ended: bool) -> SpendAdd:
+        """What :meth:`add` would count, for the job's end to count in its own step
+        (``JobStore.finish``'s ``spend``); :meth:`counted` once it did."""
+        now, day = time.monotonic(), utc_day(at)
+        return SpendAdd(tenant, day, input_tokens, output_tokens, usd, draft, int(ended),
+                        name_tenant=self._named.get(tenant, 0.0) <= now,
+                        keep_day=self._named.get(f"{tenant} {day}", 0.0) <= now)
+
+    def counted(self, add: SpendAdd) -> None:
+        """``add`` was counted: the tenant named and the day kept, for the hour."""
+        self._mark(add.tenant, add.day, add.name_tenant, add.keep_day)
+
+    def _mark(self, tenant: str, day: str, name: bool, keep: bool) -> None:
+        now = time.monotonic()
         if name:
             self._named[tenant] = now + NAMED_FOR_S
         if keep:

@@ -7,17 +7,21 @@
 -- lifetime: it lives `ttl_s` (the job records' TTL) after its last event. `data` is the event's
 -- JSON as stored: an event about an entry the job wrote holds that entry's id as its "entry",
 -- not the entry (nor does an applied draft's result hold it: readers put it back there too). Returns the stream id. The caller refreshes the session's retention
--- (retain_keys with {stream, ttl_s * 1000}); the global copy follows the script.
-local function emit_event(stream, maxlen, ttl_s, kind, job, data)
-  local id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'type', kind, 'job', job,
+-- (retain_keys with {stream, ttl_s * 1000}); the global copy follows the script, or is made in
+-- it by copy_event where the script reaches the global stream (end_job.lua, on one Redis).
+local function add_event(stream, maxlen, kind, job, data)
+  return redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'type', kind, 'job', job,
     'data', data)
+end
+
+local function emit_event(stream, maxlen, ttl_s, kind, job, data)
+  local id = add_event(stream, maxlen, kind, job, data)
   redis.call('EXPIRE', stream, ttl_s)
   return id
 end
 
--- copy_event(stream, maxlen, kind, job, data): the event's copy on its tenant's global stream
--- (no lifetime of its own), where the script reaches that stream (start_job.lua, one Redis).
+-- An event added with no lifetime of its own: the copy on the global stream (which has none),
+-- or an event the script's emit_event on the same stream follows (end_job's announced ones).
 local function copy_event(stream, maxlen, kind, job, data)
-  return redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'type', kind, 'job', job,
-    'data', data)
+  return add_event(stream, maxlen, kind, job, data)
 end
