@@ -7,9 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import redis
 from service.service_fakes import World, world
 
-from api_client.contract.usage import DayUsage
+from api_client.contract.usage import DayUsage, SpendAdd
 from api_client.contract.wire import CompactReason, JobKind, JobRecord, JobState
 from worker.service import run_job
 from worker.service._model_budget import decide
@@ -167,3 +168,64 @@ def test_a_failed_job_still_counts_what_its_calls_cost() -> None:
     assert fields["cost_usd"] == pytest.approx(0.01)
     assert event is not None and event.cost_usd == pytest.approx(0.01)
     assert [a["input_tokens"] for a in store.added] == [135]
+
+
+class OneStepUsage(FakeUsage):
+    """A usage store whose spend the job's end counts (``spend_add``/``counted``), with the
+    budget's reservations (``reserve``/``release``)."""
+
+    def __init__(self, day: DayUsage) -> None:
+        super().__init__(day)
+        self.handed: list[SpendAdd] = []
+        self.counted_adds: list[SpendAdd] = []
+        self.released: list[str] = []
+
+    def spend_add(self, tenant: str, at: float, **spend: Any) -> SpendAdd:
+        add = SpendAdd(tenant, "2026-01-01", spend["input_tokens"], spend["output_tokens"],
+                       spend["usd"], spend["draft"], int(spend["ended"]))
+        self.handed.append(add)
+        return add
+
+    def counted(self, add: SpendAdd) -> None:
+        self.counted_adds.append(add)
+
+    def reserve(self, tenant: str, day: str, tokens: int, default_limit: int,
+                share: float = 1.0, **held: Any) -> tuple[bool, int, int, float]:
+        return True, 0, 0, float(default_limit)
+
+    def release(self, tenant: str, job_id: str, owner: str = "") -> None:
+        self.released.append(job_id)
+
+
+def _one_step(w: World) -> OneStepUsage:
+    store = OneStepUsage(_day(0))
+    w.rt.usage = store
+    w.jobs.ends_in_one_step = True  # type: ignore[attr-defined]
+    return store
+
+
+def test_where_the_end_is_one_step_it_counts_the_spend() -> None:
+    """One Redis: the spend goes to the job's end (finish's ``spend``), counted with it and the
+    reservation's release in one step; nothing is counted or given back before."""
+    w, _, model, _ = _budgeted(MAN, 0)
+    store = _one_step(w)
+    assert run_job(w.rt, w.jobs.record.id).state == "succeeded"
+    _, _, fields = w.jobs.finished[-1]
+    [add] = store.handed
+    assert fields["spend"] is add and add.input_tokens == 135 * model.calls and add.jobs == 1
+    assert store.counted_adds == [add] and store.added == [] and store.released == []
+
+
+def test_an_end_that_never_gets_through_gives_the_reservation_back() -> None:
+    """account()'s rule: the spend could not be counted (the one step never ran), so the
+    reservation the delivery's calls hold is given back on its own."""
+    w, _, _, _ = _budgeted(MAN, 0)
+    store = _one_step(w)
+
+    def down(*args: Any, **kwargs: Any) -> bool:
+        raise redis.ConnectionError("gone")
+
+    w.jobs.finish = down  # type: ignore[method-assign]
+    with pytest.raises(redis.ConnectionError):
+        run_job(w.rt, w.jobs.record.id)
+    assert store.released == [w.jobs.record.id] and store.counted_adds == []
