@@ -13,7 +13,8 @@
 -- entry) with its result, and bumps the revision.
 -- Each step changes the tenant's count of stored bytes by its new lines' bytes less the old.
 -- KEYS: 1 header, 2 entries, 3 order (unused), 4 leaf, 5 rev, 6 job record, 7 rewrites,
---       8 rewriting, 9 pruned, [10 the tenant's bytes hash: a single Redis only (_stored_bytes.lua)]
+--       8 rewriting, 9 pruned,
+--       [10 the tenant's bytes hash: a single Redis only (_stored_bytes.lua)]
 --       (derived, read on a redelivery only: the session's `effects`, see job_guard in _walk)
 -- ARGV: 1 job id, 2 record the effect ('1' | '0'), 3 job result JSON,
 --       4 step: 'all' (the only one) | 'begin' | 'more' | 'end',

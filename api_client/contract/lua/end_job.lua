@@ -7,8 +7,9 @@
 -- its end (a compaction's session_compact: on the session's stream and the global one, before
 -- the completion event, as the worker would have written them a moment before), the job ended
 -- (_finish.lua), then, when this call ended it, the completion event's copy on the global
--- stream and, for a job that never started, its leaving the tenant's queued set. The spend and the reservation change together, before the
--- end: whoever sees the job ended sees its spend, and no admission sees its tokens twice.
+-- stream and, for a job that never started, its leaving the tenant's queued set. The spend and
+-- the reservation change together, before the end: whoever sees the job ended sees its spend,
+-- and no admission sees its tokens twice.
 -- KEYS: 1-7 finish_job()'s (see _finish.lua), 8 the global event stream, 9 the tenant's
 --       reservations, 10 the tenant's queued set, [11 the tenant's usage day, 12 the tenants
 --       set: only with a spend to count]
