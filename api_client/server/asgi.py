@@ -8,16 +8,15 @@ holds one :class:`AsyncCompactionClient` and nothing else: any number of replica
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import re
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 from starlette.routing import compile_path
@@ -31,6 +30,7 @@ from api_client.server import (
     usage_routes,
     worker_routes,
 )
+from api_client.server.app_route import AppRoute
 from api_client.server.auth import DEFAULT_TENANT, TokenTable
 from api_client.server.body_limit import BodyLimit
 from api_client.server.fanout import WAITERS_CODE, Fanout
@@ -44,7 +44,7 @@ from api_client.server.problems import (
     problem_body,
     retry_after_s,
 )
-from api_client.server.server_state import BearerAuth, ServerState, authorize, server_state
+from api_client.server.server_state import BearerAuth, ServerState, server_state
 from api_client.server.settings import ServerSettings
 
 __all__ = ["API_VERSION", "create_app", "problem_codes"]
@@ -148,23 +148,6 @@ def _document_problems(app: FastAPI, auth: bool) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
-class _DocumentedBearer(APIRoute):
-    """A route whose bearer dependency (``server_state.authorize``) is the document's only:
-    FastAPI resolves a route's dependencies on every request, and BearerAuth has checked the
-    token before any route runs. That sub-dependency's resolution (its own pass over the
-    request's query and headers) was ~5 % of a compact's CPU (issue 42). ``route.dependant``
-    keeps it, so the document lists the scheme and each operation's ``security``."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        documented = self.dependant
-        self.dependant = dataclasses.replace(documented, dependencies=[
-            d for d in documented.dependencies if d.call is not authorize])
-        try:
-            return super().get_route_handler()
-        finally:
-            self.dependant = documented
-
-
 def _include_flat(app: FastAPI, router: APIRouter) -> None:
     """``app.include_router(router)``, the routes added to the app's own router: FastAPI keeps
     an included router as one route of the app and matches a request against its routes twice
@@ -186,7 +169,7 @@ def _include_flat(app: FastAPI, router: APIRouter) -> None:
             response_model_exclude_none=route.response_model_exclude_none,
             include_in_schema=route.include_in_schema, response_class=route.response_class,
             name=route.name, callbacks=route.callbacks, openapi_extra=route.openapi_extra,
-            route_class_override=_DocumentedBearer)
+            route_class_override=AppRoute)
 
 
 def create_app(settings: ServerSettings | None = None,

@@ -100,5 +100,5 @@ async def _unauthorized(send: Send, detail: str) -> None:
 
 # The routers' dependency: it puts the bearer scheme into the OpenAPI document and does
 # nothing more (auto_error=False: BearerAuth has answered a request without a token already).
-# The app's routes do not resolve it per request (api_client.server.asgi._DocumentedBearer).
+# The app's routes do not resolve it per request (api_client.server.app_route).
 authorize = HTTPBearer(auto_error=False, description="a token of COMPACTOR_API_TOKENS")
