@@ -215,3 +215,50 @@ def test_a_hooks_summary_gets_the_plans_file_lists_unless_it_wrote_its_own(own_t
     assert (paths["inSummary"], paths["appended"]) == ((0, 1) if own_tags else (1, 0))
     if not own_tags:  # the stored layout: text, block, tags (the next compaction strips both)
         assert strip_file_operation_tags(summary).endswith("</session-facts>")
+
+
+@pytest.mark.parametrize(("facts", "summary", "kept"), [
+    ([], "summary", "kept text"),
+    ([Fact("paths", "a/b.py")], "read a/b.py", "kept"),  # in the summary
+    ([Fact("paths", "a/b.py")], "summary", "read a/b.py"),  # in the kept text only
+    ([Fact("paths", "a/b.py")], "summary", "kept"),  # nowhere
+    ([Fact("commands", "make test")], "ran make", "test it"),  # across the join
+    ([Fact("commands", "make  test"), Fact("commands", "make test")], "make\ttest", ""),
+    ([Fact("paths", "a.py"), Fact("paths", "b.py")], "a.py", "b.py"),
+    ([Fact("requests", "")], "", ""),  # an empty text is always found
+])
+def test_the_kept_text_built_on_demand_finds_what_the_built_one_does(
+        facts: list[Fact], summary: str, kept: str) -> None:
+    built: list[str] = []
+
+    def on_demand() -> str:
+        built.append(kept)
+        return kept
+
+    expected = apply_ledger(facts, summary, 500, found_in_normalized=kept)
+    assert apply_ledger(facts, summary, 500, found_in_normalized=on_demand) == expected
+    in_summary = apply_ledger(facts, summary, 500)
+    # built only when the summary alone lacks a fact
+    assert bool(built) == (sum(s["inSummary"] for s in in_summary.stats.values()) < len(facts))
+
+
+@pytest.mark.parametrize(("summary", "built"), [
+    ("no facts here", 1), ("asked to look at https://example.com/a", 0)])
+def test_a_compaction_normalizes_the_kept_messages_only_when_the_summary_lacks_a_fact(
+        monkeypatch: pytest.MonkeyPatch, summary: str, built: int) -> None:
+    import worker.compaction.ledger as ledger
+
+    calls: list[int] = []
+    normalize = ledger.normalized_conversation
+
+    def counted(*args: Any) -> str:
+        calls.append(1)
+        return normalize(*args)
+
+    monkeypatch.setattr(ledger, "normalized_conversation", counted)
+    items = [user("look at https://example.com/a"), assistant(chars(400)), user("go on")]
+    prep = prepare_compaction(chain(*items), CompactionSettings(keep_recent_tokens=5),
+                              EstimateTokenizer())
+    assert prep is not None
+    compaction_ledger(prep, summary)
+    assert len(calls) == built

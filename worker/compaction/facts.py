@@ -14,13 +14,13 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from api_client.contract.session import Message
 from api_client.contract.session.convert import text_of_blocks
 from worker.compaction.fact_fold import Fact, FactFold, Key, fold_more
-from worker.compaction.substrings import Containment, default_search
+from worker.compaction.substrings import Containment, Patterns, default_search
 from worker.tokens.jsjson import js_len
 from worker.tokens.memo import PrefixFolds
 
@@ -350,16 +350,18 @@ class LedgerResult:
 
 
 def apply_ledger(facts: Sequence[Fact], found_in: str, budget: int, *,
-                 append: bool = True, found_in_normalized: str = "") -> LedgerResult:
+                 append: bool = True,
+                 found_in_normalized: str | Callable[[], str] = "") -> LedgerResult:
     """Check ``facts`` against ``found_in`` (summary + kept text); the block of the lost ones.
 
     ``found_in_normalized``: more text to look in, already whitespace-normalized (the kept
-    messages). ``appended`` counts the facts
-    findable in the block: those given a line and those inside another fact's line.
+    messages), or what builds it: called only when a fact is not in ``found_in`` alone.
+    ``appended`` counts the facts findable in the block: those given a line and those inside
+    another fact's line.
     """
     texts = [_norm(f.text) for f in facts]
     patterns = SEARCH.patterns(texts)  # one automaton for both lookups
-    found = patterns.occurring(f"{_norm(found_in)} {found_in_normalized}")
+    found = _found(patterns, len(texts), _norm(found_in), found_in_normalized)
     lost = [i for i in range(len(facts)) if i not in found]
     writing = append and budget > 0
     chosen, covered, left_out = (
@@ -372,6 +374,21 @@ def apply_ledger(facts: Sequence[Fact], found_in: str, budget: int, *,
                     "appended": appended[kind], "dropped": dropped[kind]} for kind in FACT_KINDS}
     block = _render(chosen, left_out) if writing else ""
     return LedgerResult(block if estimate_tokens(block) <= budget else "", stats)
+
+
+def _found(patterns: Patterns, count: int, summary: str,
+           more: str | Callable[[], str]) -> set[int]:
+    """The facts found in ``summary + " " + more``. The kept messages' text is built (and
+    searched) only when the summary lacks a fact: a fact in the summary is in the joined text
+    too, and building it is most of a ledger's work (a whole kept conversation normalized)."""
+    if not count:
+        return set()
+    if callable(more):
+        found = patterns.occurring(summary)
+        if len(found) == count:
+            return found
+        more = more()
+    return patterns.occurring(f"{summary} {more}")
 
 
 def default_fact_budget(summary_budget: int) -> int:

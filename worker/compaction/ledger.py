@@ -54,7 +54,11 @@ def compaction_ledger(prep: Preparation, summary_with_tags: str,
     caches = caches or PlanCaches()
     facts = extract_facts([*prep.messages_to_summarize, *prep.turn_prefix_messages],
                           prep.carried_facts, folds=caches.fact_folds)
-    kept = normalized_conversation(convert_to_llm(prep.recent_messages), caches.parts)
+    parts = caches.parts
+
+    def kept() -> str:  # built only when a fact is not in the summary (apply_ledger)
+        return normalized_conversation(convert_to_llm(prep.recent_messages), parts)
+
     budget = _budget(budget_tokens, summary_budget(prep))
     return apply_ledger(facts, summary_with_tags, budget, found_in_normalized=kept)
 
