@@ -95,6 +95,24 @@ def test_the_one_step_end_without_a_spend_and_of_a_queued_job(
     assert client.redis.zscore(client.layout.queued_of_job(queued), queued) is None
 
 
+@pytest.mark.parametrize("one_step", [True, False])
+def test_an_end_whose_start_saw_no_budget_gives_nothing_back(client: CompactionClient,
+                                                             one_step: bool) -> None:
+    """Its start saw no daily budget (``release=False``): admission reserved nothing for the
+    job, and its end sends no HDEL (a budget removed after the admission leaves that
+    reservation to lapse at its own time: docs/tenants.md)."""
+    store, job = _running(client)
+    store.ends_in_one_step = one_step
+    reserved = client.layout.tenant_reserved("default")
+    client.redis.hset(reserved, job, "900 99999999999999 -")
+    sent = _trips(store)
+    assert store.finish(job, JobState.FAILED, record=client.jobs.get(job), error="x",
+                        release=False)
+    assert len(sent) == (1 if one_step else 2)  # finish.lua and its global copy
+    assert client.redis.hkeys(reserved) == [job]
+    assert client.jobs.get(job).state is JobState.FAILED
+
+
 def test_the_commits_event_goes_with_the_end_before_it(client: CompactionClient) -> None:
     """A compaction's ``session_compact`` (announced by the job) is written in the end's one
     round trip, on the session's stream and the global one, before ``compaction_end``."""

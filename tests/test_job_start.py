@@ -3,7 +3,9 @@ EVALSHA, where a delivery sent ten calls (the lease, the jobs-due index, the ten
 record running, the queued set, the fair index, the budget's reads, the start event with its
 retention and global copy); with every outcome the separate calls had: held, finished, put back
 over max_running, a missing record, one attempt more each start, a full Redis refusing it whole,
-and the start event only when no check of the worker can come between it and the start."""
+and the start event only when no check of the worker can come between it and the start; the
+start of a compaction's or a prune's read of its path, which the job's load goes on from
+without a round trip of its own when the first page holds the path."""
 
 from __future__ import annotations
 
@@ -17,9 +19,14 @@ import pytest
 import redis
 
 from api_client import CompactionClient
-from api_client.contract.errors import JobNotFoundError, StorageFullError
+from api_client.contract.errors import (
+    JobNotFoundError,
+    SessionTooLargeError,
+    StorageFullError,
+)
 from api_client.contract.job_events import decode_event
 from api_client.contract.keys import ANY_TENANT, KeyLayout
+from api_client.contract.session import Entry
 from api_client.contract.usage import utc_day
 from api_client.contract.wire import EventType, JobEvent, JobKind, JobState
 from helpers.sessions import turns_jsonl
@@ -27,6 +34,8 @@ from helpers.waits import wait_until
 from worker.store.job_lifecycle import JobStore
 from worker.store.job_start import JobStart, JobStarts
 from worker.store.leases import LeaseOutcome
+from worker.store.paths import PAGE_LINES, FirstRead
+from worker.store.snapshot_store import SnapshotStore
 from worker.store.tenant_slots import DEFER_S, TenantSlots
 
 TEXT = turns_jsonl("start", [f"turn {i} the parser splits amounts by locale" for i in range(8)])
@@ -35,12 +44,14 @@ TEXT = turns_jsonl("start", [f"turn {i} the parser splits amounts by locale" for
 class Worker:
     """The worker's side of one Redis: its stores, as the composition root builds them."""
 
-    def __init__(self, url: str, max_running: int = 0) -> None:
+    def __init__(self, url: str, max_running: int = 0, max_bytes: int = 1 << 30) -> None:
         self.raw = redis.Redis.from_url(url, decode_responses=True)
         self.layout = KeyLayout("compactor", ANY_TENANT)
         self.jobs = JobStore(self.raw, layout=self.layout)
         self.slots = TenantSlots(self.raw, self.layout, max_running=max_running, hold_s=60)
-        self.starts = JobStarts(self.jobs, lease_ttl_s=3, slots=self.slots, budgets=True)
+        self.starts = JobStarts(self.jobs, lease_ttl_s=3, slots=self.slots, budgets=True,
+                                max_session_bytes=max_bytes)
+        self.sessions = SnapshotStore(self.raw, self.layout, max_bytes=max_bytes)
 
     def begin(self, job_id: str, owner: str = "w1/a") -> JobStart:
         return self.starts.begin(job_id, owner)
@@ -57,12 +68,14 @@ def worker(redis_url: str) -> Iterator[Worker]:
     w.raw.close()
 
 
-def _queued(url: str, tenant: str | None = None, kind: str = "compact") -> tuple[str, str]:
+def _queued(url: str, tenant: str | None = None, kind: str = "compact",
+            text: str = TEXT) -> tuple[str, str]:
     """(session id, job id) of a job enqueued as a client does, its message on the broker's
-    list in its fair place (no worker takes it)."""
+    list in its fair place (no worker takes it). ``kind``: compact, speculative or prune."""
     with CompactionClient(url, tenant=tenant) as client:
-        sid = client.sessions.import_jsonl(TEXT, f"s-{uuid.uuid4().hex[:10]}")
-        handle = client.compact(sid, reason="manual") if kind == "compact" else client.prune(sid)
+        sid = client.sessions.import_jsonl(text, f"s-{uuid.uuid4().hex[:10]}")
+        handle = (client.prune(sid) if kind == "prune" else
+                  client.compact(sid, reason="manual" if kind == "compact" else kind))
         return client.layout.qualified(sid), handle.id
 
 
@@ -111,8 +124,10 @@ def test_a_start_is_one_evalsha_on_a_single_redis(worker: Worker, redis_url: str
     assert due is not None and before + 3000 <= due <= time.time() * 1000 + 3000
     assert worker.raw.zscore(worker.layout.tenant_queued("default"), job_id) is None
     assert worker.raw.zscore(tags, job_id) is None and worker.raw.hget(messages, job_id) is None
-    # No budget set: the quota read (once), not the day's spend; the check reads nothing.
+    # No budget set: the quota read (once), not the day's spend; the check reads nothing, and
+    # nothing was reserved for the job (admission reserves under a daily budget only).
     assert start.budget is not None and start.budget[0].spent_tokens == 0
+    assert not start.may_reserve
     # The start event, as the job's publish wrote it, with its TTL and its global copy.
     (event,) = worker.events(sid)
     assert event.type is EventType.COMPACTION_START
@@ -193,6 +208,7 @@ def test_a_budget_leaves_the_start_event_to_the_check(worker: Worker, redis_url:
     assert start.budget is not None
     usage, quota = start.budget
     assert usage.spent_tokens == 750 and quota == {"tokens_per_day": "1000"}
+    assert start.may_reserve  # its end gives the reservation back
 
 
 def test_a_prune_starts_no_compaction_event(worker: Worker, redis_url: str) -> None:
@@ -225,3 +241,72 @@ def test_a_full_redis_refuses_the_start_whole(worker: Worker, redis_url: str) ->
     assert worker.raw.hget(worker.layout.job(job_id).record, "state") == "queued"
     assert worker.events(sid) == []
     assert worker.begin(job_id).record is not None  # memory back: it starts
+
+
+def _whole(path: object, pruned_through: object) -> bool:
+    return False  # read to the root
+
+
+def _ids(path: list[Entry]) -> list[str]:
+    return [e.id for e in path]
+
+
+@pytest.mark.parametrize("kind", ["compact", "prune"])
+def test_the_start_reads_the_path_and_the_load_sends_nothing(worker: Worker, redis_url: str,
+                                                             kind: str) -> None:
+    """The stored-bytes check, the MGET and the path's first page go with the start: a path
+    that fits one page costs the job's load no round trip (three before: HGET, MGET, EVALSHA),
+    and it is the path a load of its own reads."""
+    sid, job_id = _queued(redis_url, kind=kind)
+    start = worker.begin(job_id)
+    first = start.first_read
+    assert first is not None and first.values is not None
+    tenant, plain = worker.layout.resolve(sid)
+    counted = worker.raw.hget(worker.layout.tenant_bytes(tenant), plain)
+    assert first.counted == int(str(counted))
+    snap, sent = sent_by_clients(redis_url,
+                                 lambda: worker.sessions.load_path(sid, _whole, first))
+    assert sent == []
+    worker.sessions.load_path(sid, _whole)  # (Redis has the page's script from now on)
+    again, sent = sent_by_clients(redis_url, lambda: worker.sessions.load_path(sid, _whole))
+    assert [line.split()[0] for line in sent] == ["HGET", "MGET", "EVALSHA"]
+    assert _ids(snap.path) == _ids(again.path) and snap.complete and len(snap.path) == 8
+    assert (snap.revision, snap.leaf_id, snap.rewrites, snap.pruned_through) == (
+        again.revision, again.leaf_id, again.rewrites, again.pruned_through)
+
+
+def test_a_path_longer_than_a_page_goes_on_from_the_first(worker: Worker,
+                                                          redis_url: str) -> None:
+    turns = [f"turn {i} the parser splits amounts by locale" for i in range(PAGE_LINES + 20)]
+    sid, job_id = _queued(redis_url, text=turns_jsonl("long", turns))
+    first = worker.begin(job_id).first_read
+    assert first is not None and len(first.lines) == PAGE_LINES
+    worker.sessions.load_path(sid, _whole)  # (Redis has the page's script from now on)
+    snap, sent = sent_by_clients(redis_url,
+                                 lambda: worker.sessions.load_path(sid, _whole, first))
+    assert [line.split()[0] for line in sent] == ["EVALSHA"]  # the second page only
+    assert _ids(snap.path) == _ids(worker.sessions.load_path(sid, _whole).path)
+    assert snap.complete and len(snap.path) == len(turns)
+
+
+def test_jobs_that_read_otherwise_get_no_read_with_their_start(worker: Worker,
+                                                               redis_url: str) -> None:
+    """A draft reads its whole session (its own load), as a branch summary does; a session the
+    stored-bytes count does not know is measured by the job (MEMORY USAGE)."""
+    _, job_id = _queued(redis_url, kind="speculative")
+    assert worker.begin(job_id).first_read is None
+    sid, job_id = _queued(redis_url)
+    tenant, plain = worker.layout.resolve(sid)
+    worker.raw.hdel(worker.layout.tenant_bytes(tenant), plain)
+    assert worker.begin(job_id).first_read is None
+
+
+def test_over_the_bound_the_start_reads_nothing_more_and_the_load_refuses(
+        redis_url: str) -> None:
+    worker = Worker(redis_url, max_bytes=100)
+    sid, job_id = _queued(redis_url)
+    first = worker.begin(job_id).first_read
+    assert first is not None and first.values is None and (first.counted or 0) > 100
+    with pytest.raises(SessionTooLargeError):
+        worker.sessions.load_path(sid, _whole, first)
+    assert first == FirstRead(first.counted)

@@ -167,10 +167,12 @@ def global_copy(layout: KeyLayout, settings: ClientSettings, event: JobEvent) ->
 
 def finish_job(layout: KeyLayout, settings: ClientSettings, job_id: str,
                state: JobState | str, event: JobEvent | None, record: JobRecord | None,
-               result: Mapping[str, Any]) -> Flow[bool]:
+               result: Mapping[str, Any], *, release_held: bool = True) -> Flow[bool]:
     """End the job once; True if this call ended it. ``result``: ``entry`` (dict),
     ``result_entry_id``, ``error``, ``model``, ``usage``, ``result`` (prune), plus event-only
-    fields (``tokens_before``, ``duration_ms``, ...) used when ``event`` is not given."""
+    fields (``tokens_before``, ``duration_ms``, ...) used when ``event`` is not given.
+    ``release_held``: give back the model budget the job holds (False: its worker's start saw no
+    daily budget, so nothing was reserved: docs/tenants.md)."""
     if event is None and record is None:
         record = yield from get_record(layout, job_id)
     final, event = completion_for(state, event, record, result)
@@ -186,20 +188,22 @@ def finish_job(layout: KeyLayout, settings: ClientSettings, job_id: str,
         if not settings.tenant_inbox:
             if before != JobState.RUNNING.value:
                 yield cmd("zrem", layout.queued_of_job(job_id), job_id)
-            yield release(layout, job_id)  # the model budget it held (reservations.py)
+            if release_held:
+                yield release(layout, job_id)  # the model budget it held (reservations.py)
     return bool(changed)
 
 
 def end_job(layout: KeyLayout, settings: ClientSettings, job_id: str,
             state: JobState | str, event: JobEvent | None, record: JobRecord | None,
             result: Mapping[str, Any], spend: SpendAdd | None = None,
-            announce: Sequence[JobEvent] = ()) -> Flow[bool]:
+            announce: Sequence[JobEvent] = (), *, release_held: bool = True) -> Flow[bool]:
     """:func:`finish_job` in one round trip, with the delivery's ``spend`` counted and the job's
     reservation given back in the same step (``lua/end_job.lua``): a worker's end of a job on
     one Redis. ``announce``: events of the job's commit (a compaction's ``session_compact``)
     written in the same step, before the completion event, each with its global copy. Not on
     a Redis Cluster (the tenant's keys, the global stream: other slots) nor for a client on its
-    tenant's own ACL user: :func:`finish_job` there."""
+    tenant's own ACL user: :func:`finish_job` there. ``release_held``: as :func:`finish_job`'s.
+    """
     if event is None and record is None:
         record = yield from get_record(layout, job_id)
     final, event = completion_for(state, event, record, result)
@@ -210,7 +214,8 @@ def end_job(layout: KeyLayout, settings: ClientSettings, job_id: str,
     keys = [*keys, layout.events_of(event.session_id), layout.tenant_reserved(tenant),
             layout.tenant_queued(tenant), *counted_keys]
     told = [part for e in announce for part in (e.type.value, event_fields(e)["data"])]
-    args = [str(settings.event_stream_maxlen), *counted_args, str(len(announce)), *told, *args]
+    args = [str(settings.event_stream_maxlen), *counted_args, "1" if release_held else "",
+            str(len(announce)), *told, *args]
     reply = yield Script("end_job", keys, args, job_rescue(job_id))
     return bool(int(reply[0]))
 

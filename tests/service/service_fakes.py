@@ -23,7 +23,7 @@ from worker.service.ports import Runtime
 from worker.settings import WorkerSettings
 from worker.store import CommitOutcome, CommitStatus
 from worker.store.leases import LeaseOutcome
-from worker.store.paths import PathSnapshot, Reach
+from worker.store.paths import FirstRead, PathSnapshot, Reach
 from worker.summary_requests import CancelToken, SummaryRequest, SummaryResult, Usage
 from worker.tokens import get_tokenizer
 
@@ -49,6 +49,7 @@ class FakeSessions:
         self.stored_chars = 0  # ... of how much stored JSON
         self.rewrites = 0  # the rewrites counter and prune watermark a path read reports
         self.pruned_through: str | None = None
+        self.firsts: list[FirstRead | None] = []
 
     def load(self, session_id: str) -> Snapshot:
         assert session_id == SESSION_ID
@@ -58,8 +59,11 @@ class FakeSessions:
         return Snapshot(self.session, self.revision, self.leaf, self.parsed_chars,
                         self.stored_chars)
 
-    def load_path(self, session_id: str, reach: Reach) -> PathSnapshot:
-        """The shortest end of the leaf's path that ``reach`` accepts (the whole path else)."""
+    def load_path(self, session_id: str, reach: Reach,
+                  first: FirstRead | None = None) -> PathSnapshot:
+        """The shortest end of the leaf's path that ``reach`` accepts (the whole path else);
+        ``firsts`` keeps what each call got of the job's start's read."""
+        self.firsts.append(first)
         snap = self.load(session_id)
         path = snap.session.tree().path_to(snap.leaf_id)
         start = max(0, len(path) - 1)

@@ -12,10 +12,12 @@ import pytest
 from service.service_fakes import World, world
 
 from api_client.contract.usage import DayUsage
-from api_client.contract.wire import EventType
+from api_client.contract.wire import CompactReason, EventType, JobKind
 from worker.service import LeaseHeldError, run_job
+from worker.store import CommitStatus
 from worker.store.job_start import JobStart
 from worker.store.leases import LeaseOutcome
+from worker.store.paths import FirstRead
 
 
 @dataclass
@@ -27,6 +29,8 @@ class OneStep:
     deferred: bool = False
     budget: tuple[DayUsage, dict[str, str]] | None = None
     start_event: bool = True
+    first_read: FirstRead | None = None
+    may_reserve: bool = True
     begun: list[str] = field(default_factory=list)
 
     def begin(self, job_id: str, owner: str) -> JobStart:
@@ -34,7 +38,8 @@ class OneStep:
         if self.lease is not LeaseOutcome.ACQUIRED or self.deferred:
             return JobStart(self.lease, deferred=self.deferred)
         return JobStart(self.lease, self.w.jobs.start(job_id), budget=self.budget,
-                        start_event=self.start_event)
+                        start_event=self.start_event, first_read=self.first_read,
+                        may_reserve=self.may_reserve)
 
 
 class NoReads:
@@ -47,8 +52,8 @@ class NoReads:
         pass
 
 
-def _one_step(**start: Any) -> tuple[World, OneStep]:
-    w = world()
+def _one_step(world_args: dict[str, Any] | None = None, **start: Any) -> tuple[World, OneStep]:
+    w = world(**(world_args or {}))
     w.rt.starts = steps = OneStep(w, **start)
     return w, steps
 
@@ -96,3 +101,39 @@ def test_a_start_held_elsewhere_is_left_to_a_retry() -> None:
     with pytest.raises(LeaseHeldError):
         run_job(w.rt, w.jobs.record.id)
     assert w.jobs.record.attempts == 0 and w.jobs.published == []
+
+
+READ = FirstRead(100, ("{}", "1", "e7", "0", None), ("line",))  # (the fake reads nothing of it)
+
+
+@pytest.mark.parametrize("reason", [CompactReason.THRESHOLD, CompactReason.MANUAL])
+def test_the_first_read_goes_on_from_the_start_and_a_replan_reads_afresh(
+        reason: CompactReason) -> None:
+    """The job's first load of its path takes what its start read (start_job.lua); the load
+    after a stale commit, a re-plan, reads the session again, as on a Redis Cluster."""
+    w, _ = _one_step({"reason": reason, "script": [CommitStatus.STALE]}, first_read=READ)
+    assert run_job(w.rt, w.jobs.record.id).state == "succeeded"
+    assert w.sessions.firsts == [READ, None]
+
+
+def test_a_prune_reads_from_its_start_too() -> None:
+    w, _ = _one_step({"kind": JobKind.PRUNE, "reason": None}, first_read=READ)
+    assert run_job(w.rt, w.jobs.record.id).state == "succeeded"
+    assert w.sessions.firsts == [READ]
+
+
+def test_without_a_one_step_start_every_read_is_the_jobs_own() -> None:
+    w = world()  # starts None: a Redis Cluster's separate calls
+    assert run_job(w.rt, w.jobs.record.id).state == "succeeded"
+    assert w.sessions.firsts == [None]
+
+
+def test_a_start_that_saw_no_budget_gives_nothing_back_at_the_end() -> None:
+    w, _ = _one_step(may_reserve=False)
+    assert run_job(w.rt, w.jobs.record.id).state == "succeeded"
+    ((_, _, result),) = w.jobs.finished
+    assert result["release"] is False
+    w, _ = _one_step()
+    assert run_job(w.rt, w.jobs.record.id).state == "succeeded"
+    ((_, _, result),) = w.jobs.finished
+    assert "release" not in result  # the store's default: give the reservation back

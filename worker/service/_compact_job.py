@@ -233,7 +233,7 @@ def _round(ctx: JobContext, progress: Progress,
     as pruned (appends since stay after the compaction: the commit goes under the current
     leaf)."""
     prune = _reason(ctx) is not CompactReason.MANUAL
-    snap = ctx.rt.sessions.load_path(ctx.session_id, _reach(ctx, prune))
+    snap = ctx.load_path(_reach(ctx, prune))
     _prime(ctx, snap)
     path: Sequence[Entry] = snap.path
     joined = _joined(ctx, progress, path)
@@ -285,6 +285,8 @@ def run_compact(ctx: JobContext) -> JobSuccess:
     ctx.publish_start()
     check_loop(ctx)  # before any model call
     progress = Progress(joined=join_running_draft(ctx))  # a draft in flight: wait for it
+    if progress.joined is not None:
+        ctx.first_read = None  # read before the wait: the draft fits the session as it is now
     draft, outcome = with_replans(ctx, "compaction", lambda n: _round(ctx, progress, n))
     if draft is None or outcome is None:
         # Nothing to compact: the reference ends with no result and no retry.

@@ -163,7 +163,8 @@ def _start(rt: Runtime, job_id: str, owner: str, start: JobStart) -> JobOutcome:
                     cancel_requested=record.cancel_requested,
                     heartbeats=rt.heartbeats) as control:
         ctx = JobContext(rt, record, control, rt.new_summarizer(), budget=start.budget,
-                         start_published=start.start_event)
+                         start_published=start.start_event, first_read=start.first_read,
+                         may_reserve=start.may_reserve)
         try:
             success = _earlier_effect(ctx) or _run(ctx)
         except LeaseLostError:
@@ -257,7 +258,7 @@ def _succeed(ctx: JobContext, success: JobSuccess) -> JobOutcome:
     ended(ctx, owed, lambda: ctx.rt.jobs.finish(
         ctx.job_id, JobState.SUCCEEDED, event=event, entry=success.entry, model=success.model,
         usage=success.usage, draft_usage=success.draft_usage, result=result, **costs,
-        **_spend(owed, success.announce)))
+        **_spend(ctx, owed, success.announce)))
     before, after = success.event.get("tokens_before"), success.event.get("tokens_after")
     saved = (before - after if isinstance(before, int) and isinstance(after, int)
              else (success.result or {}).get("tokensSaved"))  # a prune job says it itself
@@ -284,7 +285,7 @@ def _fail(ctx: JobContext, message: str, result: dict[str, Any] | None = None, *
     extra: dict[str, Any] = {} if result is None else {"result": result}
     ended(ctx, owed, lambda: ctx.rt.jobs.finish(
         ctx.job_id, JobState.FAILED, event=event, error=error, **extra, **costs,
-        **_spend(owed)))
+        **_spend(ctx, owed)))
     log.info("job %s failed (%s): %s", ctx.job_id, cause, error)
     metrics.observe_failure(ctx.record.kind.value, cause)
     return _observed(ctx, JobOutcome(ctx.job_id, JobState.FAILED.value, error=error,
@@ -304,17 +305,21 @@ def _stopped(ctx: JobContext, stop: JobStopped) -> JobOutcome:
     event = JobEvent.completion(ctx.record, JobState.CANCELLED, error=text, aborted=True,
                                 duration_ms=ctx.control.elapsed_ms(), **costs)
     ended(ctx, owed, lambda: ctx.rt.jobs.finish(
-        ctx.job_id, JobState.CANCELLED, event=event, error=text, **costs, **_spend(owed)))
+        ctx.job_id, JobState.CANCELLED, event=event, error=text, **costs,
+        **_spend(ctx, owed)))
     log.info("job %s cancelled", ctx.job_id)
     metrics.observe_failure(ctx.record.kind.value, "cancelled")
     return _observed(ctx, JobOutcome(ctx.job_id, JobState.CANCELLED.value, error=text,
                                      reason=_reason(ctx), cause="cancelled"))
 
 
-def _spend(owed: Bill, announce: tuple[JobEvent, ...] = ()) -> dict[str, Any]:
+def _spend(ctx: JobContext, owed: Bill, announce: tuple[JobEvent, ...] = ()) -> dict[str, Any]:
     """``finish``'s ``spend`` and ``announce`` when the end writes them (a store of one step:
-    ``JobContext.announce``), else nothing."""
+    ``JobContext.announce``), and ``release=False`` when nothing was reserved for the job (its
+    start saw no daily budget: ``JobContext.may_reserve``), else nothing."""
     extra: dict[str, Any] = {} if owed.spend is None else {"spend": owed.spend}
+    if not ctx.may_reserve:
+        extra["release"] = False
     return {**extra, "announce": announce} if announce else extra
 
 

@@ -21,6 +21,7 @@ from worker.llm import Summarizer, SummaryResult, Usage
 from worker.service._control import JobControl
 from worker.service._outage import ride_out
 from worker.service.ports import Runtime
+from worker.store.paths import FirstRead, PathSnapshot, Reach
 from worker.tokens import JobTokenizer, Tokenizer, counts_of, get_tokenizer
 
 __all__ = [
@@ -46,6 +47,12 @@ class JobContext:
     budget: tuple[DayUsage, dict[str, str]] | None = None
     # compaction_start went with the job's start (start_job.lua): the job does not publish it.
     start_published: bool = False
+    # The start of the job's read of its session's path, done with its start (start_job.lua):
+    # the job's first load_path goes on from it; None: read (a re-plan always reads again).
+    first_read: FirstRead | None = None
+    # False: the start saw no daily budget that may apply; nothing was reserved for the job,
+    # and its end gives nothing back (docs/tenants.md).
+    may_reserve: bool = True
     # Set when the tenant's model budget put the deterministic summarizer in the model's place
     # (``_model_budget``): the record's and the completion event's ``result.overBudget``.
     over_budget: dict[str, Any] | None = field(default=None, init=False)
@@ -83,6 +90,14 @@ class JobContext:
     @property
     def session_id(self) -> str:
         return self.record.session_id
+
+    def load_path(self, reach: Reach) -> PathSnapshot:
+        """The leaf's path as far as ``reach`` (``Sessions.load_path``), from what the job's
+        start read when this is the job's first read (a re-plan reads afresh)."""
+        first, self.first_read = self.first_read, None
+        if first is None:
+            return self.rt.sessions.load_path(self.session_id, reach)
+        return self.rt.sessions.load_path(self.session_id, reach, first)
 
     def publish_start(self) -> None:
         """``compaction_start``, unless the job's start wrote it already."""

@@ -87,7 +87,7 @@ def _earlier(ctx: JobContext, planned: PruneStep) -> PruneStep:
 
 def run_prune(ctx: JobContext) -> JobSuccess:
     def attempt(round_no: int) -> PruneStep | None:
-        snap = ctx.rt.sessions.load_path(ctx.session_id, prune_reached)
+        snap = ctx.load_path(prune_reached)  # the first from what the start read
         step = prune_pass(ctx, snap, round_no, own_effect=True)
         return None if step.stale else step
 

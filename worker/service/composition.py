@@ -84,7 +84,8 @@ def build_runtime(settings: WorkerSettings, *,
                         hold_s=settings.job_deadline_s + settings.lease_ttl_s)
     # A job's start in one step on one Redis; on a Cluster (keys in many slots) step by step.
     starts = None if shared.redis_cluster else JobStarts(
-        jobs, lease_ttl_s=settings.lease_ttl_s, slots=slots, budgets=True)
+        jobs, lease_ttl_s=settings.lease_ttl_s, slots=slots, budgets=True,
+        max_session_bytes=shared.max_session_bytes)
     return Runtime(
         settings=settings,
         sessions=SnapshotStore(client, layout, EntryCache(),

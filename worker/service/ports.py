@@ -31,7 +31,7 @@ from worker.settings import WorkerSettings
 from worker.store import CommitOutcome
 from worker.store.job_start import JobStart
 from worker.store.leases import LeaseOutcome
-from worker.store.paths import PathSnapshot, Reach
+from worker.store.paths import FirstRead, PathSnapshot, Reach
 from worker.summary_requests import Summarizer
 from worker.tokens import Tokenizer
 
@@ -59,7 +59,10 @@ class Sessions(Protocol):
 
     def load(self, session_id: str) -> Snapshot: ...
 
-    def load_path(self, session_id: str, reach: Reach) -> PathSnapshot: ...
+    def load_path(self, session_id: str, reach: Reach,
+                  first: FirstRead | None = None) -> PathSnapshot:
+        """``first``: the read's start, done with the job's start (``JobStart.first_read``)."""
+        ...
 
 
 class Commits(Protocol):

@@ -85,15 +85,19 @@ class JobStore:
 
     def finish(self, job_id: str, state: JobState | str, *, event: JobEvent | None = None,
                record: JobRecord | None = None, spend: SpendAdd | None = None,
-               announce: Sequence[JobEvent] = (), **result: Any) -> bool:
+               announce: Sequence[JobEvent] = (), release: bool = True,
+               **result: Any) -> bool:
         """End the job once; True if this call ended it (see ``finish_job`` for ``result``).
         ``spend``: the delivery's spend, counted with the end; ``announce``: events of the
-        job's commit written before its end. On one Redis (:attr:`ends_in_one_step`) one script
-        does it all (``end_job``); else ``spend`` is counted and ``announce`` published first,
-        then ``finish_job``'s calls (the service counts and publishes itself there)."""
+        job's commit written before its end; ``release``: give back the job's reservation
+        (False: none was made, its start saw no daily budget). On one Redis
+        (:attr:`ends_in_one_step`) one script does it all (``end_job``); else ``spend`` is
+        counted and ``announce`` published first, then ``finish_job``'s calls (the service
+        counts and publishes itself there)."""
         if self.ends_in_one_step:
             return self._io.run(end_job(self.layout, self.settings, job_id, state, event,
-                                        record, result, spend, announce))
+                                        record, result, spend, announce,
+                                        release_held=release))
         for told in announce:
             self.publish(told)
         if spend is not None:
@@ -103,7 +107,7 @@ class JobStore:
                                    draft=spend.draft, jobs=spend.jobs,
                                    name_tenant=spend.name_tenant, keep_day=spend.keep_day))
         return self._io.run(finish_job(self.layout, self.settings, job_id, state, event, record,
-                                       result))
+                                       result, release_held=release))
 
     def acquire_lease(self, job_id: str, worker_id: str, ttl_s: float) -> LeaseOutcome:
         outcome = self.leases.acquire(job_id, worker_id, ttl_s)

@@ -12,6 +12,11 @@ the root is read. No page needs a transaction: a stored entry never changes its 
 line a prune rewrites meanwhile makes that prune's own commit refuse a stale plan (the rewrites
 counter). An entry missing on the path means the session was replaced (read again) or is
 corrupt (:class:`DanglingParentError`, as a full load would say).
+
+On a single Redis a job's first read goes with its start (``start_job.lua``, the same page:
+``_path_page.lua``; docs/storage.md "A job's start"): the ``MGET``'s values and the first page
+come as a :class:`FirstRead`, and ``load_path`` goes on from them, with no round trip of its
+own when that page holds what the plan needs. A re-plan reads again.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from api_client.contract.redis_conn import REDIS_DOWN, unavailable
 from api_client.contract.session import Entry, parse_entry
 from worker.store.entry_cache import EntryCache
 
-__all__ = ["PAGE_BYTES", "PAGE_LINES", "PathSnapshot", "PathStore", "Reach"]
+__all__ = ["PAGE_BYTES", "PAGE_LINES", "FirstRead", "PathSnapshot", "PathStore", "Reach"]
 
 PAGE_LINES = 500
 PAGE_BYTES = 256 << 10  # stored JSON per page, about (a page holds one line at least)
@@ -44,6 +49,18 @@ _READS = 3  # a session replaced during a read is read again, this often
 
 # (the path read so far, oldest first; the prune watermark) → is that enough?
 Reach = Callable[[Sequence[Entry], str | None], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class FirstRead:
+    """The start of a job's read, done with the job's start (``start_job.lua``): ``counted``,
+    the session's stored bytes (None: not read, no bound applies); within the bound
+    ``values``, the ``MGET``'s header, revision, leaf, rewrites and prune watermark, and
+    ``lines``, the first page from the leaf (None: over the bound, nothing else read)."""
+
+    counted: int | None
+    values: tuple[str | None, str | None, str | None, str | None, str | None] | None = None
+    lines: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -79,15 +96,23 @@ class PathStore:
         self._cache = cache
         self._page = register(client, "path_page")
 
-    def load_path(self, session_id: str, reach: Reach) -> PathSnapshot:
+    def load_path(self, session_id: str, reach: Reach,
+                  first: FirstRead | None = None) -> PathSnapshot:
+        """The path from the leaf back until ``reach``; ``first``: its start, read already
+        (the job's start), for the first of the reads only."""
         k = self.layout.session(session_id)
         for _ in range(_READS):
-            # one MGET (the keys share the session's hash tag): as atomic as a MULTI, 1 command
-            header, rev, leaf, rewrites, pruned = self._call(partial(
-                self.redis.mget, [k.header, k.rev, k.leaf, k.rewrites, k.pruned]))
+            page: list[str] | None = None
+            if first is not None and first.values is not None:
+                (header, rev, leaf, rewrites, pruned), page = first.values, list(first.lines)
+                first = None
+            else:
+                # one MGET (the keys share the session's hash tag): as atomic as a MULTI
+                header, rev, leaf, rewrites, pruned = self._call(partial(
+                    self.redis.mget, [k.header, k.rev, k.leaf, k.rewrites, k.pruned]))
             if header is None:
                 raise SessionNotFoundError(f"Session {session_id} not found")
-            walk = self._walk(session_id, k, leaf or None, pruned, reach)
+            walk = self._walk(session_id, k, leaf or None, pruned, reach, page)
             if walk is None:
                 if self._call(lambda: self.redis.get(k.header)) == header:
                     walk = _Walk([], [])  # the leaf names no entry: an empty path, as a load
@@ -103,8 +128,9 @@ class PathStore:
                                  source=f"redis:{session_id}")
 
     def _walk(self, session_id: str, k: SessionKeys, leaf: str | None, pruned: str | None,
-              reach: Reach) -> _Walk | None:
-        """The path from ``leaf`` back until ``reach`` or the root; None: the leaf is gone."""
+              reach: Reach, page: list[str] | None = None) -> _Walk | None:
+        """The path from ``leaf`` back until ``reach`` or the root; None: the leaf is gone.
+        ``page``: the first page, read already (from ``leaf``, as the first call would)."""
         walk = _Walk([], [])
         known = self._cache.path_entries(session_id) if self._cache is not None else {}
         source = f"redis:{session_id}"
@@ -114,8 +140,11 @@ class PathStore:
             # where ``wanted`` is in order if the path read so far is order's tail (the script
             # checks it, and reads a path without branches in a few commands)
             in_order = -1 - len(walk.entries)
-            lines = self._call(partial(self._page, keys=[k.entries, k.order],
-                                       args=[wanted, PAGE_LINES, PAGE_BYTES, in_order]))
+            if page is None:
+                lines = self._call(partial(self._page, keys=[k.entries, k.order],
+                                           args=[wanted, PAGE_LINES, PAGE_BYTES, in_order]))
+            else:
+                lines, page = page, None  # the job's start read it
             if not lines:
                 if not walk.entries:
                     return None

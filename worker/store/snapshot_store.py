@@ -11,7 +11,7 @@ from api_client.contract.keys import KeyLayout
 from api_client.contract.redis_flows import SyncShell, cmd
 from api_client.contract.snapshots import ParsedEntries, Snapshot, load_snapshot
 from worker.store.entry_cache import EntryCache
-from worker.store.paths import PathSnapshot, PathStore, Reach
+from worker.store.paths import FirstRead, PathSnapshot, PathStore, Reach
 
 __all__ = ["SnapshotStore"]
 
@@ -33,12 +33,18 @@ class SnapshotStore:
             self.check_size(session_id)
         return self._io.run(load_snapshot(self.layout, session_id, self._entry_cache))
 
-    def load_path(self, session_id: str, reach: Reach) -> PathSnapshot:
+    def load_path(self, session_id: str, reach: Reach,
+                  first: FirstRead | None = None) -> PathSnapshot:
         """The leaf's path, read back only as far as ``reach`` says a plan needs
-        (:mod:`worker.store.paths`)."""
+        (:mod:`worker.store.paths`); ``first``: the read's start, done with the job's start
+        (the session's stored bytes among it: no check of its own then)."""
         if self.max_bytes:
-            self.check_size(session_id)
-        return self._paths.load_path(session_id, reach)
+            if first is not None and first.counted is not None:
+                self._bounded(session_id, first.counted)
+            else:
+                first = None  # read without the bound: read again, checked
+                self.check_size(session_id)
+        return self._paths.load_path(session_id, reach, first)
 
     def check_size(self, session_id: str) -> int:
         """The bytes of the session's stored entry lines; :class:`SessionTooLargeError` over
@@ -56,6 +62,10 @@ class SnapshotStore:
         else:
             key = self.layout.session(session_id).entries
             size = int(self._io.execute(cmd("memory_usage", key)) or 0)
+        return self._bounded(session_id, size)
+
+    def _bounded(self, session_id: str, size: int) -> int:
+        """``size``, or :class:`SessionTooLargeError` over ``max_bytes``."""
         if self.max_bytes and size > self.max_bytes:
             raise SessionTooLargeError(f"session {session_id}", setting="max_session_bytes",
                                        limit=self.max_bytes, value=size)

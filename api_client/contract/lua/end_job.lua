@@ -15,11 +15,12 @@
 --       set: only with a spend to count]
 -- ARGV: 1 global stream MAXLEN, 2 the usage fields' prefix ('' | 'draft_'), 3 jobs to count,
 --       4 input tokens, 5 output tokens, 6 USD ('0' = none), 7 the day's TTL s ('0' = set
---       lately), 8 the tenant to name in the tenants set ('' = named lately), 9 how many events
---       the end announces (n), 10..9+2n their type and JSON, then finish_job()'s ARGV
+--       lately), 8 the tenant to name in the tenants set ('' = named lately), 9 '1': give the
+--       reservation back ('': none was made, the job's start saw no daily budget), 10 how many
+--       events the end announces (n), 11..10+2n their type and JSON, then finish_job()'s ARGV
 -- Returns finish_job()'s reply, or its error.
-local announced = tonumber(ARGV[9])
-local FINISH = 9 + 2 * announced  -- finish_job()'s ARGV start after ours
+local announced = tonumber(ARGV[10])
+local FINISH = 10 + 2 * announced  -- finish_job()'s ARGV start after ours
 local job = ARGV[FINISH + 1]
 if KEYS[11] then
   local day, pre = KEYS[11], ARGV[2]
@@ -38,8 +39,10 @@ if KEYS[11] then
     redis.call('SADD', KEYS[12], ARGV[8])
   end
 end
-redis.call('HDEL', KEYS[9], job)
-for i = 10, 9 + 2 * announced, 2 do
+if ARGV[9] == '1' then
+  redis.call('HDEL', KEYS[9], job)
+end
+for i = 11, 10 + 2 * announced, 2 do
   -- (The session stream's lifetime and the retention: finish_job's event sets them next.)
   copy_event(KEYS[6], ARGV[FINISH + 5], ARGV[i], job, ARGV[i + 1])
   copy_event(KEYS[8], ARGV[1], ARGV[i], job, ARGV[i + 1])
