@@ -275,6 +275,16 @@ def test_the_start_reads_the_path_and_the_load_sends_nothing(worker: Worker, red
         again.revision, again.leaf_id, again.rewrites, again.pruned_through)
 
 
+def test_without_a_bound_the_start_reads_no_stored_bytes(redis_url: str) -> None:
+    worker = Worker(redis_url, max_bytes=0)
+    sid, job_id = _queued(redis_url)
+    first = worker.begin(job_id).first_read
+    assert first is not None and first.counted is None and first.values is not None
+    snap, sent = sent_by_clients(redis_url,
+                                 lambda: worker.sessions.load_path(sid, _whole, first))
+    assert sent == [] and snap.complete and len(snap.path) == 8
+
+
 def test_a_path_longer_than_a_page_goes_on_from_the_first(worker: Worker,
                                                           redis_url: str) -> None:
     turns = [f"turn {i} the parser splits amounts by locale" for i in range(PAGE_LINES + 20)]

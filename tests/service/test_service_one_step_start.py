@@ -13,7 +13,7 @@ from service.service_fakes import World, world
 
 from api_client.contract.usage import DayUsage
 from api_client.contract.wire import CompactReason, EventType, JobKind
-from worker.service import LeaseHeldError, run_job
+from worker.service import LeaseHeldError, _compact_job, run_job
 from worker.store import CommitStatus
 from worker.store.job_start import JobStart
 from worker.store.leases import LeaseOutcome
@@ -114,6 +114,15 @@ def test_the_first_read_goes_on_from_the_start_and_a_replan_reads_afresh(
     w, _ = _one_step({"reason": reason, "script": [CommitStatus.STALE]}, first_read=READ)
     assert run_job(w.rt, w.jobs.record.id).state == "succeeded"
     assert w.sessions.firsts == [READ, None]
+
+
+def test_a_compaction_that_waited_for_a_draft_reads_afresh(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its start's read is older than the wait: the draft must fit the session as it is now."""
+    monkeypatch.setattr(_compact_job, "join_running_draft", lambda ctx: "s1:00000000000000dd")
+    w, _ = _one_step(first_read=READ)
+    assert run_job(w.rt, w.jobs.record.id).state == "succeeded"
+    assert w.sessions.firsts == [None]
 
 
 def test_a_prune_reads_from_its_start_too() -> None:
