@@ -41,7 +41,7 @@ from api_client.contract.wire import JobEvent, JobRecord, JobState, TokenUsage, 
 
 __all__ = [
     "checked_enum", "completion_for", "end_job", "finish_call", "finish_job", "get_record",
-    "global_copy", "job_rescue", "result_fields", "stream_start",
+    "global_copy", "job_rescue", "record_entry", "result_fields", "stream_start",
 ]
 
 
@@ -69,7 +69,8 @@ def _usage(usage: Any) -> TokenUsage | None:
 
 def result_fields(**result: Any) -> list[str]:
     """Record field pairs for finish(): entry, resultEntryId, error, model, usage, draftUsage,
-    costUsd, draftCostUsd, result."""
+    costUsd, draftCostUsd, result. (finish.lua leaves ``entry`` out when the session holds the
+    entry ``resultEntryId`` names: readers read it there.)"""
     out: list[str] = []
     for key, field in (("usage", "usage"), ("draft_usage", "draftUsage")):
         usage = _usage(result.get(key))
@@ -95,7 +96,7 @@ def finish_call(layout: KeyLayout, settings: ClientSettings, job_id: str, state:
     jk = layout.job(job_id)
     # finish.lua's KEYS 3-5: the single-flight kinds (a summarize job has no such key).
     keys = [jk.record, jk.lease, *(jk.session.inflight(k) for k in JOB_KINDS),
-            jk.session.events, jk.session.inflight(INFLIGHT_SPECULATIVE)]
+            jk.session.events, jk.session.inflight(INFLIGHT_SPECULATIVE), jk.session.entries]
     fields = event_fields(event) if event is not None else {"type": "", "data": ""}
     args = [job_id, state.value, now_iso(), str(settings.job_ttl_s),
             str(settings.session_event_maxlen), fields["type"], fields["data"], mode,
@@ -153,10 +154,25 @@ def job_rescue(job_id: str, session_id: str = "", tenant: str = DEFAULT_TENANT) 
 
 
 def get_record(layout: KeyLayout, job_id: str) -> Flow[JobRecord]:
-    fields = yield cmd("hgetall", layout.job(job_id).record)
-    if not fields:
+    """The job's record with the entry it names read from its session in the same step
+    (``lua/read_record.lua``: a finished job's record holds no copy of an entry its session
+    holds; an entry the session no longer holds reads as absent)."""
+    jk = layout.job(job_id)
+    reply = yield Script("read_record", [jk.record, jk.session.entries], [])
+    line, flat = str(reply[0]), [str(v) for v in reply[1:]]
+    if not flat:
         raise JobNotFoundError(job_id)
-    return JobRecord.from_redis(fields)
+    return JobRecord.from_redis(dict(zip(flat[::2], flat[1::2], strict=True)), line or None)
+
+
+def record_entry(layout: KeyLayout, job_id: str, fields: Mapping[str, str]) -> Flow[JobRecord]:
+    """The record of ``fields`` (read by a caller's own pipeline) with the entry it names
+    read from its session: one ``HGET`` more when it names one it does not hold."""
+    entry_id = JobRecord.entry_to_read(fields)
+    line = None
+    if entry_id is not None:
+        line = yield cmd("hget", layout.job(job_id).session.entries, entry_id)
+    return JobRecord.from_redis(fields, line)
 
 
 def global_copy(layout: KeyLayout, settings: ClientSettings, event: JobEvent) -> Command:

@@ -122,7 +122,7 @@ class SpendAdd:
 
 
 def spend_script_part(layout: KeyLayout, add: SpendAdd | None) -> tuple[list[str], list[str]]:
-    """``end_job.lua``'s KEYS 11-12 and ARGV 2-8 for ``add`` (None: nothing to count): the
+    """``end_job.lua``'s KEYS 12-13 and ARGV 2-8 for ``add`` (None: nothing to count): the
     writes of :func:`add_spend`, made inside the script."""
     if add is None:
         return [], ["", "0", "0", "0", "0", "0", ""]

@@ -363,7 +363,10 @@ class JobRecord(_Wire):
         return out
 
     @classmethod
-    def from_redis(cls, fields: Mapping[str, str]) -> JobRecord:
+    def from_redis(cls, fields: Mapping[str, str], entry_line: str | None = None) -> JobRecord:
+        """The record of its hash ``fields``; ``entry_line``: the session's line of the entry
+        the record names (:meth:`entry_to_read`), read with it (docs/storage.md "The entry is
+        stored once"): the record's ``entry``, and an applied draft's ``result.entry``."""
         data: dict[str, Any] = {}
         for key, value in fields.items():
             if key in _JSON_FIELDS:
@@ -372,7 +375,22 @@ class JobRecord(_Wire):
                 data[key] = value == "1"
             elif value != "" or key == "effect":  # (a prune's effect is '')
                 data[key] = value
+        if entry_line and "entry" not in data:
+            entry = data["entry"] = json.loads(entry_line)
+            result = data.get("result")
+            if isinstance(result, dict) and result.get("fromDraft") is True \
+                    and "entry" not in result:
+                data["result"] = {**result, "entry": entry}  # (the last key, as it was stored)
         return cls.model_validate(data)
+
+    @staticmethod
+    def entry_to_read(fields: Mapping[str, str]) -> str | None:
+        """The id of the entry a record's ``fields`` name and do not hold (its reader reads it
+        from the session's ``entries``); None: nothing to read (no entry, or an older
+        worker's record holding its copy)."""
+        if "entry" in fields:
+            return None
+        return fields.get("resultEntryId") or None
 
     def prune_result(self) -> PruneResult | None:
         return None if self.result is None else PruneResult.model_validate(self.result)

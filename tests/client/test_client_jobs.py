@@ -156,6 +156,49 @@ def test_record_lifecycle_and_ttl(jobs: Any, raw: redis.Redis[str]) -> None:
     assert raw.exists(jobs.layout.job(a.job_id).lease) == 0
 
 
+def test_a_record_names_the_entry_its_session_holds_and_reads_it_back(
+        jobs: Any, raw: redis.Redis[str]) -> None:
+    """docs/storage.md "The entry is stored once": no copy on the record of an entry the session
+    holds; every reader reads it back from the session, as absent once the session lost it."""
+    a = jobs.enqueue("s1", "compact", reason="manual")
+    entry = {"type": "compaction", "id": "c0ffee01", "summary": "S" * 500, "tokensBefore": 9}
+    entries = jobs.layout.session("s1").entries
+    raw.hset(entries, "c0ffee01", json.dumps(entry, separators=(",", ":")))
+    assert jobs.acquire_lease(a.job_id, "w1", 30) is LeaseOutcome.ACQUIRED
+    jobs.mark_running(a.job_id)
+    assert jobs.finish(a.job_id, "succeeded", entry=entry, model="p/m")
+    stored = raw.hgetall(jobs.layout.job(a.job_id).record)
+    assert "entry" not in stored and stored["resultEntryId"] == "c0ffee01"
+    done = jobs.get(a.job_id)
+    assert (done.entry, done.result_entry_id) == (entry, "c0ffee01")
+    raw.hdel(entries, "c0ffee01")  # the session rewritten (or deleted) since
+    gone = jobs.get(a.job_id)
+    assert (gone.entry, gone.result_entry_id, gone.state) == (None, "c0ffee01",
+                                                              JobState.SUCCEEDED)
+
+
+def test_an_older_workers_record_keeps_its_copy_and_a_drafts_result_gets_the_entry(
+        jobs: Any, raw: redis.Redis[str]) -> None:
+    """Rolling upgrade: a record written with its ``entry`` reads as it was written; an applied
+    draft's record without it gets the session's entry in ``entry`` and ``result.entry``."""
+    a, b = (jobs.enqueue(sid, "compact", reason="manual") for sid in ("s1", "s2"))
+    old = {"type": "compaction", "id": "e1", "summary": "as written"}
+    raw.hset(jobs.layout.session("s1").entries, "e1", '{"type":"compaction","id":"e1"}')
+    raw.hset(jobs.layout.job(a.job_id).record, mapping={
+        "state": "succeeded", "resultEntryId": "e1", "entry": json.dumps(old)})
+    assert jobs.get(a.job_id).entry == old
+    line = '{"type":"compaction","id":"e2","summary":"from the draft"}'
+    raw.hset(jobs.layout.session("s2").entries, "e2", line)
+    raw.hset(jobs.layout.job(b.job_id).record, mapping={
+        "state": "succeeded", "resultEntryId": "e2",
+        "result": '{"fromDraft":true,"draftJobId":"d","growthTokens":0}'})
+    done = jobs.get(b.job_id)
+    assert done.entry == json.loads(line)
+    assert done.result == {"fromDraft": True, "draftJobId": "d", "growthTokens": 0,
+                           "entry": json.loads(line)}
+    assert list(done.result or {})[-1] == "entry"  # where the stored result had it
+
+
 def test_finished_record_expires(redis_url: str) -> None:
     client = CompactionClient(ClientSettings(redis_url=redis_url, job_ttl_s=1))
     seed_sessions(redis_url, "s1")

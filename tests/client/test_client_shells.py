@@ -62,10 +62,12 @@ def test_job_error_text(kind: JobKind, state: JobState, reason: Any, message: st
 def test_a_flow_asks_for_calls_and_reads_their_replies() -> None:
     jobs = JobStore(redis.Redis(decode_responses=True))  # never connects: the flow is driven here
     flow = get_record(jobs.layout, JOB)
-    assert next(flow) == cmd("hgetall", f"compactor:session:{{s1}}:job:{'0' * 16}")
+    # One script reads the record and the entry it names (same slot: the session's).
+    assert next(flow) == Script("read_record", [f"compactor:session:{{s1}}:job:{'0' * 16}",
+                                                "compactor:session:{s1}:entries"], [])
     with pytest.raises(JobNotFoundError):
-        flow.send({})
-    fields = {"id": JOB, "kind": "prune", "sessionId": "s1", "state": "running"}
+        flow.send([""])
+    fields = ["", "id", JOB, "kind", "prune", "sessionId", "s1", "state", "running"]
     assert drive(get_record(jobs.layout, JOB), lambda call: fields).state is JobState.RUNNING
 
 
@@ -100,10 +102,10 @@ def test_an_error_thrown_into_a_flow_is_handled_where_the_flow_says() -> None:
     with pytest.raises(BrokerUnavailableError) as info:
         drive(client.flows._unsent(result, sent_error), down)
     assert info.value is sent_error
-    assert calls == ["hgetall"]  # the record, to finish it
+    assert calls == ["read_record"]  # the record, to finish it
     upgraded = EnqueueResult(JOB, "upgraded", JobState.QUEUED, "0-0", route_for(JobKind.PRUNE))
     assert drive(client.flows._unsent(upgraded, sent_error), down) is None
-    assert calls == ["hgetall"]  # an upgraded job keeps its first message: nothing to fail
+    assert calls == ["read_record"]  # an upgraded job keeps its first message: nothing to fail
     client.close()
 
 

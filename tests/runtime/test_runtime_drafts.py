@@ -93,6 +93,11 @@ def test_draft_applied_after_the_agent_appended(client: CompactionClient,
     record = handle.record()
     assert record.state.value == "succeeded" and record.result is not None
     assert record.result["fromDraft"] is True and record.result["entry"]["id"] == entry["id"]
+    assert record.entry == entry == record.result["entry"]
+    # ... read from the session: the record names the entry, holds no copy of it.
+    stored = client.redis.hgetall(client.layout.job(handle.id).record)
+    assert "entry" not in stored and entry["summary"] not in stored["result"]
+    assert stored["resultEntryId"] == entry["id"]
     # The appended messages are in the context after the compaction, exactly once.
     context = build_session_context(snap.session.tree(), snap.leaf_id)
     texts = [json.dumps(m.message) for m in context.messages]

@@ -22,7 +22,7 @@ from typing import Any
 import redis
 
 from api_client.contract.errors import JobNotFoundError, StorageFullError
-from api_client.contract.job_records import end_job, finish_job, get_record
+from api_client.contract.job_records import end_job, finish_job, get_record, record_entry
 from api_client.contract.keys import ANY_TENANT, DEFAULT_TENANT, KeyLayout, tenant_of_job
 from api_client.contract.lua_scripts import register
 from api_client.contract.redis_flows import SyncShell
@@ -81,7 +81,7 @@ class JobStore:
         fields, admitted = guarded(job_id, pipe.execute)
         if not fields:
             raise JobNotFoundError(job_id)
-        return as_admitted(JobRecord.from_redis(fields), admitted)
+        return as_admitted(self._io.run(record_entry(self.layout, job_id, fields)), admitted)
 
     def finish(self, job_id: str, state: JobState | str, *, event: JobEvent | None = None,
                record: JobRecord | None = None, spend: SpendAdd | None = None,

@@ -164,8 +164,8 @@ local function apply_draft(KEYS, ARGV)
     .. ',"snapshotLeafId":' .. cjson.encode(target) .. ',"growthTokens":' .. tostring(grown)
     .. tokens
   local result = said .. ',"entry":' .. line .. '}'
-  -- The events hold the entry's id, not the entry (_events.lua): it is in `entries` and on the
-  -- record.
+  -- The events hold the entry's id, not the entry (_events.lua): it is in `entries` (the record
+  -- names it too, below; the caller gets `result` with the entry).
   local fields = ',"entry":' .. cjson.encode(new_id) .. tokens .. ',"fromExtension":' .. ext
   -- What the draft cost (its extensions summed), apart from the compaction's own usage (none).
   local draft_usage = nil
@@ -189,8 +189,9 @@ local function apply_draft(KEYS, ARGV)
   local ev2 = string.sub(ARGV[10], 1, -2) .. fields .. ',"result":' .. said .. '}}'
 
   redis.call('HSET', KEYS[7], unpack(cjson.decode(ARGV[15])))
-  redis.call('HSET', KEYS[7], 'entry', line, 'resultEntryId', new_id, 'result', result, 'effect',
-    new_id)
+  -- The record names the entry (resultEntryId) and holds no copy of it, in `entry` nor in
+  -- `result`: a reader puts it back from `entries` in both (job_records.get_record).
+  redis.call('HSET', KEYS[7], 'resultEntryId', new_id, 'result', said .. '}', 'effect', new_id)
   if draft_usage then
     redis.call('HSET', KEYS[7], 'draftUsage', draft_usage)
   end

@@ -4,12 +4,39 @@
 -- End a job exactly once: terminal state, single-flight key cleared, lease dropped, record TTL,
 -- and its completion event on the session stream, all atomically.
 -- KEYS: record, lease, inflight compact, inflight prune, inflight branch_summary, session stream,
---       inflight speculative
+--       inflight speculative, the session's entries
 -- ARGV: 1 job id, 2 terminal state, 3 finishedAt, 4 record TTL s, 5 stream MAXLEN,
 --       6 event type ('' = no event), 7 event JSON, 8 mode: 'finish' | 'cancel'
 --       ('cancel' ends only a queued job; on a running one it sets cancelRequested),
---       9 the session's retention s (0 = forever), 10.. extra record field/value pairs
+--       9 the session's retention s (0 = forever), 10.. extra record field/value pairs (an
+--       `entry` pair is left out when the session holds the entry its `resultEntryId` names:
+--       readers read it there, docs/storage.md "The entry is stored once")
 -- Returns {1 if this call ended the job else 0, state before, event stream id or ''}
+
+-- The extra record pairs of ARGV 10.., without `entry` when the session holds that entry.
+local function record_pairs(entries, ARGV)
+  local named, copy = nil, nil
+  for i = 10, #ARGV - 1, 2 do
+    if ARGV[i] == 'resultEntryId' then
+      named = ARGV[i + 1]
+    elseif ARGV[i] == 'entry' then
+      copy = i
+    end
+  end
+  if not copy or not named or named == ''
+      or redis.call('HEXISTS', entries, named) == 0 then
+    return {unpack(ARGV, 10)}
+  end
+  local pairs_ = {}
+  for i = 10, #ARGV - 1, 2 do
+    if i ~= copy then
+      pairs_[#pairs_ + 1] = ARGV[i]
+      pairs_[#pairs_ + 1] = ARGV[i + 1]
+    end
+  end
+  return pairs_
+end
+
 local function finish_job(KEYS, ARGV)
   local state = redis.call('HGET', KEYS[1], 'state')
   if not state then
@@ -22,7 +49,8 @@ local function finish_job(KEYS, ARGV)
     redis.call('HSET', KEYS[1], 'cancelRequested', '1')
     return {0, state, ''}
   end
-  redis.call('HSET', KEYS[1], 'state', ARGV[2], 'finishedAt', ARGV[3], unpack(ARGV, 10))
+  redis.call('HSET', KEYS[1], 'state', ARGV[2], 'finishedAt', ARGV[3],
+    unpack(record_pairs(KEYS[8], ARGV)))
   -- Only the slot holding this job is freed: a newer job of the kind may hold it already.
   local slots = {3, 4, 5, 7}
   local holders = redis.call('MGET', KEYS[3], KEYS[4], KEYS[5], KEYS[7])

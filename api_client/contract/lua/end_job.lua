@@ -10,8 +10,8 @@
 -- stream and, for a job that never started, its leaving the tenant's queued set. The spend and
 -- the reservation change together, before the end: whoever sees the job ended sees its spend,
 -- and no admission sees its tokens twice.
--- KEYS: 1-7 finish_job()'s (see _finish.lua), 8 the global event stream, 9 the tenant's
---       reservations, 10 the tenant's queued set, [11 the tenant's usage day, 12 the tenants
+-- KEYS: 1-8 finish_job()'s (see _finish.lua), 9 the global event stream, 10 the tenant's
+--       reservations, 11 the tenant's queued set, [12 the tenant's usage day, 13 the tenants
 --       set: only with a spend to count]
 -- ARGV: 1 global stream MAXLEN, 2 the usage fields' prefix ('' | 'draft_'), 3 jobs to count,
 --       4 input tokens, 5 output tokens, 6 USD ('0' = none), 7 the day's TTL s ('0' = set
@@ -22,8 +22,8 @@
 local announced = tonumber(ARGV[10])
 local FINISH = 10 + 2 * announced  -- finish_job()'s ARGV start after ours
 local job = ARGV[FINISH + 1]
-if KEYS[11] then
-  local day, pre = KEYS[11], ARGV[2]
+if KEYS[12] then
+  local day, pre = KEYS[12], ARGV[2]
   if ARGV[3] ~= '0' then
     redis.call('HINCRBY', day, pre .. 'jobs', ARGV[3])
   end
@@ -36,26 +36,26 @@ if KEYS[11] then
     redis.call('EXPIRE', day, ARGV[7])
   end
   if ARGV[8] ~= '' then
-    redis.call('SADD', KEYS[12], ARGV[8])
+    redis.call('SADD', KEYS[13], ARGV[8])
   end
 end
 if ARGV[9] == '1' then
-  redis.call('HDEL', KEYS[9], job)
+  redis.call('HDEL', KEYS[10], job)
 end
 for i = 11, 10 + 2 * announced, 2 do
   -- (The session stream's lifetime and the retention: finish_job's event sets them next.)
   copy_event(KEYS[6], ARGV[FINISH + 5], ARGV[i], job, ARGV[i + 1])
-  copy_event(KEYS[8], ARGV[1], ARGV[i], job, ARGV[i + 1])
+  copy_event(KEYS[9], ARGV[1], ARGV[i], job, ARGV[i + 1])
 end
-local reply = finish_job({unpack(KEYS, 1, 7)}, {unpack(ARGV, FINISH + 1)})
+local reply = finish_job({unpack(KEYS, 1, 8)}, {unpack(ARGV, FINISH + 1)})
 if reply.err or reply[1] ~= 1 then
   return reply
 end
 local kind = ARGV[FINISH + 6]
 if kind ~= '' then
-  copy_event(KEYS[8], ARGV[1], kind, job, ARGV[FINISH + 7])
+  copy_event(KEYS[9], ARGV[1], kind, job, ARGV[FINISH + 7])
 end
 if reply[2] ~= 'running' then
-  redis.call('ZREM', KEYS[10], job)
+  redis.call('ZREM', KEYS[11], job)
 end
 return reply
