@@ -131,11 +131,14 @@ def one_latency(report: Report, url: str, client: CompactionClient, model: Loopb
                 args: argparse.Namespace, encode: float) -> None:
     c, l_s = args.concurrency, model.delay_s
     tag = f"L{round(l_s * 1000)}ms"
-    jobs = max(2 * c, round(args.ideal_s * c / (2 * l_s)))  # two calls a job
     with workers(url, model.base_url, 1, pool=args.pool, concurrency=c) as procs:
         pids = [p.pid for p in procs]
         wait_for_workers(url, 1)
-        batch(client, model, pids, c)  # warm: runtimes, tokenizer, HTTP pools
+        warm = batch(client, model, pids, c)  # warm: runtimes, tokenizer, HTTP pools
+        # As many jobs as make the ideal time --ideal-s, by the calls a job makes (it was taken
+        # as two; these sessions' jobs make one, so the batch was half as long as said and its
+        # first pickups and last stragglers weighed twice as much).
+        jobs = max(2 * c, round(args.ideal_s * c / (max(1.0, warm.calls / c) * l_s)))
         one = batch(client, model, pids, jobs)
         ideal = one.calls * l_s / c
         report.baseline(f"ideal_one_worker_{tag}", ideal, "s", f"{one.calls} calls x L / C={c}")
