@@ -1,6 +1,6 @@
--- include: _events
+-- include: _events _record_entry
 -- The body of finish.lua as a function of its KEYS and ARGV (included by finish and end_job;
--- needs _retention, brings _events). What it does, its KEYS, ARGV and replies:
+-- needs _retention, brings _events and _record_entry). What it does, its KEYS, ARGV and replies:
 -- End a job exactly once: terminal state, single-flight key cleared, lease dropped, record TTL,
 -- and its completion event on the session stream, all atomically.
 -- KEYS: record, lease, inflight compact, inflight prune, inflight branch_summary, session stream,
@@ -15,14 +15,7 @@
 
 -- The extra record pairs of ARGV 10.., without `entry` when the session holds that entry.
 local function record_pairs(entries, ARGV)
-  local named, copy = nil, nil
-  for i = 10, #ARGV - 1, 2 do
-    if ARGV[i] == 'resultEntryId' then
-      named = ARGV[i + 1]
-    elseif ARGV[i] == 'entry' then
-      copy = i
-    end
-  end
+  local named, copy = named_entry(ARGV, 10)
   if not copy or not named or named == ''
       or redis.call('HEXISTS', entries, named) == 0 then
     return {unpack(ARGV, 10)}
