@@ -255,10 +255,9 @@ def _succeed(ctx: JobContext, success: JobSuccess) -> JobOutcome:
     event = JobEvent.completion(ctx.record, JobState.SUCCEEDED, entry=success.entry,
                                 model=success.model, duration_ms=ctx.control.elapsed_ms(),
                                 draft_usage=success.draft_usage, **costs, **fields)
-    ended(ctx, owed, lambda: ctx.rt.jobs.finish(
-        ctx.job_id, JobState.SUCCEEDED, event=event, entry=success.entry, model=success.model,
-        usage=success.usage, draft_usage=success.draft_usage, result=result, **costs,
-        **_spend(ctx, owed, success.announce)))
+    _end(ctx, owed, JobState.SUCCEEDED, event, success.announce, entry=success.entry,
+         model=success.model, usage=success.usage, draft_usage=success.draft_usage,
+         result=result)
     before, after = success.event.get("tokens_before"), success.event.get("tokens_after")
     saved = (before - after if isinstance(before, int) and isinstance(after, int)
              else (success.result or {}).get("tokensSaved"))  # a prune job says it itself
@@ -283,9 +282,7 @@ def _fail(ctx: JobContext, message: str, result: dict[str, Any] | None = None, *
     event = JobEvent.completion(ctx.record, JobState.FAILED, error=error, result=result,
                                 duration_ms=ctx.control.elapsed_ms(), **costs)
     extra: dict[str, Any] = {} if result is None else {"result": result}
-    ended(ctx, owed, lambda: ctx.rt.jobs.finish(
-        ctx.job_id, JobState.FAILED, event=event, error=error, **extra, **costs,
-        **_spend(ctx, owed)))
+    _end(ctx, owed, JobState.FAILED, event, error=error, **extra)
     log.info("job %s failed (%s): %s", ctx.job_id, cause, error)
     metrics.observe_failure(ctx.record.kind.value, cause)
     return _observed(ctx, JobOutcome(ctx.job_id, JobState.FAILED.value, error=error,
@@ -304,13 +301,20 @@ def _stopped(ctx: JobContext, stop: JobStopped) -> JobOutcome:
     costs = owed.costs
     event = JobEvent.completion(ctx.record, JobState.CANCELLED, error=text, aborted=True,
                                 duration_ms=ctx.control.elapsed_ms(), **costs)
-    ended(ctx, owed, lambda: ctx.rt.jobs.finish(
-        ctx.job_id, JobState.CANCELLED, event=event, error=text, **costs,
-        **_spend(ctx, owed)))
+    _end(ctx, owed, JobState.CANCELLED, event, error=text)
     log.info("job %s cancelled", ctx.job_id)
     metrics.observe_failure(ctx.record.kind.value, "cancelled")
     return _observed(ctx, JobOutcome(ctx.job_id, JobState.CANCELLED.value, error=text,
                                      reason=_reason(ctx), cause="cancelled"))
+
+
+def _end(ctx: JobContext, owed: Bill, state: JobState, event: JobEvent,
+         announce: tuple[JobEvent, ...] = (), **fields: Any) -> None:
+    """End the job as ``state`` with its completion ``event`` and record ``fields``: what the
+    delivery owes (``owed``) goes with it (:func:`ended`)."""
+    ended(ctx, owed, lambda: ctx.rt.jobs.finish(
+        ctx.job_id, state, event=event, **fields, **owed.costs,
+        **_spend(ctx, owed, announce)))
 
 
 def _spend(ctx: JobContext, owed: Bill, announce: tuple[JobEvent, ...] = ()) -> dict[str, Any]:
