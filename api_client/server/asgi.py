@@ -30,7 +30,7 @@ from api_client.server import (
     usage_routes,
     worker_routes,
 )
-from api_client.server.app_route import DIRECT_JSON_ROUTES, AppRoute
+from api_client.server.app_route import AppRoute
 from api_client.server.auth import DEFAULT_TENANT, TokenTable
 from api_client.server.body_limit import BodyLimit
 from api_client.server.fanout import WAITERS_CODE, Fanout
@@ -137,33 +137,15 @@ def _probes(app: FastAPI) -> None:
 
 def _document_problems(app: FastAPI, auth: bool) -> None:
     """Every error response refers to ProblemBody; FastAPI lists only models a route returns.
-    The rest FastAPI cannot see (codes, id patterns, Retry-After): openapi_doc.complete. The
-    paths in the order the routes are declared (:func:`_hot_routes_first` moves two)."""
+    The rest FastAPI cannot see (codes, id patterns, Retry-After): openapi_doc.complete."""
     generate = app.openapi
-    declared = {path: at for at, path in enumerate(dict.fromkeys(
-        route.path_format for route in app.router.routes if isinstance(route, APIRoute)))}
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            document = generate()
-            document["paths"] = dict(sorted(document["paths"].items(),
-                                            key=lambda item: declared[item[0]]))
-            app.openapi_schema = complete(document, problem_codes(), auth=auth)
+            app.openapi_schema = complete(generate(), problem_codes(), auth=auth)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
-
-
-def _hot_routes_first(app: FastAPI) -> None:
-    """The routes platforms call on every turn (app_route.DIRECT_JSON_ROUTES) first in the
-    app's router: a request is matched against the routes in order, and the compact's was the
-    tenth (~6 % of its instructions, issue 42). Their paths are theirs alone, so no other
-    request matches them, fully or by path only (a 405)."""
-    hot = [route for route in app.router.routes
-           if isinstance(route, APIRoute) and route.name in DIRECT_JSON_ROUTES]
-    for route in hot:
-        app.router.routes.remove(route)
-    app.router.routes[0:0] = hot
 
 
 def _include_flat(app: FastAPI, router: APIRouter) -> None:
@@ -232,7 +214,6 @@ def create_app(settings: ServerSettings | None = None,
         _include_flat(app, module.router)
     _probes(app)
     _document_problems(app, auth=bool(tokens.entries))
-    _hot_routes_first(app)
     app.add_exception_handler(CompactorError, _on_compactor_error)
     app.add_exception_handler(RequestValidationError, _on_validation)
     app.add_exception_handler(HTTPException, _on_http)

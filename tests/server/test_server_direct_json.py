@@ -93,16 +93,3 @@ def test_the_common_body_skips_fastapis_parameters_and_an_odd_one_does_not(
     assert refused.status_code == 422 and refused.json()["code"] == "validation_error"
     assert len(solved) == 1
     assert httpx.get(url + "/livez").status_code == 200
-
-
-def test_the_hot_routes_are_matched_first_and_the_document_keeps_the_declared_order() -> None:
-    """Starlette matches a request against the routes in order: compact was the tenth. The
-    document lists the paths as declared all the same (docs/openapi.json is unchanged)."""
-    from fastapi.routing import APIRoute
-
-    app = create_app(server_settings())
-    first = [route.name for route in app.router.routes[:2] if isinstance(route, APIRoute)]
-    assert set(first) == app_route.DIRECT_JSON_ROUTES
-    paths = list(app.openapi()["paths"])
-    assert paths.index("/v1/sessions") < paths.index("/v1/sessions/{session_id}/entries") \
-        < paths.index("/v1/sessions/{session_id}/compact") < paths.index("/livez")
