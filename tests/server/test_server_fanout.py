@@ -9,6 +9,8 @@ worker started only once every waiter is in: until then no job can end."""
 from __future__ import annotations
 
 import asyncio
+import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +27,9 @@ from worker.llm import ModelCandidate
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = (REPO / "worker" / "data" / "demo-session.jsonl").read_bytes()
-POLLS, STREAMS, JOBS = 300, 300, 20
+# `make waiters` runs the first test with WAITERS (10 000) split between long polls and streams.
+WAITERS = int(os.environ.get("COMPACTOR_TEST_WAITERS", "600"))
+POLLS, STREAMS, JOBS = WAITERS // 2, WAITERS - WAITERS // 2, 20
 POOL = 8  # COMPACTOR_REDIS_POOL_SIZE of the server under test
 # The server's connections: its pool, the reader's one and its four for reads; the test's own.
 CONNECTIONS_MAX = POOL + 1 + 4 + 2
@@ -87,6 +91,7 @@ def _connections(url: str) -> int:
         return len(client.client_list())
 
 
+@pytest.mark.timeout(max(120, WAITERS // 20))  # the test's one client process is the bottleneck
 def test_hundreds_of_waiters_share_a_few_connections_and_all_answer(
         served: str, module_redis: str, model_server: FakeLLMServer) -> None:
     with httpx.Client(base_url=served, headers=AUTH, timeout=30) as http:
@@ -109,11 +114,15 @@ async def _wait_all(url: str, redis_url: str, model_server: FakeLLMServer,
             await asyncio.wait_for(connected.get(), 120)
         assert not any(task.done() for task in polls + streams)  # no job can end yet
         peak = await asyncio.to_thread(_connections, redis_url)
+        print(f"{POLLS} long polls and {STREAMS} streams connected: {peak} Redis connections")
         assert peak <= CONNECTIONS_MAX, f"{peak} Redis connections under {POLLS + STREAMS} waits"
         candidate = ModelCandidate.model_validate(openai(model_server, "loop", api_key="sk-t"))
         with running_worker(runtime_settings(redis_url, models=[candidate], **FAST)):
+            started = time.monotonic()
             records = await asyncio.gather(*polls)
             seen = await asyncio.gather(*streams)
+            print(f"all {POLLS + STREAMS} answered {time.monotonic() - started:.1f} s after the "
+                  f"worker's start ({JOBS} jobs)")
     ends = {job_id: "succeeded" for _, job_id in jobs}
     assert [r["state"] for r in records] == [ends[r["id"]] for r in records]
     assert {r["id"] for r in records} == set(ends)
