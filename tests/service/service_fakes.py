@@ -245,6 +245,10 @@ class FakeClock:
     def time(self) -> float:
         return self.wall
 
+    def sleep(self, seconds: float) -> None:
+        """A wait on the job's clock passes at once (``ride_out``'s backoff)."""
+        self.advance(seconds)
+
     def advance(self, seconds: float) -> None:
         with self.lock:
             self.now += seconds

@@ -11,12 +11,12 @@ a commit it refuses ends the job failed with that cause.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import TypeVar
 
 from worker.service._control import JobControl
 from worker.service._job_stops import TRANSIENT, WAIT_FOR_REDIS
+from worker.service.ports import SYSTEM_CLOCK, Clock
 
 __all__ = ["ride_out", "ride_out_until"]
 
@@ -32,21 +32,23 @@ def ride_out(control: JobControl, what: str, call: Callable[[], T], *,
              until_memory: bool = False) -> T:
     """``call()``, again and again while Redis is unreachable (or, ``until_memory``, full),
     until the job's deadline."""
-    return ride_out_until(control.deadline, control.job_id, what, call, until_memory=until_memory)
+    return ride_out_until(control.deadline, control.job_id, what, call,
+                          until_memory=until_memory, clock=control.clock)
 
 
 def ride_out_until(deadline: float, job_id: str, what: str, call: Callable[[], T], *,
-                   until_memory: bool = False) -> T:
-    """``call()`` until it gets through to Redis or ``deadline`` (monotonic) comes."""
+                   until_memory: bool = False, clock: Clock = SYSTEM_CLOCK) -> T:
+    """``call()`` until it gets through to Redis or ``deadline`` comes: a time of ``clock``'s
+    ``monotonic``, the clock the deadline was set by (a job's: ``JobControl.clock``)."""
     waited = WAIT_FOR_REDIS if until_memory else TRANSIENT
     delay = _FIRST_S
     while True:
         try:
             return call()
         except waited as err:
-            if time.monotonic() + delay >= deadline:
+            if clock.monotonic() + delay >= deadline:
                 raise
             log.warning("job %s: %s: waiting for Redis (%s); again in %.1f s",
                         job_id, what, err, delay)
-        time.sleep(delay)
+        clock.sleep(delay)
         delay = min(delay * 2, _CAP_S)

@@ -264,6 +264,10 @@ class Clock(Protocol):
         """Wall-clock seconds since the epoch (``prunedAt``)."""
         ...
 
+    def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` of :meth:`monotonic` (a wait bounded by a job's deadline)."""
+        ...
+
 
 class _SystemClock:
     def monotonic(self) -> float:
@@ -271,6 +275,9 @@ class _SystemClock:
 
     def time(self) -> float:
         return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
 
 
 SYSTEM_CLOCK: Clock = _SystemClock()
