@@ -144,6 +144,7 @@ class FakeJobs:
     finished: list[tuple[JobState, JobEvent | None, dict[str, Any]]] = field(default_factory=list)
     released: int = 0
     acquired: int = 0
+    ends_in_one_step: bool = False  # True: one Redis (JobRecords.ends_in_one_step)
     # The loop guard's sorted set: job id → commit time (worker.store.compaction_counter in Redis).
     compactions: dict[str, float] = field(default_factory=dict)
 

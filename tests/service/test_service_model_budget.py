@@ -12,10 +12,14 @@ from service.service_fakes import World, world
 
 from api_client.contract.usage import DayUsage, SpendAdd
 from api_client.contract.wire import CompactReason, JobKind, JobRecord, JobState
+from worker.llm import build_deterministic
 from worker.service import run_job
 from worker.service._model_budget import decide
+from worker.service.ports import KeepsSpend, Reservations, SpendHandover
 from worker.settings import WorkerSettings
+from worker.store.tenant_usage import TenantUsageStore
 from worker.summary_requests import CancelToken, Spend, SummaryRequest, SummaryResult, Usage
+from worker.tokens import get_tokenizer
 
 THR, OVF, MAN, SPEC = (CompactReason.THRESHOLD, CompactReason.OVERFLOW, CompactReason.MANUAL,
                        CompactReason.SPECULATIVE)
@@ -62,6 +66,9 @@ def test_every_kind_that_calls_a_model_is_checked_again() -> None:
 
 
 class FakeUsage:
+    """A usage store that counts and reads only (neither ``Reservations`` nor
+    ``SpendHandover``): the budget is checked once per job, the spend counted before its end."""
+
     def __init__(self, day: DayUsage, quota: dict[str, str] | None = None) -> None:
         self.day, self.quota = day, quota or {}
         self.added: list[dict[str, Any]] = []
@@ -200,7 +207,7 @@ class OneStepUsage(FakeUsage):
 def _one_step(w: World) -> OneStepUsage:
     store = OneStepUsage(_day(0))
     w.rt.usage = store
-    w.jobs.ends_in_one_step = True  # type: ignore[attr-defined]
+    w.jobs.ends_in_one_step = True
     return store
 
 
@@ -229,3 +236,12 @@ def test_an_end_that_never_gets_through_gives_the_reservation_back() -> None:
     with pytest.raises(redis.ConnectionError):
         run_job(w.rt, w.jobs.record.id)
     assert store.released == [w.jobs.record.id] and store.counted_adds == []
+
+
+def test_the_real_stores_and_summarizers_have_what_the_service_looks_for() -> None:
+    """The service asks for these capabilities with isinstance (ports.py): a method renamed
+    here would turn reservations, the one-step end or the spend off without an error."""
+    assert issubclass(TenantUsageStore, Reservations)
+    assert issubclass(TenantUsageStore, SpendHandover)
+    assert isinstance(build_deterministic(get_tokenizer("estimate")).for_job(), KeepsSpend)
+    assert not isinstance(FakeUsage(_day()), Reservations | SpendHandover)

@@ -78,7 +78,7 @@ def test_the_budget_check_uses_what_the_start_read() -> None:
     over = (DayUsage(tenant="default", day="2026-01-01", input_tokens=5000),
             {"tokens_per_day": "1000"})
     w, _ = _one_step(budget=over, start_event=False)
-    w.rt.usage = NoReads()  # type: ignore[assignment]
+    w.rt.usage = NoReads()
     w.rt.settings.client.over_budget_summarizer = "refuse"
     outcome = run_job(w.rt, w.jobs.record.id)
     assert (outcome.state, outcome.cause) == ("failed", "quota")

@@ -273,7 +273,7 @@ def test_where_the_end_is_one_step_the_commits_event_goes_with_it() -> None:
     """One Redis (``ends_in_one_step``): the job hands ``session_compact`` to its end, which
     writes it before the completion event in the same round trip; nothing published apart."""
     w = world()
-    w.jobs.ends_in_one_step = True  # type: ignore[attr-defined]
+    w.jobs.ends_in_one_step = True
     outcome = run_job(w.rt, JOB_ID)
     assert outcome.state == "succeeded"
     assert COMPACTED not in w.jobs.event_types

@@ -114,7 +114,7 @@ class JobContext:
         """An event of the committed change (``session_compact``) for the job's end to write
         (:attr:`JobSuccess.announce`) where the end is one step (one Redis: one round trip for
         both); else published now, waited out as a publish after a commit is."""
-        if getattr(self.rt.jobs, "ends_in_one_step", False):
+        if self.rt.jobs.ends_in_one_step:
             return (JobEvent.for_record(self.record, type, **fields),)
         ride_out(self.control, "publish", lambda: self.publish(type, **fields))
         return ()

@@ -46,6 +46,7 @@ from worker.observability import metrics
 from worker.service._job_context import JobContext
 from worker.service._job_stops import WAIT_FOR_REDIS
 from worker.service._outage import ride_out
+from worker.service.ports import KeepsSpend, Reservations, SpendHandover
 from worker.summary_requests import CancelToken, Summarizer, SummaryRequest, SummaryResult
 
 __all__ = ["Bill", "BudgetedSummarizer", "Decision", "Over", "account", "bill", "check_budget",
@@ -141,8 +142,8 @@ def check_budget(ctx: JobContext) -> None:
     if decision.over is None:
         # Without a tokens_per_day nothing is reserved: a call checks nothing against it.
         budget = _limit(quota, "tokens_per_day", float(rt.settings.client.tokens_per_day))
-        if budget > 0 and getattr(rt.usage, "reserve", None) is not None:
-            ctx.summarizer = BudgetedSummarizer(ctx.summarizer, ctx)
+        if budget > 0 and isinstance(rt.usage, Reservations):
+            ctx.summarizer = BudgetedSummarizer(ctx.summarizer, ctx, rt.usage)
         return
     ctx.summarizer = _over(ctx, decision.over)
 
@@ -175,8 +176,8 @@ class BudgetedSummarizer:
     """The job's summarizer behind its tenant's ``tokens_per_day``: each call reserves its
     estimate first (see the module doc); over the budget the call is not sent."""
 
-    def __init__(self, inner: Summarizer, ctx: JobContext) -> None:
-        self.inner, self._ctx = inner, ctx
+    def __init__(self, inner: Summarizer, ctx: JobContext, store: Reservations) -> None:
+        self.inner, self._ctx, self._store = inner, ctx, store
         self._day = utc_day(ctx.rt.clock.time())
         self._share = (ctx.rt.settings.client.draft_budget_share
                        if ctx.record.reason is CompactReason.SPECULATIVE else 1.0)
@@ -187,7 +188,7 @@ class BudgetedSummarizer:
 
     @property
     def spend(self) -> Spend | None:
-        return getattr(self.inner, "spend", None)
+        return _spend_of(self.inner)
 
     @property
     def progress(self) -> Any:
@@ -199,9 +200,7 @@ class BudgetedSummarizer:
 
     def summarize(self, request: SummaryRequest,
                   cancel: CancelToken | None = None) -> SummaryResult:
-        ctx, wanted = self._ctx, estimate_tokens(request)
-        store = ctx.rt.usage
-        assert store is not None
+        ctx, wanted, store = self._ctx, estimate_tokens(request), self._store
         # Ridden out: a Redis blip between two calls must not throw away the calls made.
         done, spent, held, limit = ride_out(ctx.control, "budget", lambda: store.reserve(
             ctx.record.tenant, self._day, wanted, int(ctx.rt.settings.client.tokens_per_day),
@@ -221,9 +220,8 @@ class BudgetedSummarizer:
         a delivery that stops without ending the job (taken over) leaves the job's own."""
         with self._lock:
             tokens, self.reserved = self.reserved, 0
-        if tokens and self._ctx.rt.usage is not None:
-            self._ctx.rt.usage.release(
-                self._ctx.record.tenant, self._ctx.job_id, self.owner)
+        if tokens:
+            self._store.release(self._ctx.record.tenant, self._ctx.job_id, self.owner)
 
 
 def _release_job(ctx: JobContext) -> None:
@@ -231,7 +229,7 @@ def _release_job(ctx: JobContext) -> None:
     delivery whose calls reserved nothing leaves it to the job's end, which gives back what
     the job holds too (``finish_job``'s release, after the terminal state)."""
     store = ctx.rt.usage
-    if store is None or not _holds(ctx):
+    if not isinstance(store, Reservations) or not _holds(ctx):
         return
     try:
         ride_out(ctx.control, "usage", lambda: store.release(
@@ -244,16 +242,19 @@ def _release_job(ctx: JobContext) -> None:
 def _holds(ctx: JobContext) -> bool:
     """This delivery's calls reserved some of the budget (else the job's end gives back what
     the job holds: ``finish_job``'s release)."""
-    store = ctx.rt.usage
-    return (store is not None and getattr(store, "release", None) is not None
+    return (isinstance(ctx.rt.usage, Reservations)
             and isinstance(ctx.summarizer, BudgetedSummarizer) and ctx.summarizer.reserved > 0)
 
 
 def job_spend(ctx: JobContext) -> Spend | None:
     """What this delivery's model calls cost (None: no model was called). The router's job
     summarizer keeps it; a summarizer of another kind (tests, hooks) reports none."""
-    spend = getattr(ctx.summarizer, "spend", None)
+    spend = _spend_of(ctx.summarizer)
     return spend if isinstance(spend, Spend) and spend.calls else None
+
+
+def _spend_of(summarizer: Summarizer) -> Spend | None:
+    return summarizer.spend if isinstance(summarizer, KeepsSpend) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,10 +287,10 @@ def bill(ctx: JobContext, draft_cost_usd: float | None = None) -> Bill:
 
 def _one_step(ctx: JobContext) -> bool:
     """The job's end counts the spend and gives the reservation back in its own step
-    (``JobStore.ends_in_one_step``: one Redis), and the usage store can hand the spend over."""
+    (``JobRecords.ends_in_one_step``: one Redis), and the usage store can hand the spend over
+    (:class:`SpendHandover`)."""
     store = ctx.rt.usage
-    return bool(getattr(ctx.rt.jobs, "ends_in_one_step", False)) and (
-        store is None or getattr(store, "spend_add", None) is not None)
+    return ctx.rt.jobs.ends_in_one_step and (store is None or isinstance(store, SpendHandover))
 
 
 def _handed_over(ctx: JobContext, spend: Spend | None) -> SpendAdd | None:
@@ -298,12 +299,10 @@ def _handed_over(ctx: JobContext, spend: Spend | None) -> SpendAdd | None:
         return None
     read, output, draft = _observe(ctx, spend)
     store = ctx.rt.usage
-    if store is None:
+    if not isinstance(store, SpendHandover):  # no usage store (_one_step checked the rest)
         return None
-    add: SpendAdd = store.spend_add(  # type: ignore[attr-defined]  # (_one_step checked it)
-        ctx.record.tenant, ctx.rt.clock.time(), input_tokens=read, output_tokens=output,
-        usd=spend.cost_usd, draft=draft, ended=True)
-    return add
+    return store.spend_add(ctx.record.tenant, ctx.rt.clock.time(), input_tokens=read,
+                           output_tokens=output, usd=spend.cost_usd, draft=draft, ended=True)
 
 
 def ended(ctx: JobContext, owed: Bill, end: Callable[[], bool]) -> bool:
@@ -317,9 +316,9 @@ def ended(ctx: JobContext, owed: Bill, end: Callable[[], bool]) -> bool:
         if _one_step(ctx):
             _release_job(ctx)
         raise
-    counted = getattr(ctx.rt.usage, "counted", None)
-    if owed.spend is not None and counted is not None:
-        counted(owed.spend)
+    store = ctx.rt.usage
+    if owed.spend is not None and isinstance(store, SpendHandover):
+        store.counted(owed.spend)
     return done
 
 

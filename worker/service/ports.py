@@ -13,11 +13,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from api_client.contract.session import Entry, JsonObject
 from api_client.contract.snapshots import Snapshot
-from api_client.contract.usage import DayUsage
+from api_client.contract.usage import DayUsage, SpendAdd
 from api_client.contract.wire import JobEvent, JobRecord, JobState
 from worker.compaction import CompactionSettings, PlanCaches, Preparation
 from worker.hooks import (
@@ -32,7 +32,7 @@ from worker.store import CommitOutcome
 from worker.store.job_start import JobStart
 from worker.store.leases import LeaseOutcome
 from worker.store.paths import FirstRead, PathSnapshot, Reach
-from worker.summary_requests import Summarizer
+from worker.summary_requests import Spend, Summarizer
 from worker.tokens import Tokenizer
 
 __all__ = [
@@ -44,8 +44,11 @@ __all__ = [
     "JobLeases",
     "JobRecords",
     "JobStarts",
+    "KeepsSpend",
+    "Reservations",
     "Runtime",
     "Sessions",
+    "SpendHandover",
     "TenantUsage",
     "TokenCounts",
 ]
@@ -142,6 +145,12 @@ class TokenCounts(Protocol):
 class JobRecords(JobLeases, Protocol):
     """A job's record and events, from the worker's side."""
 
+    # ``finish`` counts the delivery's spend, gives the job's reservation back and writes the
+    # commit's events in the job's end, one step (one Redis); False where one script cannot
+    # reach those keys (a Redis Cluster, a tenant's own ACL user): the service counts the spend
+    # and publishes the events before the end.
+    ends_in_one_step: bool
+
     def mark_running(self, job_id: str, attempt: int | None = None) -> int | None: ...
 
     def start(self, job_id: str) -> JobRecord | None:
@@ -167,7 +176,9 @@ class JobRecords(JobLeases, Protocol):
 
 
 class TenantUsage(Protocol):
-    """A tenant's model spend per UTC day (``worker.store.tenant_usage.TenantUsageStore``)."""
+    """A tenant's model spend per UTC day (``worker.store.tenant_usage.TenantUsageStore``,
+    which is :class:`Reservations` and :class:`SpendHandover` too; the in-memory stores of
+    tests/service may be neither)."""
 
     def add(self, tenant: str, at: float, *, input_tokens: int, output_tokens: int, usd: float,
             draft: bool, ended: bool, release_job: str | None = None) -> None:
@@ -179,6 +190,12 @@ class TenantUsage(Protocol):
         """The spend of the day of ``at`` and the tenant's quota overrides."""
         ...
 
+
+@runtime_checkable
+class Reservations(Protocol):
+    """A usage store that reserves each model call's estimate (docs/tenants.md); without it a
+    job's budget is checked once, before its first call."""
+
     def reserve(self, tenant: str, day: str, tokens: int, default_limit: int,
                 share: float = 1.0, *, job_id: str, owner: str,
                 until: float) -> tuple[bool, int, int, float]:
@@ -189,6 +206,30 @@ class TenantUsage(Protocol):
     def release(self, tenant: str, job_id: str, owner: str = "") -> None:
         """Give back what the job (with ``owner``: that delivery) holds."""
         ...
+
+
+@runtime_checkable
+class SpendHandover(Protocol):
+    """A usage store that hands a delivery's spend to the job's end, which counts it in its
+    own step (:attr:`JobRecords.ends_in_one_step`); without it the spend is counted before."""
+
+    def spend_add(self, tenant: str, at: float, *, input_tokens: int, output_tokens: int,
+                  usd: float, draft: bool, ended: bool) -> SpendAdd:
+        """What :meth:`TenantUsage.add` would count, for ``JobRecords.finish``'s ``spend``."""
+        ...
+
+    def counted(self, add: SpendAdd) -> None:
+        """The job's end counted ``add``."""
+        ...
+
+
+@runtime_checkable
+class KeepsSpend(Protocol):
+    """A summarizer that keeps what its model calls cost (``worker.llm.router.JobSummarizer``);
+    one that does not (a test's) reports no spend."""
+
+    @property
+    def spend(self) -> Spend | None: ...
 
 
 class JobStarts(Protocol):
