@@ -74,20 +74,12 @@ if TYPE_CHECKING:
     from api_client.client.sessions import AsyncSessionStore, SessionStore, Snapshot
     from api_client.client.sync_client import CompactionClient
     from api_client.client.thresholds import should_compact, should_precompute
+    from api_client.contract.job_enums import CompactReason, EventType, JobKind, JobState
     from api_client.contract.overflow import is_context_overflow
     from api_client.contract.session.context import LlmContext
     from api_client.contract.settings import ClientSettings
     from api_client.contract.usage import DayUsage
-    from api_client.contract.wire import (
-        AgentSettings,
-        CompactReason,
-        EventType,
-        JobEvent,
-        JobKind,
-        JobRecord,
-        JobState,
-        PruneResult,
-    )
+    from api_client.contract.wire import AgentSettings, JobEvent, JobRecord, PruneResult
 
 _LAZY: dict[str, str] = {
     "AsyncCompactionClient": "client.async_client",
@@ -109,12 +101,12 @@ _LAZY: dict[str, str] = {
     "ClientSettings": "contract.settings",
     "DayUsage": "contract.usage",
     "AgentSettings": "contract.wire",
-    "CompactReason": "contract.wire",
-    "EventType": "contract.wire",
+    "CompactReason": "contract.job_enums",
+    "EventType": "contract.job_enums",
     "JobEvent": "contract.wire",
-    "JobKind": "contract.wire",
+    "JobKind": "contract.job_enums",
     "JobRecord": "contract.wire",
-    "JobState": "contract.wire",
+    "JobState": "contract.job_enums",
     "PruneResult": "contract.wire",
 }
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from celery import Celery
 
-from api_client.contract.wire import redis_transport_options
+from api_client.contract.routing import redis_transport_options
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = (REPO / "worker" / "data" / "demo-session.jsonl").read_text(encoding="utf-8")

@@ -135,8 +135,8 @@ def first_script_call(client: CompactionClient, sid: str) -> tuple[str, list[str
     """(script text, keys, args) of the one EVALSHA ``compact(sid, "threshold")`` makes."""
     try:
         from api_client.client.orchestration import Request
+        from api_client.contract.job_enums import JobKind
         from api_client.contract.lua_scripts import lua
-        from api_client.contract.wire import JobKind
 
         call = next(client.flows.compact(sid, Request(JobKind.COMPACT, "threshold")))
         return lua(call.name), list(call.keys), list(call.args)

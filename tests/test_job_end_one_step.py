@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from api_client import CompactionClient
+from api_client.contract.job_enums import EventType, JobState
 from api_client.contract.redis_flows import Call
 from api_client.contract.usage import SpendAdd, utc_day
-from api_client.contract.wire import EventType, JobEvent, JobState
+from api_client.contract.wire import JobEvent
 from worker.store.job_lifecycle import JobStore
 
 

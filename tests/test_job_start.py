@@ -24,11 +24,12 @@ from api_client.contract.errors import (
     SessionTooLargeError,
     StorageFullError,
 )
+from api_client.contract.job_enums import EventType, JobKind, JobState
 from api_client.contract.job_events import decode_event
 from api_client.contract.keys import ANY_TENANT, KeyLayout
 from api_client.contract.session import Entry
 from api_client.contract.usage import utc_day
-from api_client.contract.wire import EventType, JobEvent, JobKind, JobState
+from api_client.contract.wire import JobEvent
 from helpers.sessions import turns_jsonl
 from helpers.waits import wait_until
 from worker.store.job_lifecycle import JobStore

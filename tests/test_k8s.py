@@ -20,14 +20,9 @@ import pytest
 import yaml
 
 from api_client.contract.errors import ConfigurationError
+from api_client.contract.job_enums import CompactReason, JobKind
+from api_client.contract.routing import QUEUES, redis_transport_options, route_for
 from api_client.contract.settings import ClientSettings
-from api_client.contract.wire import (
-    QUEUES,
-    CompactReason,
-    JobKind,
-    redis_transport_options,
-    route_for,
-)
 from worker.settings import SETTING_NAMES, WorkerSettings, check_startup
 
 REPO = Path(__file__).resolve().parents[1]

@@ -18,11 +18,11 @@ from api_client.client.summaries import SummaryInput
 from api_client.client.sync_client import _settings
 from api_client.client.transport import AsyncTransport
 from api_client.contract.agent_settings import AgentSettings
+from api_client.contract.job_enums import CompactReason, JobKind
 from api_client.contract.job_records import stream_start
 from api_client.contract.session.context import LlmContext
 from api_client.contract.settings import ClientSettings, load_settings
 from api_client.contract.usage import DayUsage
-from api_client.contract.wire import CompactReason, JobKind
 
 __all__ = ["AsyncCompactionClient"]
 

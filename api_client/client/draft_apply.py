@@ -63,24 +63,15 @@ from typing import Any
 from api_client.client.jobs import check_context_window
 from api_client.contract.agent_settings import AgentSettings, plan_key
 from api_client.contract.errors import CompactionLoopError, InvalidRequestError
+from api_client.contract.job_enums import CompactReason, EventType, JobKind, JobState
 from api_client.contract.job_events import event_writes, global_write
 from api_client.contract.json_templates import SLOTS, Template, escaped, template
 from api_client.contract.keys import KeyLayout
 from api_client.contract.redis_flows import Command, Flow, Pipeline, Script, cmd
+from api_client.contract.routing import QUEUE_COMPACT, route_for
 from api_client.contract.settings import ClientSettings
 from api_client.contract.stored_bytes import StoredBytes, utf8_len
-from api_client.contract.wire import (
-    QUEUE_COMPACT,
-    CompactReason,
-    EventType,
-    JobEvent,
-    JobKind,
-    JobRecord,
-    JobState,
-    job_error_text,
-    now_iso,
-    route_for,
-)
+from api_client.contract.wire import JobEvent, JobRecord, job_error_text, now_iso
 
 __all__ = [
     "DISCARD_CAUSES", "DraftOutcome", "apply_draft", "check_call", "check_draft", "check_reply",

@@ -28,17 +28,11 @@ from api_client.contract.errors import (
     JobFailedError,
     JobTimeoutError,
 )
+from api_client.contract.job_enums import JobKind, JobState
 from api_client.contract.job_events import decode_event, fill_entries
 from api_client.contract.job_records import get_record
 from api_client.contract.redis_flows import Call, Command, Flow, Pause, cmd
-from api_client.contract.wire import (
-    JobEvent,
-    JobKind,
-    JobRecord,
-    JobState,
-    PruneResult,
-    job_error_text,
-)
+from api_client.contract.wire import JobEvent, JobRecord, PruneResult, job_error_text
 
 if TYPE_CHECKING:
     from api_client.client.transport import AsyncTransport, SyncTransport

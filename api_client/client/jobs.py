@@ -24,6 +24,7 @@ from api_client.contract.errors import (
     InvalidRequestError,
     JobConflictError,
 )
+from api_client.contract.job_enums import CompactReason, JobKind, JobState
 from api_client.contract.job_records import (
     checked_enum,
     finish_call,
@@ -42,20 +43,11 @@ from api_client.contract.redis_flows import (
     cmd,
 )
 from api_client.contract.reservations import release
+from api_client.contract.routing import Route, route_for
 from api_client.contract.session.validate import check_entry_id, check_json_value
 from api_client.contract.settings import ClientSettings
 from api_client.contract.task_messages import task_push
-from api_client.contract.wire import (
-    CompactReason,
-    JobEvent,
-    JobKind,
-    JobRecord,
-    JobState,
-    Route,
-    job_error_text,
-    now_iso,
-    route_for,
-)
+from api_client.contract.wire import JobEvent, JobRecord, job_error_text, now_iso
 
 __all__ = [
     "AsyncJobStore", "EnqueueCall", "EnqueueResult", "JobFlows", "JobStore", "check_agent",

@@ -38,23 +38,17 @@ from api_client.contract.errors import (
     QuotaExceededError,
     StorageFullError,
 )
+from api_client.contract.job_enums import CompactReason, JobKind, JobState
 from api_client.contract.job_records import finish_job, get_record
 from api_client.contract.keys import KeyLayout
 from api_client.contract.lua_scripts import lua, script_names
 from api_client.contract.redis_flows import Pipeline, Script, cmd
+from api_client.contract.routing import DRAFT_APPLIED_ROUTE, Route, route_for
 from api_client.contract.session.context import LlmContext, llm_context
 from api_client.contract.settings import ClientSettings
 from api_client.contract.snapshots import load_snapshot
 from api_client.contract.task_messages import task_push
 from api_client.contract.usage import DayUsage, last_days, read_usage
-from api_client.contract.wire import (
-    DRAFT_APPLIED_ROUTE,
-    CompactReason,
-    JobKind,
-    JobState,
-    Route,
-    route_for,
-)
 
 __all__ = ["GUARDED", "JobRef", "ObservePlan", "Orchestration", "Request"]
 

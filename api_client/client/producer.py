@@ -8,8 +8,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from api_client.contract.redis_conn import REDIS_DOWN, unavailable
-from api_client.contract.settings import ClientSettings
-from api_client.contract.wire import (
+from api_client.contract.routing import (
     QUEUE_COMPACT,
     QUEUES,
     Route,
@@ -19,6 +18,7 @@ from api_client.contract.wire import (
     redis_transport_options,
     shown_kwargs,
 )
+from api_client.contract.settings import ClientSettings
 
 if TYPE_CHECKING:
     from celery import Celery

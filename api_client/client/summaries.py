@@ -14,9 +14,11 @@ import secrets
 from dataclasses import dataclass
 
 from api_client.contract.errors import InvalidRequestError, PromptTooLargeError
+from api_client.contract.job_enums import JobKind, JobState
 from api_client.contract.keys import KeyLayout
+from api_client.contract.routing import route_for
 from api_client.contract.session.validate import check_json_value
-from api_client.contract.wire import JobKind, JobRecord, JobState, now_iso, route_for
+from api_client.contract.wire import JobRecord, now_iso
 
 __all__ = ["SUMMARIZE_SESSION_PREFIX", "SummaryInput", "summary_record"]
 

@@ -21,12 +21,12 @@ from api_client.client.summaries import SummaryInput
 from api_client.client.transport import SyncTransport
 from api_client.contract.agent_settings import AgentSettings
 from api_client.contract.errors import ConfigurationError
+from api_client.contract.job_enums import CompactReason, JobKind
 from api_client.contract.job_records import stream_start
 from api_client.contract.keys import check_tenant
 from api_client.contract.session.context import LlmContext
 from api_client.contract.settings import ClientSettings, load_settings
 from api_client.contract.usage import DayUsage
-from api_client.contract.wire import CompactReason, JobKind
 
 __all__ = ["CompactionClient", "stream_start"]
 

@@ -29,8 +29,8 @@ from api_client.contract.redis_flows import (
     drive,
     drive_async,
 )
+from api_client.contract.routing import Route
 from api_client.contract.settings import REDIS_SCHEMES, ClientSettings
-from api_client.contract.wire import Route
 
 __all__ = [
     "AsyncTransport", "BrokerMode", "ClientCall", "ClientFlow", "OnBroker", "Publish",

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from api_client.contract.job_enums import CompactReason, JobKind
 from api_client.contract.keys import KeyLayout
 from api_client.contract.reservations import admission_estimate
+from api_client.contract.routing import Route
 from api_client.contract.settings import ClientSettings
-from api_client.contract.wire import CompactReason, JobKind, Route
 
 __all__ = ["Admission", "admission", "due_ms"]
 

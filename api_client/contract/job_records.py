@@ -25,6 +25,7 @@ from api_client.contract.errors import (
     QuotaExceededError,
     SessionNotFoundError,
 )
+from api_client.contract.job_enums import JobState
 from api_client.contract.job_events import event_fields, global_write
 from api_client.contract.keys import (
     DEFAULT_TENANT,
@@ -37,7 +38,7 @@ from api_client.contract.redis_flows import Command, Flow, Rescue, Script, cmd
 from api_client.contract.reservations import release
 from api_client.contract.settings import ClientSettings
 from api_client.contract.usage import SpendAdd, spend_script_part
-from api_client.contract.wire import JobEvent, JobRecord, JobState, TokenUsage, now_iso
+from api_client.contract.wire import JobEvent, JobRecord, TokenUsage, now_iso
 
 __all__ = [
     "checked_enum", "completion_for", "end_job", "finish_call", "finish_job", "get_record",

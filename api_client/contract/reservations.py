@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from api_client.contract.errors import PromptTooLargeError, QuotaExceededError
+from api_client.contract.job_enums import JobKind
 from api_client.contract.keys import KeyLayout, tenant_of_job
 from api_client.contract.redis_flows import Command, cmd
-from api_client.contract.wire import JobKind
 
 __all__ = ["CALL_OUTPUT_CAP", "COMPACTION_ESTIMATE_TOKENS", "COMPACTION_WINDOW_DEFAULT",
            "RESERVED_KEY_TTL_S", "SUMMARY_OUTPUT_DEFAULT", "Estimate", "admission_estimate",

@@ -5,9 +5,10 @@ one Lua call (``lua/enqueue.lua``). The message is exactly what ``app.send_task`
 there through kombu's Redis transport (kombu 5.x, Celery task protocol 2):
 
 * the list: ``<queue>`` for priority step 0, else ``<queue><sep><step>``, the step being the
-  largest of :data:`~api_client.contract.wire.BROKER_TRANSPORT_OPTIONS` ``priority_steps`` not above
-  the priority (kombu's ``Channel._q_for_pri``), behind the transport's ``global_keyprefix``
-  (:attr:`~api_client.contract.keys.KeyLayout.broker`); ``LPUSH``, as ``Channel._put`` does;
+  largest of :data:`~api_client.contract.routing.BROKER_TRANSPORT_OPTIONS` ``priority_steps``
+  not above the priority (kombu's ``Channel._q_for_pri``), behind the transport's
+  ``global_keyprefix`` (:attr:`~api_client.contract.keys.KeyLayout.broker`); ``LPUSH``, as
+  ``Channel._put`` does;
 * the envelope: ``{"body", "content-encoding", "content-type", "headers", "properties"}``; the
   body is the JSON ``[args, kwargs, embed]``, base64-encoded (``body_encoding: base64``);
 * the task-sent event Flower shows: a kombu fanout message ``PUBLISH``\\ed to
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from api_client.contract.json_templates import quoted
-from api_client.contract.wire import Route, queue_list, shown_kwargs
+from api_client.contract.routing import Route, queue_list, shown_kwargs
 
 __all__ = ["BrokerPush", "event_channel", "task_push"]
 

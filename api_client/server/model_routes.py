@@ -33,8 +33,8 @@ from api_client import (
     JobTimeoutError,
     NoWorkerError,
 )
+from api_client.contract.job_enums import JobState
 from api_client.contract.reservations import refusal
-from api_client.contract.wire import JobState
 from api_client.server.problems import MEDIA_TYPE
 from api_client.server.schemas import (
     ChatChoice,

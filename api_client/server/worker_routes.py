@@ -15,8 +15,9 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field
 
 from api_client import AsyncCompactionClient
+from api_client.contract.job_enums import JobState
 from api_client.contract.lua_scripts import register_async
-from api_client.contract.wire import JobRecord, JobState
+from api_client.contract.wire import JobRecord
 from api_client.server.server_state import authorize, server_state
 
 __all__ = ["JobView", "WorkersAlive", "router", "worker_lost", "workers_alive"]

@@ -15,8 +15,8 @@ from api_client.client.draft_apply import _call, fit_line, ineffective_above
 from api_client.client.jobs import check_agent, enqueue_call
 from api_client.client.speculation import agent_view
 from api_client.contract.agent_settings import plan_key
+from api_client.contract.job_enums import CompactReason, JobKind
 from api_client.contract.keys import KeyLayout
-from api_client.contract.wire import CompactReason, JobKind
 
 SETTINGS = ClientSettings(reserve_tokens=16_384, loop_guard_share=0.5)
 LAYOUT = KeyLayout("t")

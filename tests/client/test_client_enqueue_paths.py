@@ -16,9 +16,10 @@ from client.test_client_enqueue_script import Monitor
 
 from api_client import ClientSettings, CompactionClient
 from api_client.client.jobs import JobFlows, enqueue_call
+from api_client.contract.job_enums import JobKind
 from api_client.contract.keys import KeyLayout
 from api_client.contract.redis_flows import Pipeline
-from api_client.contract.wire import JobKind, route_for
+from api_client.contract.routing import route_for
 
 LAYOUT = KeyLayout()
 MANUAL = route_for(JobKind.COMPACT)

@@ -19,16 +19,11 @@ from client.conftest import seed_sessions
 
 from api_client import AsyncCompactionClient, ClientSettings, CompactionClient
 from api_client.contract.errors import EntryNotFoundError, JobConflictError, SessionNotFoundError
+from api_client.contract.job_enums import CompactReason, JobKind
 from api_client.contract.keys import KeyLayout
 from api_client.contract.redis_conn import redis_db, same_redis
+from api_client.contract.routing import queue_list, redis_transport_options, route_for
 from api_client.contract.task_messages import event_channel, task_push
-from api_client.contract.wire import (
-    CompactReason,
-    JobKind,
-    queue_list,
-    redis_transport_options,
-    route_for,
-)
 from helpers.jobs import worker_jobs
 
 BROKER = KeyLayout().broker  # kombu's global_keyprefix: every broker list starts with it

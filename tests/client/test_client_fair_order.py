@@ -17,7 +17,7 @@ import redis
 
 from api_client import ClientSettings, CompactionClient, JobHandle, JobKind, QuotaExceededError
 from api_client.contract.keys import KeyLayout
-from api_client.contract.wire import QUEUE_COMPACT, queue_list, route_for
+from api_client.contract.routing import QUEUE_COMPACT, queue_list, route_for
 from worker.store.fair_index import FairIndex
 from worker.store.job_lifecycle import JobStore
 

@@ -26,14 +26,9 @@ from api_client import (
     JobState,
     PruneResult,
 )
-from api_client.contract.wire import (
-    CompactReason,
-    JobKind,
-    TokenUsage,
-    failure_message,
-    route_for,
-    terminal_event_type,
-)
+from api_client.contract.job_enums import CompactReason, JobKind
+from api_client.contract.routing import route_for
+from api_client.contract.wire import TokenUsage, failure_message, terminal_event_type
 from helpers.jobs import BothSides
 from worker.store.leases import LeaseOutcome
 

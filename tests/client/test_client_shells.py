@@ -30,9 +30,11 @@ from api_client import (
 )
 from api_client.client.jobs import EnqueueResult, JobStore
 from api_client.client.sessions import SessionStore
+from api_client.contract.job_enums import CompactReason
 from api_client.contract.job_records import get_record
 from api_client.contract.redis_flows import Command, Pipeline, Script, cmd, drive
-from api_client.contract.wire import CompactReason, job_error_text, route_for
+from api_client.contract.routing import route_for
+from api_client.contract.wire import job_error_text
 from helpers.jobs import worker_jobs
 
 JOB = "s1:" + "0" * 16

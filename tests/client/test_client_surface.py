@@ -19,8 +19,8 @@ import pytest
 
 import api_client
 from api_client import ClientSettings, CompactReason, JobKind, should_compact
-from api_client.contract import wire
-from api_client.contract.wire import route_for
+from api_client.contract import routing
+from api_client.contract.routing import route_for
 
 PUBLIC = {
     # the clients, their handles and results
@@ -76,10 +76,10 @@ ORIGIN: dict[str, tuple[str, str]] = {
     "should_compact": ("function", "api_client.client.thresholds"),
     "should_precompute": ("function", "api_client.client.thresholds"),
     "is_context_overflow": ("function", "api_client.contract.overflow"),
-    "CompactReason": ("enum", "api_client.contract.wire"),
-    "EventType": ("enum", "api_client.contract.wire"),
-    "JobKind": ("enum", "api_client.contract.wire"),
-    "JobState": ("enum", "api_client.contract.wire"),
+    "CompactReason": ("enum", "api_client.contract.job_enums"),
+    "EventType": ("enum", "api_client.contract.job_enums"),
+    "JobKind": ("enum", "api_client.contract.job_enums"),
+    "JobState": ("enum", "api_client.contract.job_enums"),
     "JobEvent": ("model", "api_client.contract.wire"),
     "JobRecord": ("model", "api_client.contract.wire"),
     "PruneResult": ("model", "api_client.contract.wire"),
@@ -230,8 +230,8 @@ def test_settings_reject_prefixes_that_break_hash_tags(prefix: str) -> None:
 def test_routes(kind: str, reason: str | None, queue: str, priority: int) -> None:
     route = route_for(JobKind(kind), CompactReason(reason) if reason else None)
     assert (route.queue, route.priority) == (queue, priority)
-    assert priority in wire.BROKER_TRANSPORT_OPTIONS["priority_steps"]
-    assert route.queue in wire.QUEUES and route.task in wire.TASK_NAMES.values()
+    assert priority in routing.BROKER_TRANSPORT_OPTIONS["priority_steps"]
+    assert route.queue in routing.QUEUES and route.task in routing.TASK_NAMES.values()
 
 
 def test_from_env_builds_a_working_client(monkeypatch: pytest.MonkeyPatch, redis_url: str) -> None:

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from api_client.contract.job_enums import EventType, JobKind, JobState
 from api_client.contract.job_events import (
     decode_event,
     event_fields,
@@ -19,7 +20,7 @@ from api_client.contract.job_events import (
 from api_client.contract.keys import KeyLayout
 from api_client.contract.redis_flows import Pipeline
 from api_client.contract.settings import ClientSettings
-from api_client.contract.wire import EventType, JobEvent, JobKind, JobState
+from api_client.contract.wire import JobEvent
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYOUT = KeyLayout("compactor")

@@ -9,9 +9,10 @@ import pytest
 from api_client import ClientSettings
 from api_client.client.draft_apply import _call, _record, apply_draft
 from api_client.contract.errors import InvalidIdError, InvalidRequestError
+from api_client.contract.job_enums import CompactReason, EventType, JobState
 from api_client.contract.json_templates import SLOTS, escaped, quoted, template
 from api_client.contract.keys import KeyLayout
-from api_client.contract.wire import CompactReason, EventType, JobEvent, JobState
+from api_client.contract.wire import JobEvent
 
 SETTINGS = ClientSettings(redis_url="redis://127.0.0.1:6379/0", key_prefix="tpl")
 LAYOUT = KeyLayout("tpl")

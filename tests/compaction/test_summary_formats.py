@@ -31,8 +31,8 @@ from llm.llm_fakes import FAST, FakeLLMServer, openai
 from service.service_fakes import JOB_ID, FakeJobs, world
 
 from api_client.contract.agent_settings import AgentSettings, SummaryFormat
+from api_client.contract.job_enums import CompactReason, JobKind
 from api_client.contract.session import parse_entry
-from api_client.contract.wire import CompactReason, JobKind
 from worker.compaction import prompts
 from worker.compaction.prepare import CompactionSettings, Preparation
 from worker.compaction.summarize import compact, summarize_branch

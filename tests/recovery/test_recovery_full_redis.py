@@ -26,7 +26,7 @@ from runtime.runtime_model_server import ModelServer
 from runtime.runtime_support import completions, entries_of_type, new_session
 
 from api_client import CompactionClient, JobFailedError, StorageFullError
-from api_client.contract.wire import redis_transport_options
+from api_client.contract.routing import redis_transport_options
 from helpers.sessions import user
 from worker.celery_app.broker_transport import REQUEUE_S
 

@@ -10,7 +10,7 @@ from runtime.runtime_model_server import ModelServer
 from runtime.runtime_support import completions, new_session, running_worker, runtime_settings
 
 from api_client import CompactionClient
-from api_client.contract.wire import queue_list
+from api_client.contract.routing import queue_list
 from worker.service._sweeper import Sweeper
 from worker.store.job_lifecycle import JobStore
 

@@ -23,7 +23,7 @@ from runtime.conftest import REPO
 from runtime.runtime_support import DELIVERIES, new_session, runtime_settings
 
 from api_client import CompactionClient, JobCancelledError, JobFailedError
-from api_client.contract.wire import TASK_COMPACT
+from api_client.contract.routing import TASK_COMPACT
 from worker.celery_app import CompactorCelery
 from worker.llm import ModelCandidate
 from worker.settings import WorkerSettings

@@ -16,7 +16,7 @@ from runtime.runtime_support import (
 )
 
 from api_client import CompactionClient, JobFailedError, PruneResult, SessionNotFoundError
-from api_client.contract.wire import TASK_COMPACT, route_for
+from api_client.contract.routing import TASK_COMPACT, route_for
 from helpers.sessions import turns_jsonl
 from worker.celery_app import CompactorCelery
 from worker.compaction import get_tokenizer, plan_prune

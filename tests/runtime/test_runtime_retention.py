@@ -18,8 +18,8 @@ import redis
 from runtime.runtime_support import new_session, runtime_settings
 
 from api_client import CompactionClient, JobEvent
+from api_client.contract.job_enums import EventType
 from api_client.contract.keys import ANY_TENANT, KeyLayout
-from api_client.contract.wire import EventType
 from helpers.retention import SESSION_LONG, assert_retained, session_ttls
 from worker.settings import WorkerSettings
 from worker.store import CommitStatus, CommitStore

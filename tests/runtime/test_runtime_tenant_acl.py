@@ -29,17 +29,11 @@ from api_client.contract.errors import (
     JobFailedError,
     QuotaExceededError,
 )
+from api_client.contract.job_enums import CompactReason, JobKind, JobState
 from api_client.contract.keys import KeyLayout
+from api_client.contract.routing import Route, route_for
 from api_client.contract.task_messages import task_push
-from api_client.contract.wire import (
-    CompactReason,
-    JobKind,
-    JobRecord,
-    JobState,
-    Route,
-    now_iso,
-    route_for,
-)
+from api_client.contract.wire import JobRecord, now_iso
 from helpers.doc_facts import acl_rules
 
 # The tenant's line docs/tenants.md gave before issue 39 (``{t}``: the tenant).

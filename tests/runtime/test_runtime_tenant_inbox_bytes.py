@@ -23,7 +23,9 @@ from runtime.tenant_acl_fleet import LAYOUT, Fleet, running_fleet
 
 from api_client import CompactionClient
 from api_client.contract.errors import JobFailedError, QuotaExceededError
-from api_client.contract.wire import CompactReason, JobKind, JobRecord, JobState, now_iso, route_for
+from api_client.contract.job_enums import CompactReason, JobKind, JobState
+from api_client.contract.routing import route_for
+from api_client.contract.wire import JobRecord, now_iso
 from worker.settings import WorkerSettings
 from worker.store.inbox import InboxStore
 from worker.store.tenant_bytes import BytesReconciler

@@ -24,8 +24,8 @@ from runtime.runtime_support import running_worker, runtime_settings
 from server.server_support import ACME, TOKEN, running_api, server_settings, wait_alive
 
 from api_client import ClientSettings
+from api_client.contract.job_enums import JobState
 from api_client.contract.keys import KeyLayout
-from api_client.contract.wire import JobState
 from api_client.server.summarize_url import summarize_url
 from helpers.waits import wait_until
 from worker.llm import ModelCandidate

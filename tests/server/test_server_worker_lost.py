@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 
 from api_client import AsyncCompactionClient
-from api_client.contract.wire import JobKind, JobRecord, JobState
+from api_client.contract.job_enums import JobKind, JobState
+from api_client.contract.wire import JobRecord
 from api_client.server.worker_routes import worker_lost
 
 

@@ -13,9 +13,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from api_client.contract.job_enums import CompactReason, JobKind, JobState
 from api_client.contract.session import Entry, JsonObject, Session, parse_entry
 from api_client.contract.snapshots import Snapshot
-from api_client.contract.wire import CompactReason, JobEvent, JobKind, JobRecord, JobState
+from api_client.contract.wire import JobEvent, JobRecord
 from helpers.sessions import assistant, chain, chars, session, user
 from worker.compaction import Preparation
 from worker.hooks import BeforeCompactResult, BeforeTreeResult, CompactingResult, TreePreparation

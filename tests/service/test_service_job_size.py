@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from service.service_fakes import JOB_ID, world
 
-from api_client.contract.wire import CompactReason
+from api_client.contract.job_enums import CompactReason
 from worker.hooks import BeforeCompactResult
 from worker.service import run_job
 

@@ -13,7 +13,7 @@ from service.service_fakes import JOB_ID, World, world
 
 from api_client import CompactionLoopError
 from api_client.client.handles import outcome as handle_outcome
-from api_client.contract.wire import CompactReason, EventType, JobState
+from api_client.contract.job_enums import CompactReason, EventType, JobState
 from worker.service import run_job
 
 THRESHOLD, MANUAL, OVERFLOW = CompactReason.THRESHOLD, CompactReason.MANUAL, CompactReason.OVERFLOW

@@ -10,8 +10,9 @@ import pytest
 import redis
 from service.service_fakes import World, world
 
+from api_client.contract.job_enums import CompactReason, JobKind, JobState
 from api_client.contract.usage import DayUsage, SpendAdd
-from api_client.contract.wire import CompactReason, JobKind, JobRecord, JobState
+from api_client.contract.wire import JobRecord
 from worker.llm import build_deterministic
 from worker.service import run_job
 from worker.service._model_budget import decide

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from service.service_fakes import World, world
 
+from api_client.contract.job_enums import CompactReason, EventType, JobKind
 from api_client.contract.usage import DayUsage
-from api_client.contract.wire import CompactReason, EventType, JobKind
 from worker.service import LeaseHeldError, _compact_job, run_job
 from worker.store import CommitStatus
 from worker.store.job_start import JobStart

@@ -16,8 +16,8 @@ import pytest
 import redis
 from service.service_fakes import JOB_ID, World, conversation, world
 
+from api_client.contract.job_enums import CompactReason, EventType, JobKind
 from api_client.contract.session.context import build_session_context
-from api_client.contract.wire import CompactReason, EventType, JobKind
 from helpers.sessions import TS, chain
 from worker.hooks import BeforeCompactResult, BeforeTreeResult
 from worker.llm.errors import ModelCallError, ModelCancelledError

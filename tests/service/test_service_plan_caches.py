@@ -14,7 +14,8 @@ import pytest
 from service.service_fakes import SESSION_ID, FakeJobs, FakeSummarizer, World, world
 
 import worker.compaction.serialize as serialize
-from api_client.contract.wire import CompactReason, JobKind, JobRecord, JobState
+from api_client.contract.job_enums import CompactReason, JobKind, JobState
+from api_client.contract.wire import JobRecord
 from helpers.sessions import TS, assistant, chars, user
 from worker.compaction import PlanCaches
 from worker.hooks import BeforeCompactResult

@@ -17,9 +17,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from service.service_fakes import JOB_ID, SESSION_ID, world
 
+from api_client.contract.job_enums import CompactReason
 from api_client.contract.keys import KeyLayout
 from api_client.contract.session import Entry
-from api_client.contract.wire import CompactReason
 from helpers.sessions import assistant, chain, user
 from worker.service import run_job
 from worker.store.token_counts import RedisTokenCounts

@@ -17,8 +17,7 @@ from celery import Celery, bootsteps
 from kombu.entity import Queue
 
 from api_client.contract.keys import ANY_TENANT, KeyLayout
-from api_client.contract.settings import tls_options
-from api_client.contract.wire import (
+from api_client.contract.routing import (
     QUEUE_COMPACT,
     QUEUES,
     Route,
@@ -26,6 +25,7 @@ from api_client.contract.wire import (
     queue_arguments,
     redis_transport_options,
 )
+from api_client.contract.settings import tls_options
 from worker.celery_app.compactor_celery import CompactorCelery
 from worker.celery_app.tasks import register_tasks
 from worker.llm import Summarizer

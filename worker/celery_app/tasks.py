@@ -25,8 +25,9 @@ from celery.exceptions import Ignore, Reject
 from celery.worker.request import Request
 
 from api_client.contract.errors import InvalidIdError, JobFailedError, JobNotFoundError
+from api_client.contract.job_enums import JobState
 from api_client.contract.keys import split_job_id
-from api_client.contract.wire import TASK_DRAFT_APPLIED, TASK_NAMES, JobState
+from api_client.contract.routing import TASK_DRAFT_APPLIED, TASK_NAMES
 from worker.celery_app.compactor_celery import CompactorCelery
 from worker.service import WAIT_FOR_REDIS, JobOutcome, LeaseHeldError, run_job
 from worker.service._outage import ride_out_until

@@ -79,7 +79,7 @@ def _option_value(extra: list[str], name: str) -> str | None:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from api_client.contract.wire import QUEUES
+    from api_client.contract.routing import QUEUES
     from worker.celery_app import create_app
     from worker.settings import check_startup, model_chain_text
 

@@ -8,7 +8,7 @@ from typing import Any
 import redis
 
 from api_client.contract.keys import ANY_TENANT, KeyLayout
-from api_client.contract.wire import QUEUES
+from api_client.contract.routing import QUEUES
 from worker.llm.cooldown import RedisCooldownStore
 from worker.observability import metrics
 from worker.observability.cooldown_gauge import CooldownCollector

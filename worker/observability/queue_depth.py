@@ -20,7 +20,7 @@ import redis
 from kombu.connection import Connection
 from prometheus_client.core import GaugeMetricFamily
 
-from api_client.contract.wire import BROKER_TRANSPORT_OPTIONS
+from api_client.contract.routing import BROKER_TRANSPORT_OPTIONS
 
 __all__ = ["QueueDepthCollector", "redis_list_names"]
 

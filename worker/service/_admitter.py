@@ -39,16 +39,10 @@ from api_client.contract.errors import (
     StorageFullError,
     StorageReadOnlyError,
 )
+from api_client.contract.job_enums import CompactReason, JobKind, JobState
 from api_client.contract.keys import split_job_id, tenant_of_job
-from api_client.contract.wire import (
-    DRAFT_APPLIED_ROUTE,
-    CompactReason,
-    JobKind,
-    JobRecord,
-    JobState,
-    Route,
-    route_for,
-)
+from api_client.contract.routing import DRAFT_APPLIED_ROUTE, Route, route_for
+from api_client.contract.wire import JobRecord
 from worker.store.inbox import InboxStore
 from worker.store.job_lifecycle import JobStore
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from api_client.contract.errors import InvalidRequestError
+from api_client.contract.job_enums import EventType
 from api_client.contract.session import JsonObject
-from api_client.contract.wire import EventType
 from worker.compaction import (
     branch_destination,
     collect_entries_for_branch_summary,

@@ -13,8 +13,9 @@ from api_client.contract.errors import (
     JobTooLargeError,
     NothingToCompactError,
 )
+from api_client.contract.job_enums import CompactReason, EventType
 from api_client.contract.session import Entry, JsonObject, SessionTree, parse_entry
-from api_client.contract.wire import CompactReason, EventType, TokenUsage
+from api_client.contract.wire import TokenUsage
 from worker.compaction import (
     Preparation,
     build_session_context,

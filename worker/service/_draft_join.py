@@ -28,9 +28,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from api_client.contract.agent_settings import plan_key
+from api_client.contract.job_enums import CompactReason
 from api_client.contract.session import CompactionEntry, Entry, JsonObject, parse_entry
 from api_client.contract.session.context import context_messages, last_compaction_index
-from api_client.contract.wire import CompactReason, now_iso
+from api_client.contract.wire import now_iso
 from worker.compaction import Preparation, prepare_compaction
 from worker.compaction.agent_cut import PI_VERSIONS
 from worker.compaction.extension import draft_is_exact, same_cut

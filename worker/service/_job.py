@@ -15,19 +15,12 @@ from api_client.contract.errors import (
     PromptTooLargeError,
     QuotaExceededError,
 )
+from api_client.contract.job_enums import CompactReason, EventType, JobKind, JobState
 from api_client.contract.keys import split_job_id, tenant_of_job
 from api_client.contract.redaction import redact_secrets
 from api_client.contract.redis_conn import storage_full
 from api_client.contract.reservations import refusal_result
-from api_client.contract.wire import (
-    CompactReason,
-    EventType,
-    JobEvent,
-    JobKind,
-    JobRecord,
-    JobState,
-    job_error_text,
-)
+from api_client.contract.wire import JobEvent, JobRecord, job_error_text
 from worker.observability import metrics
 from worker.service._branch_job import run_branch
 from worker.service._compact_job import run_compact

@@ -6,16 +6,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from api_client.contract.job_enums import EventType
 from api_client.contract.session import JsonObject
 from api_client.contract.usage import DayUsage
-from api_client.contract.wire import (
-    AgentSettings,
-    EventType,
-    JobEvent,
-    JobRecord,
-    TokenUsage,
-    now_iso,
-)
+from api_client.contract.wire import AgentSettings, JobEvent, JobRecord, TokenUsage, now_iso
 from worker.compaction.prepare import CompactionSettings
 from worker.llm import Summarizer, SummaryResult, Usage
 from worker.service._control import JobControl

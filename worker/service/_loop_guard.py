@@ -18,7 +18,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from api_client.contract.errors import CompactionLoopError
-from api_client.contract.wire import CompactReason, JobRecord
+from api_client.contract.job_enums import CompactReason
+from api_client.contract.wire import JobRecord
 from worker.observability import metrics
 from worker.service._job_context import JobContext
 

@@ -37,9 +37,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from api_client.contract.errors import QuotaExceededError
+from api_client.contract.job_enums import CompactReason, JobKind
 from api_client.contract.settings import ClientSettings
 from api_client.contract.usage import DayUsage, SpendAdd, next_day_start, utc_day
-from api_client.contract.wire import CompactReason, JobKind, JobRecord
+from api_client.contract.wire import JobRecord
 from worker.llm import Spend
 from worker.llm.settings import DEFAULT_MAX_OUTPUT_TOKENS
 from worker.observability import metrics

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from api_client.contract.errors import StaleSnapshotError
-from api_client.contract.wire import EventType
+from api_client.contract.job_enums import EventType
 from worker.observability import metrics
 from worker.service._job_context import JobContext
 from worker.service._job_stops import JobCancelled, LeaseLostError

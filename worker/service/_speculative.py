@@ -17,8 +17,9 @@ from typing import Any
 
 from api_client.contract.agent_settings import plan_key
 from api_client.contract.errors import ConfigurationError
+from api_client.contract.job_enums import EventType
 from api_client.contract.session import Entry
-from api_client.contract.wire import EventType, JobRecord, TokenUsage
+from api_client.contract.wire import JobRecord, TokenUsage
 from worker.compaction.agent_cut import PI_VERSIONS
 from worker.compaction.extension import draft_is_exact
 from worker.observability import metrics

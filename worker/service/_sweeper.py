@@ -32,8 +32,9 @@ from collections.abc import Callable
 import redis
 
 from api_client.contract.errors import CompactorError
+from api_client.contract.job_enums import JobKind, JobState
 from api_client.contract.keys import ANY_TENANT, KeyLayout
-from api_client.contract.wire import TASK_NAMES, JobKind, JobState, Route
+from api_client.contract.routing import TASK_NAMES, Route
 from worker.service._admitter import Admitter
 from worker.service._job_stops import WAIT_FOR_REDIS
 from worker.settings import WorkerSettings

@@ -15,10 +15,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from api_client.contract.job_enums import JobState
 from api_client.contract.session import Entry, JsonObject
 from api_client.contract.snapshots import Snapshot
 from api_client.contract.usage import DayUsage, SpendAdd
-from api_client.contract.wire import JobEvent, JobRecord, JobState
+from api_client.contract.wire import JobEvent, JobRecord
 from worker.compaction import CompactionSettings, PlanCaches, Preparation
 from worker.hooks import (
     BeforeCompactResult,

@@ -13,8 +13,8 @@ import redis
 
 from api_client.contract.keys import KeyLayout
 from api_client.contract.redis_conn import same_redis
+from api_client.contract.routing import queue_list
 from api_client.contract.settings import REDIS_SCHEMES, ClientSettings
-from api_client.contract.wire import queue_list
 from worker.store.leases import guarded
 
 __all__ = ["FairIndex", "fair_index_redis"]

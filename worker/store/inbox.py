@@ -27,8 +27,9 @@ from api_client.contract.job_records import quota_exceeded
 from api_client.contract.keys import TENANT_NAME, KeyLayout, tenant_of_job
 from api_client.contract.lua_scripts import register
 from api_client.contract.redis_conn import redis_db
+from api_client.contract.routing import Route
 from api_client.contract.task_messages import task_push
-from api_client.contract.wire import JobRecord, Route
+from api_client.contract.wire import JobRecord
 from worker.settings import WorkerSettings
 from worker.store.inbox_bytes import InboxBytes
 from worker.store.leases import guarded

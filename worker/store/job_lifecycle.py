@@ -22,20 +22,14 @@ from typing import Any
 import redis
 
 from api_client.contract.errors import JobNotFoundError, StorageFullError
+from api_client.contract.job_enums import CompactReason, JobKind, JobState
 from api_client.contract.job_records import end_job, finish_job, get_record, record_entry
 from api_client.contract.keys import ANY_TENANT, DEFAULT_TENANT, KeyLayout, tenant_of_job
 from api_client.contract.lua_scripts import register
 from api_client.contract.redis_flows import SyncShell
 from api_client.contract.settings import ClientSettings
 from api_client.contract.usage import SpendAdd, add_spend
-from api_client.contract.wire import (
-    CompactReason,
-    JobEvent,
-    JobKind,
-    JobRecord,
-    JobState,
-    now_iso,
-)
+from api_client.contract.wire import JobEvent, JobRecord, now_iso
 from worker.store._commits import is_cluster
 from worker.store.compaction_counter import CompactionCounter
 from worker.store.event_publisher import EventPublisher

@@ -16,9 +16,10 @@ from typing import Any
 
 import redis
 
+from api_client.contract.job_enums import CompactReason, JobKind, JobState
 from api_client.contract.keys import KeyLayout, tenant_of_job
 from api_client.contract.lua_scripts import register
-from api_client.contract.wire import CompactReason, JobKind, JobState, route_for
+from api_client.contract.routing import route_for
 from worker.store.fair_index import FairIndex
 from worker.store.leases import guarded
 
