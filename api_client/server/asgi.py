@@ -209,7 +209,9 @@ def create_app(settings: ServerSettings | None = None,
                   generate_unique_id_function=lambda route: route.name,
                   description="Sessions, compaction jobs and their events over HTTP; "
                               "docs/http-api.md \"The HTTP API\".")
-    for module in (session_routes, job_routes, event_stream, model_routes, usage_routes,
+    # Starlette matches a request against the routes in their order: the two platforms call on
+    # every turn come first (compact, job_routes' first; append, session_routes' first).
+    for module in (job_routes, session_routes, event_stream, model_routes, usage_routes,
                    worker_routes):
         _include_flat(app, module.router)
     _probes(app)

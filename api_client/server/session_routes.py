@@ -30,6 +30,16 @@ _JSONL_BODY: dict[str, Any] = {"requestBody": {"required": True, "content": {
     JSONL_MEDIA_TYPE: {"schema": {"type": "string"}}}}}
 
 
+@router.post("/{session_id}/entries", response_model=Appended)
+async def append_entries(session_id: str, body: AppendEntries,
+                         request: Request) -> JSONResponse:
+    """``revision`` is the one this append made (the append's own reply)."""
+    state = server_state(request)
+    ids, revision = await state.client.sessions.append_with_revision(session_id, body.entries)
+    # An Appended body, written without the model: FastAPI would validate it again.
+    return JSONResponse({"entryIds": ids, "revision": revision})
+
+
 @router.post("", status_code=201, response_model=SessionCreated)
 async def create_session(request: Request, response: Response,
                          body: CreateSession | None = None) -> SessionCreated:
@@ -106,16 +116,6 @@ async def get_context(session_id: str, request: Request) -> ContextView:
     context = await state.client.context(session_id)
     return ContextView(session_id=session_id, revision=context.revision,
                        leaf_id=context.leaf_id, messages=context.messages)
-
-
-@router.post("/{session_id}/entries", response_model=Appended)
-async def append_entries(session_id: str, body: AppendEntries,
-                         request: Request) -> JSONResponse:
-    """``revision`` is the one this append made (the append's own reply)."""
-    state = server_state(request)
-    ids, revision = await state.client.sessions.append_with_revision(session_id, body.entries)
-    # An Appended body, written without the model: FastAPI would validate it again.
-    return JSONResponse({"entryIds": ids, "revision": revision})
 
 
 @router.put("/{session_id}/leaf", response_model=LeafMoved)

@@ -93,3 +93,16 @@ def test_the_common_body_skips_fastapis_parameters_and_an_odd_one_does_not(
     assert refused.status_code == 422 and refused.json()["code"] == "validation_error"
     assert len(solved) == 1
     assert httpx.get(url + "/livez").status_code == 200
+
+
+def test_the_routes_called_on_every_turn_are_declared_first() -> None:
+    """Starlette matches a request against the routes in order (compact's was the tenth): compact
+    is the first, append the first of the session routes."""
+    from fastapi.routing import APIRoute
+
+    routes = [r.name for r in create_app(server_settings()).router.routes
+              if isinstance(r, APIRoute)]
+    from api_client.server import job_routes
+
+    assert routes[0] == "compact"
+    assert routes.index("append_entries") == len(job_routes.router.routes)  # right after them
