@@ -22,11 +22,11 @@ encode of the session's JSONL in this process (targets: cold ≤ 0.2 at 20k, ste
 before), and for ``cold`` and ``steady`` to one encode of what those jobs read anew, the span
 grown since the last compaction (the worker reads only that span and the kept entries; against
 the whole file the ratio would flatter it; target ≤ 1, issue 42), measured right after each of
-those jobs: a single encode at the run's start moved by 2 × between runs on a shared machine. Redis runs with ``SLOWLOG``
-logging every command: the longest one of each phase (import, jobs, load, export, delete) is
-reported, and a client PINGs every millisecond meanwhile (its worst round trip: what another
-tenant waits). ``MEMORY USAGE`` of the session's keys after the import and after the first
-compaction, per JSONL byte.
+those jobs: a single encode at the run's start moved by 2 × between runs on a shared machine.
+Redis runs with ``SLOWLOG`` logging every command: the longest one of each phase (import,
+jobs, load, export, delete) is reported, and a client PINGs every millisecond meanwhile (its
+worst round trip: what another tenant waits). ``MEMORY USAGE`` of the session's keys after the
+import and after the first compaction, per JSONL byte.
 """
 
 from __future__ import annotations
